@@ -12,6 +12,7 @@ NGINX_BIN ?=	/usr/sbin/nginx
 B :=		$(CURDIR)/build
 MODULE :=	$(B)/nginx/objs/ngx_http_agent_module.so
 SOURCES :=	$(wildcard src/*.c src/*.h src/*/*.c src/*/*.h)
+JOBS ?=		$(shell nproc 2>/dev/null || echo 2)
 PROVE ?=	prove
 PROVE_FLAGS ?=	-r -j2
 
@@ -25,15 +26,30 @@ LDFLAGS_DEB :=	$(shell dpkg-buildflags --get LDFLAGS 2>/dev/null)
 ASAN_DIR :=	$(B)/asan
 ASAN_NGINX :=	$(ASAN_DIR)/nginx/objs/nginx
 ASAN_MODULE :=	$(ASAN_DIR)/nginx/objs/ngx_http_agent_module.so
-ASAN_CFLAGS :=	-g -O1 -fno-omit-frame-pointer \
-		-fsanitize=address,undefined -fno-sanitize-recover=undefined
+# UBSan checks stay recoverable so that t/ubsan.supp can name the nginx
+# core idioms it reports (memcpy of zero bytes from NULL); the tests run
+# with halt_on_error, so any other report stops nginx and fails the test.
+ASAN_CFLAGS :=	-g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined
 ASAN_LDFLAGS :=	-fsanitize=address,undefined
 
-.PHONY: all test asan asan-build demo clean
+.PHONY: all test asan asan-build demo clean FORCE
 
 all: $(MODULE)
 
-$(B)/nginx/Makefile: config $(NGINX_SRC)/conf_flags
+# the compiler flags, rewritten only when they change, so that a change
+# reconfigures the build that uses them
+
+$(B)/flags: FORCE
+	@mkdir -p $(B)
+	@echo '$(CFLAGS_DEB) | $(LDFLAGS_DEB)' | cmp -s - $@ \
+	    || echo '$(CFLAGS_DEB) | $(LDFLAGS_DEB)' > $@
+
+$(B)/asan-flags: FORCE
+	@mkdir -p $(B)
+	@echo '$(ASAN_CFLAGS) | $(ASAN_LDFLAGS)' | cmp -s - $@ \
+	    || echo '$(ASAN_CFLAGS) | $(ASAN_LDFLAGS)' > $@
+
+$(B)/nginx/objs/Makefile: config $(B)/flags $(NGINX_SRC)/conf_flags
 	rm -rf $(B)/nginx
 	mkdir -p $(B)
 	cp -a $(NGINX_SRC) $(B)/nginx
@@ -44,14 +60,14 @@ $(B)/nginx/Makefile: config $(NGINX_SRC)/conf_flags
 	    --add-dynamic-module=$(CURDIR)' > $(B)/configure.log \
 	    || { cat $(B)/configure.log; exit 1; }
 
-$(MODULE): $(B)/nginx/Makefile $(SOURCES)
-	$(MAKE) -C $(B)/nginx -f objs/Makefile modules
+$(MODULE): $(B)/nginx/objs/Makefile $(SOURCES)
+	$(MAKE) -j$(JOBS) -C $(B)/nginx -f objs/Makefile modules
 
 test: $(MODULE)
 	TEST_NGINX_BINARY=$(NGINX_BIN) TEST_NGINX_MODULE=$(MODULE) \
 	    $(PROVE) $(PROVE_FLAGS) t/
 
-$(ASAN_DIR)/nginx/Makefile: config
+$(ASAN_DIR)/nginx/objs/Makefile: config $(B)/asan-flags
 	rm -rf $(ASAN_DIR)
 	mkdir -p $(ASAN_DIR)/src
 	cd $(ASAN_DIR)/src && apt-get source --download-only nginx \
@@ -69,8 +85,8 @@ $(ASAN_DIR)/nginx/Makefile: config
 	    --add-dynamic-module=$(CURDIR) > $(ASAN_DIR)/configure.log \
 	    || { cat $(ASAN_DIR)/configure.log; exit 1; }
 
-$(ASAN_NGINX): $(ASAN_DIR)/nginx/Makefile $(SOURCES)
-	$(MAKE) -C $(ASAN_DIR)/nginx -f objs/Makefile binary modules
+$(ASAN_NGINX): $(ASAN_DIR)/nginx/objs/Makefile $(SOURCES)
+	$(MAKE) -j$(JOBS) -C $(ASAN_DIR)/nginx -f objs/Makefile binary modules
 
 asan-build: $(ASAN_NGINX)
 
@@ -79,9 +95,8 @@ asan: $(ASAN_NGINX)
 	TEST_NGINX_SANITIZED=1 $(PROVE) $(PROVE_FLAGS) t/
 
 demo: $(MODULE)
-	mkdir -p demo/logs
-	sed 's|@MODULE@|$(MODULE)|' nginx.conf.example > demo/nginx.conf
-	$(NGINX_BIN) -p $(CURDIR)/demo/ -c nginx.conf -e logs/error.log \
+	mkdir -p demo/logs demo/tmp
+	$(NGINX_BIN) -p $(CURDIR)/ -c nginx.conf.example -e demo/logs/error.log \
 	    -g 'daemon off;'
 
 clean:
