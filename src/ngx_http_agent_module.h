@@ -1,4 +1,3 @@
-
 /*
  * Copyright (C) The nginx agent module authors
  */
@@ -11,6 +10,132 @@
 #include <ngx_config.h>
 #include <ngx_core.h>
 #include <ngx_http.h>
+
+
+/* who produces a tool's result */
+#define NGX_HTTP_AGENT_EXECUTOR_SERVER       0
+#define NGX_HTTP_AGENT_EXECUTOR_HUMAN        1
+#define NGX_HTTP_AGENT_EXECUTOR_CLIENT       2
+#define NGX_HTTP_AGENT_EXECUTOR_PROVIDER     3
+
+/* whether a call waits for a human's confirmation before it runs */
+#define NGX_HTTP_AGENT_APPROVAL_AUTO         0
+#define NGX_HTTP_AGENT_APPROVAL_REQUIRED     1
+
+/* the phases of a call, in order, and what a suspension in each awaits */
+#define NGX_HTTP_AGENT_PHASE_APPROVAL        0
+#define NGX_HTTP_AGENT_PHASE_EXEC            1
+#define NGX_HTTP_AGENT_NPHASES               2
+
+#define NGX_HTTP_AGENT_PENDING_NONE          0
+#define NGX_HTTP_AGENT_PENDING_APPROVAL      1
+#define NGX_HTTP_AGENT_PENDING_ELICITATION   2
+#define NGX_HTTP_AGENT_PENDING_CLIENT_EXEC   3
+
+
+typedef struct ngx_http_agent_provider_s  ngx_http_agent_provider_t;
+
+
+/* a hosted tool's definition for one adapter, sent to it verbatim */
+typedef struct {
+    ngx_http_agent_provider_t    *provider;
+    ngx_str_t                     json;
+    ngx_uint_t                    line;
+} ngx_http_agent_tool_def_t;
+
+
+/* per-tool retention for context compaction; 0 means no bound */
+typedef struct {
+    ngx_uint_t                    turns;
+    ngx_uint_t                    count;
+    ngx_flag_t                    never_evict;
+} ngx_http_agent_retention_t;
+
+
+typedef struct {
+    ngx_str_t                     name;
+    ngx_str_t                     description;
+
+    /* a JSON object, passed to the provider verbatim; empty if none */
+    ngx_str_t                     parameters;
+
+    ngx_uint_t                    executor;
+    ngx_uint_t                    approval;
+    ngx_flag_t                    streaming;
+
+    /* a suspended call's deadline; NGX_CONF_UNSET_MSEC: the agent's */
+    ngx_msec_t                    timeout;
+
+    ngx_http_agent_retention_t    retention;
+
+    /* server tools: the URI the call is routed to as a subrequest */
+    ngx_str_t                     location;
+
+    /* provider tools: ngx_http_agent_tool_def_t, one per adapter */
+    ngx_array_t                  *definitions;
+
+    u_char                       *file;
+    ngx_uint_t                    line;
+    ngx_uint_t                    approval_line;
+    ngx_uint_t                    location_line;
+    ngx_uint_t                    retention_line;
+} ngx_http_agent_tool_t;
+
+
+/* a tool as an agent names it; resolved once the http block is parsed */
+typedef struct {
+    ngx_str_t                     name;
+    ngx_http_agent_tool_t        *tool;
+    ngx_uint_t                    line;
+} ngx_http_agent_tool_ref_t;
+
+
+typedef struct {
+    ngx_str_t                     name;
+
+    ngx_http_agent_provider_t    *provider;
+    ngx_str_t                     provider_location;
+    ngx_str_t                     model;
+    ngx_str_t                     system;
+
+    ngx_array_t                   tools;      /* ngx_http_agent_tool_ref_t */
+
+    /* the tool list in the adapter's format, rendered once */
+    ngx_str_t                     provider_tools;
+
+    ngx_int_t                     max_model_calls;
+    ngx_msec_t                    suspend_timeout;
+
+    ngx_uint_t                    retry_attempts;
+    ngx_msec_t                    retry_base;
+    ngx_msec_t                    retry_cap;
+
+    u_char                       *file;
+    ngx_uint_t                    line;
+} ngx_http_agent_t;
+
+
+typedef struct {
+    ngx_array_t                   tools;      /* ngx_http_agent_tool_t * */
+    ngx_array_t                   agents;     /* ngx_http_agent_t * */
+} ngx_http_agent_main_conf_t;
+
+
+typedef struct {
+    ngx_str_t                     agent_name;
+    ngx_http_agent_t             *agent;
+
+    ngx_flag_t                    describe;
+
+    u_char                       *agent_file;
+    ngx_uint_t                    agent_line;
+    u_char                       *describe_file;
+    ngx_uint_t                    describe_line;
+} ngx_http_agent_loc_conf_t;
+
+
+void ngx_http_agent_conf_error(ngx_conf_t *cf, u_char *file, ngx_uint_t line,
+    const char *fmt, ...);
 
 
 extern ngx_module_t  ngx_http_agent_module;

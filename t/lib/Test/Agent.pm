@@ -225,7 +225,10 @@ sub wait_ready {
     my $deadline = time + ($self->sanitized ? 30 : 10);
 
     while (time < $deadline) {
-        return 0 if waitpid($self->{pid}, WNOHANG) == $self->{pid};
+        if (waitpid($self->{pid}, WNOHANG) == $self->{pid}) {
+            $self->{pid} = undef;
+            return 0;
+        }
 
         my @workers = $self->worker_pids;
         my $up = -e "$self->{dir}/nginx.pid" && @workers;
@@ -343,7 +346,8 @@ sub stop {
 
     my $deadline = time + ($self->sanitized ? 60 : 20);
     while (time < $deadline) {
-        if (waitpid($pid, WNOHANG) == $pid) {
+        my $w = waitpid($pid, WNOHANG);
+        if ($w == $pid || $w == -1) {
             $self->{pid} = undef;
             $self->{unclean} = "exit status $?" if $?;
             return $self;

@@ -1,0 +1,1390 @@
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_conf.h"
+#include "ngx_http_agent_json.h"
+#include "ngx_http_agent_provider.h"
+
+
+/*
+ * The "agent_tool" and "agent" blocks.  Their directives are parsed by a
+ * custom handler, as nginx parses "types {}", from a table of commands
+ * of their own: each directive's errors name its file and line, and the
+ * stock slot setters fill the tool and agent structures.
+ */
+
+
+#define NGX_HTTP_AGENT_NAME_MAX         64
+
+#define NGX_HTTP_AGENT_MAX_MODEL_CALLS  10
+#define NGX_HTTP_AGENT_SUSPEND_TIMEOUT  300000
+#define NGX_HTTP_AGENT_RETRY_ATTEMPTS   3
+#define NGX_HTTP_AGENT_RETRY_BASE       500
+#define NGX_HTTP_AGENT_RETRY_CAP        8000
+
+
+typedef struct {
+    char                       *name;
+    ngx_command_t              *commands;
+    void                       *conf;
+} ngx_http_agent_conf_block_t;
+
+
+static char *ngx_http_agent_conf_parse_block(ngx_conf_t *cf, char *name,
+    ngx_command_t *commands, void *conf);
+static char *ngx_http_agent_conf_directive(ngx_conf_t *cf,
+    ngx_command_t *dummy, void *conf);
+static ngx_uint_t ngx_http_agent_conf_nargs(ngx_conf_t *cf,
+    ngx_command_t *cmd);
+static ngx_int_t ngx_http_agent_conf_name(ngx_str_t *name);
+static ngx_int_t ngx_http_agent_conf_read_file(ngx_conf_t *cf,
+    ngx_str_t *name, ngx_str_t *content);
+static char *ngx_http_agent_conf_set_enum(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_agent_conf_utf8(ngx_conf_t *cf, void *post,
+    void *data);
+
+static ngx_http_agent_tool_t *ngx_http_agent_tool_find(
+    ngx_http_agent_main_conf_t *amcf, ngx_str_t *name);
+static char *ngx_http_agent_tool_check(ngx_conf_t *cf,
+    ngx_http_agent_tool_t *tool);
+static char *ngx_http_agent_tool_json(ngx_conf_t *cf,
+    ngx_http_agent_tool_t *tool, ngx_str_t *json, ngx_str_t *what);
+static char *ngx_http_agent_tool_parameters(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+static char *ngx_http_agent_tool_parameters_file(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+static char *ngx_http_agent_tool_approval(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_agent_tool_retention(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+static char *ngx_http_agent_tool_location(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_agent_tool_definition(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+
+static char *ngx_http_agent_provider(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_agent_system_file(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_agent_tools(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_agent_retry(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_agent_resolve_tool(ngx_conf_t *cf,
+    ngx_http_agent_main_conf_t *amcf, ngx_http_agent_t *agent,
+    ngx_http_agent_tool_ref_t *ref);
+
+
+/* the values are the indexes: describe prints the names back */
+
+ngx_conf_enum_t  ngx_http_agent_executors[] = {
+    { ngx_string("server"), NGX_HTTP_AGENT_EXECUTOR_SERVER },
+    { ngx_string("human"), NGX_HTTP_AGENT_EXECUTOR_HUMAN },
+    { ngx_string("client"), NGX_HTTP_AGENT_EXECUTOR_CLIENT },
+    { ngx_string("provider"), NGX_HTTP_AGENT_EXECUTOR_PROVIDER },
+    { ngx_null_string, 0 }
+};
+
+
+ngx_conf_enum_t  ngx_http_agent_approvals[] = {
+    { ngx_string("auto"), NGX_HTTP_AGENT_APPROVAL_AUTO },
+    { ngx_string("requires_approval"), NGX_HTTP_AGENT_APPROVAL_REQUIRED },
+    { ngx_null_string, 0 }
+};
+
+
+ngx_str_t  ngx_http_agent_pending_kinds[] = {
+    ngx_null_string,
+    ngx_string("approval"),
+    ngx_string("elicitation"),
+    ngx_string("client_exec")
+};
+
+
+static ngx_conf_post_t  ngx_http_agent_conf_utf8_post =
+    { ngx_http_agent_conf_utf8 };
+
+static ngx_conf_num_bounds_t  ngx_http_agent_max_model_calls_bounds = {
+    ngx_conf_check_num_bounds, 1, -1
+};
+
+
+static ngx_command_t  ngx_http_agent_tool_commands[] = {
+
+    { ngx_string("description"),
+      NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      0,
+      offsetof(ngx_http_agent_tool_t, description),
+      &ngx_http_agent_conf_utf8_post },
+
+    { ngx_string("parameters"),
+      NGX_CONF_TAKE1,
+      ngx_http_agent_tool_parameters,
+      0,
+      0,
+      NULL },
+
+    { ngx_string("parameters_file"),
+      NGX_CONF_TAKE1,
+      ngx_http_agent_tool_parameters_file,
+      0,
+      0,
+      NULL },
+
+    { ngx_string("executor"),
+      NGX_CONF_TAKE1,
+      ngx_http_agent_conf_set_enum,
+      0,
+      offsetof(ngx_http_agent_tool_t, executor),
+      &ngx_http_agent_executors },
+
+    { ngx_string("approval"),
+      NGX_CONF_TAKE1,
+      ngx_http_agent_tool_approval,
+      0,
+      offsetof(ngx_http_agent_tool_t, approval),
+      &ngx_http_agent_approvals },
+
+    { ngx_string("streaming"),
+      NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      0,
+      offsetof(ngx_http_agent_tool_t, streaming),
+      NULL },
+
+    { ngx_string("retention"),
+      NGX_CONF_1MORE,
+      ngx_http_agent_tool_retention,
+      0,
+      0,
+      NULL },
+
+    { ngx_string("timeout"),
+      NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      0,
+      offsetof(ngx_http_agent_tool_t, timeout),
+      NULL },
+
+    { ngx_string("location"),
+      NGX_CONF_TAKE1,
+      ngx_http_agent_tool_location,
+      0,
+      0,
+      NULL },
+
+    { ngx_string("provider_definition"),
+      NGX_CONF_TAKE2,
+      ngx_http_agent_tool_definition,
+      0,
+      0,
+      NULL },
+
+      ngx_null_command
+};
+
+
+static ngx_command_t  ngx_http_agent_block_commands[] = {
+
+    { ngx_string("provider"),
+      NGX_CONF_TAKE2,
+      ngx_http_agent_provider,
+      0,
+      0,
+      NULL },
+
+    { ngx_string("model"),
+      NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      0,
+      offsetof(ngx_http_agent_t, model),
+      &ngx_http_agent_conf_utf8_post },
+
+    { ngx_string("system"),
+      NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      0,
+      offsetof(ngx_http_agent_t, system),
+      &ngx_http_agent_conf_utf8_post },
+
+    { ngx_string("system_file"),
+      NGX_CONF_TAKE1,
+      ngx_http_agent_system_file,
+      0,
+      0,
+      NULL },
+
+    { ngx_string("tools"),
+      NGX_CONF_1MORE,
+      ngx_http_agent_tools,
+      0,
+      0,
+      NULL },
+
+    { ngx_string("max_model_calls"),
+      NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      0,
+      offsetof(ngx_http_agent_t, max_model_calls),
+      &ngx_http_agent_max_model_calls_bounds },
+
+    { ngx_string("suspend_timeout"),
+      NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      0,
+      offsetof(ngx_http_agent_t, suspend_timeout),
+      NULL },
+
+    { ngx_string("retry"),
+      NGX_CONF_1MORE,
+      ngx_http_agent_retry,
+      0,
+      0,
+      NULL },
+
+      ngx_null_command
+};
+
+
+static ngx_uint_t  ngx_http_agent_argument_number[] = {
+    NGX_CONF_NOARGS,
+    NGX_CONF_TAKE1,
+    NGX_CONF_TAKE2,
+    NGX_CONF_TAKE3,
+    NGX_CONF_TAKE4,
+    NGX_CONF_TAKE5,
+    NGX_CONF_TAKE6,
+    NGX_CONF_TAKE7
+};
+
+
+char *
+ngx_http_agent_tool_block(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_agent_main_conf_t *amcf = conf;
+
+    char                    *rv;
+    ngx_str_t               *value;
+    ngx_http_agent_tool_t   *tool, **tp;
+
+    value = cf->args->elts;
+
+    if (ngx_http_agent_conf_name(&value[1]) != NGX_OK) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid agent_tool name \"%V\", it must be "
+                           "1 to %d letters, digits, \"_\" or \"-\"",
+                           &value[1], NGX_HTTP_AGENT_NAME_MAX);
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_http_agent_tool_find(amcf, &value[1]) != NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "duplicate agent_tool \"%V\"", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    tool = ngx_pcalloc(cf->pool, sizeof(ngx_http_agent_tool_t));
+    if (tool == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    tool->name = value[1];
+    tool->executor = NGX_CONF_UNSET_UINT;
+    tool->approval = NGX_CONF_UNSET_UINT;
+    tool->streaming = NGX_CONF_UNSET;
+    tool->timeout = NGX_CONF_UNSET_MSEC;
+    tool->file = cf->conf_file->file.name.data;
+    tool->line = cf->conf_file->line;
+
+    tp = ngx_array_push(&amcf->tools);
+    if (tp == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    *tp = tool;
+
+    rv = ngx_http_agent_conf_parse_block(cf, "agent_tool",
+                                         ngx_http_agent_tool_commands, tool);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    ngx_conf_init_uint_value(tool->executor, NGX_HTTP_AGENT_EXECUTOR_SERVER);
+    ngx_conf_init_uint_value(tool->approval, NGX_HTTP_AGENT_APPROVAL_AUTO);
+    ngx_conf_init_value(tool->streaming, 0);
+
+    return ngx_http_agent_tool_check(cf, tool);
+}
+
+
+/*
+ * The legal matrix: the approval gate suspends a call before it runs,
+ * which is meaningless for a human (their answer is the decision) and
+ * impossible for the provider (it runs the tool mid-stream).  Checked
+ * once the whole block is read, so the order of directives is free;
+ * errors point at the directive that does not fit.
+ */
+
+static char *
+ngx_http_agent_tool_check(ngx_conf_t *cf, ngx_http_agent_tool_t *tool)
+{
+    ngx_str_t                  *executor;
+    ngx_http_agent_tool_def_t  *def;
+
+    executor = &ngx_http_agent_executors[tool->executor].name;
+
+    if (tool->approval == NGX_HTTP_AGENT_APPROVAL_REQUIRED) {
+
+        if (tool->executor == NGX_HTTP_AGENT_EXECUTOR_HUMAN) {
+            ngx_http_agent_conf_error(cf, tool->file, tool->approval_line,
+                "agent_tool \"%V\": approval requires_approval is not "
+                "allowed with executor human (a human tool's answer is "
+                "already the human's decision)", &tool->name);
+            return NGX_CONF_ERROR;
+        }
+
+        if (tool->executor == NGX_HTTP_AGENT_EXECUTOR_PROVIDER) {
+            ngx_http_agent_conf_error(cf, tool->file, tool->approval_line,
+                "agent_tool \"%V\": approval requires_approval is not "
+                "allowed with executor provider (the provider runs the "
+                "tool mid-stream, there is no point to suspend before it "
+                "runs)", &tool->name);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    if (tool->executor == NGX_HTTP_AGENT_EXECUTOR_SERVER) {
+
+        if (tool->location.data == NULL) {
+            ngx_http_agent_conf_error(cf, tool->file, tool->line,
+                "agent_tool \"%V\": executor server needs a \"location\" "
+                "to route the call to", &tool->name);
+            return NGX_CONF_ERROR;
+        }
+
+    } else if (tool->location.data) {
+        ngx_http_agent_conf_error(cf, tool->file, tool->location_line,
+            "agent_tool \"%V\": \"location\" is only for executor server, "
+            "not %V", &tool->name, executor);
+        return NGX_CONF_ERROR;
+    }
+
+    if (tool->executor == NGX_HTTP_AGENT_EXECUTOR_PROVIDER) {
+
+        if (tool->definitions == NULL) {
+            ngx_http_agent_conf_error(cf, tool->file, tool->line,
+                "agent_tool \"%V\": executor provider needs a "
+                "\"provider_definition\"", &tool->name);
+            return NGX_CONF_ERROR;
+        }
+
+        if (tool->parameters.data) {
+            ngx_http_agent_conf_error(cf, tool->file, tool->line,
+                "agent_tool \"%V\": executor provider takes no "
+                "\"parameters\", its provider_definition describes it",
+                &tool->name);
+            return NGX_CONF_ERROR;
+        }
+
+    } else if (tool->definitions) {
+        def = tool->definitions->elts;
+
+        ngx_http_agent_conf_error(cf, tool->file, def[0].line,
+            "agent_tool \"%V\": \"provider_definition\" is only for "
+            "executor provider, not %V", &tool->name, executor);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+char *
+ngx_http_agent_block(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_agent_main_conf_t *amcf = conf;
+
+    char              *rv;
+    ngx_str_t         *value;
+    ngx_http_agent_t  *agent, **ap;
+
+    value = cf->args->elts;
+
+    if (ngx_http_agent_conf_name(&value[1]) != NGX_OK) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid agent name \"%V\", it must be "
+                           "1 to %d letters, digits, \"_\" or \"-\"",
+                           &value[1], NGX_HTTP_AGENT_NAME_MAX);
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_http_agent_find(amcf, &value[1]) != NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "duplicate agent \"%V\"", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    agent = ngx_pcalloc(cf->pool, sizeof(ngx_http_agent_t));
+    if (agent == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_array_init(&agent->tools, cf->pool, 4,
+                       sizeof(ngx_http_agent_tool_ref_t))
+        != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    agent->name = value[1];
+    agent->max_model_calls = NGX_CONF_UNSET;
+    agent->suspend_timeout = NGX_CONF_UNSET_MSEC;
+    agent->retry_attempts = NGX_CONF_UNSET_UINT;
+    agent->retry_base = NGX_CONF_UNSET_MSEC;
+    agent->retry_cap = NGX_CONF_UNSET_MSEC;
+    agent->file = cf->conf_file->file.name.data;
+    agent->line = cf->conf_file->line;
+
+    ap = ngx_array_push(&amcf->agents);
+    if (ap == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    *ap = agent;
+
+    rv = ngx_http_agent_conf_parse_block(cf, "agent",
+                                         ngx_http_agent_block_commands, agent);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    if (agent->provider == NULL) {
+        ngx_http_agent_conf_error(cf, agent->file, agent->line,
+                                  "agent \"%V\" has no \"provider\"",
+                                  &agent->name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (agent->model.data == NULL) {
+        ngx_http_agent_conf_error(cf, agent->file, agent->line,
+                                  "agent \"%V\" has no \"model\"",
+                                  &agent->name);
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_conf_init_value(agent->max_model_calls,
+                        NGX_HTTP_AGENT_MAX_MODEL_CALLS);
+    ngx_conf_init_msec_value(agent->suspend_timeout,
+                             NGX_HTTP_AGENT_SUSPEND_TIMEOUT);
+    ngx_conf_init_uint_value(agent->retry_attempts,
+                             NGX_HTTP_AGENT_RETRY_ATTEMPTS);
+    ngx_conf_init_msec_value(agent->retry_base, NGX_HTTP_AGENT_RETRY_BASE);
+    ngx_conf_init_msec_value(agent->retry_cap, NGX_HTTP_AGENT_RETRY_CAP);
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * Called once the http block is parsed, when every agent_tool is known
+ * whatever the order of the blocks: binds the agents' tools and renders
+ * each agent's tool list for its provider.
+ */
+
+char *
+ngx_http_agent_conf_resolve(ngx_conf_t *cf, ngx_http_agent_main_conf_t *amcf)
+{
+    ngx_uint_t                  i, j;
+    ngx_http_agent_t          **agents;
+    ngx_http_agent_tool_ref_t  *ref;
+
+    agents = amcf->agents.elts;
+
+    for (i = 0; i < amcf->agents.nelts; i++) {
+        ref = agents[i]->tools.elts;
+
+        for (j = 0; j < agents[i]->tools.nelts; j++) {
+            if (ngx_http_agent_resolve_tool(cf, amcf, agents[i], &ref[j])
+                != NGX_CONF_OK)
+            {
+                return NGX_CONF_ERROR;
+            }
+        }
+
+        if (ngx_http_agent_provider_render_tools(cf, agents[i]) != NGX_OK) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "agent \"%V\": cannot render the tool list",
+                               &agents[i]->name);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_agent_resolve_tool(ngx_conf_t *cf, ngx_http_agent_main_conf_t *amcf,
+    ngx_http_agent_t *agent, ngx_http_agent_tool_ref_t *ref)
+{
+    ngx_http_agent_tool_t  *tool;
+
+    tool = ngx_http_agent_tool_find(amcf, &ref->name);
+
+    if (tool == NULL) {
+        ngx_http_agent_conf_error(cf, agent->file, ref->line,
+            "agent \"%V\": unknown tool \"%V\" (no agent_tool \"%V\" is "
+            "declared)", &agent->name, &ref->name, &ref->name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (tool->executor == NGX_HTTP_AGENT_EXECUTOR_PROVIDER) {
+
+        if (!agent->provider->hosts_tools) {
+            ngx_http_agent_conf_error(cf, agent->file, ref->line,
+                "agent \"%V\": tool \"%V\" has executor provider, which "
+                "adapter %V cannot host", &agent->name, &ref->name,
+                &agent->provider->name);
+            return NGX_CONF_ERROR;
+        }
+
+        if (ngx_http_agent_provider_definition(tool, agent->provider)
+            == NULL)
+        {
+            ngx_http_agent_conf_error(cf, agent->file, ref->line,
+                "agent \"%V\": tool \"%V\" has no provider_definition "
+                "for %V", &agent->name, &ref->name, &agent->provider->name);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    ref->tool = tool;
+
+    return NGX_CONF_OK;
+}
+
+
+ngx_http_agent_t *
+ngx_http_agent_find(ngx_http_agent_main_conf_t *amcf, ngx_str_t *name)
+{
+    ngx_uint_t          i;
+    ngx_http_agent_t  **agents;
+
+    agents = amcf->agents.elts;
+
+    for (i = 0; i < amcf->agents.nelts; i++) {
+        if (agents[i]->name.len == name->len
+            && ngx_strncmp(agents[i]->name.data, name->data, name->len) == 0)
+        {
+            return agents[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+static ngx_http_agent_tool_t *
+ngx_http_agent_tool_find(ngx_http_agent_main_conf_t *amcf, ngx_str_t *name)
+{
+    ngx_uint_t               i;
+    ngx_http_agent_tool_t  **tools;
+
+    tools = amcf->tools.elts;
+
+    for (i = 0; i < amcf->tools.nelts; i++) {
+        if (tools[i]->name.len == name->len
+            && ngx_strncmp(tools[i]->name.data, name->data, name->len) == 0)
+        {
+            return tools[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+/*
+ * What a call of the tool awaits when it suspends in a phase: a gated
+ * call first awaits approval; then a human call awaits the human's
+ * answer and a client call the browser's.  NONE: it does not suspend.
+ */
+
+ngx_uint_t
+ngx_http_agent_tool_pending_kind(ngx_http_agent_tool_t *tool,
+    ngx_uint_t phase)
+{
+    if (phase == NGX_HTTP_AGENT_PHASE_APPROVAL) {
+        return tool->approval == NGX_HTTP_AGENT_APPROVAL_REQUIRED
+               ? NGX_HTTP_AGENT_PENDING_APPROVAL : NGX_HTTP_AGENT_PENDING_NONE;
+    }
+
+    switch (tool->executor) {
+
+    case NGX_HTTP_AGENT_EXECUTOR_HUMAN:
+        return NGX_HTTP_AGENT_PENDING_ELICITATION;
+
+    case NGX_HTTP_AGENT_EXECUTOR_CLIENT:
+        return NGX_HTTP_AGENT_PENDING_CLIENT_EXEC;
+
+    default:
+        return NGX_HTTP_AGENT_PENDING_NONE;
+    }
+}
+
+
+static char *
+ngx_http_agent_conf_parse_block(ngx_conf_t *cf, char *name,
+    ngx_command_t *commands, void *conf)
+{
+    char                         *rv;
+    ngx_conf_t                    save;
+    ngx_http_agent_conf_block_t   block;
+
+    block.name = name;
+    block.commands = commands;
+    block.conf = conf;
+
+    save = *cf;
+    cf->handler = ngx_http_agent_conf_directive;
+    cf->handler_conf = &block;
+
+    rv = ngx_conf_parse(cf, NULL);
+
+    *cf = save;
+
+    return rv;
+}
+
+
+/* one directive inside a block, checked the way ngx_conf_handler() does */
+
+static char *
+ngx_http_agent_conf_directive(ngx_conf_t *cf, ngx_command_t *dummy,
+    void *conf)
+{
+    ngx_http_agent_conf_block_t *block = conf;
+
+    char           *rv;
+    ngx_str_t      *name;
+    ngx_command_t  *cmd;
+
+    name = cf->args->elts;
+
+    for (cmd = block->commands; cmd->name.len; cmd++) {
+
+        if (cmd->name.len != name->len
+            || ngx_strncmp(cmd->name.data, name->data, name->len) != 0)
+        {
+            continue;
+        }
+
+        if (!ngx_http_agent_conf_nargs(cf, cmd)) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid number of arguments in \"%V\" "
+                               "directive", name);
+            return NGX_CONF_ERROR;
+        }
+
+        rv = cmd->set(cf, cmd, block->conf);
+
+        if (rv == NGX_CONF_OK || rv == NGX_CONF_ERROR) {
+            return rv;
+        }
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%V\" directive %s", name, rv);
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "unknown directive \"%V\" in %s block",
+                       name, block->name);
+
+    return NGX_CONF_ERROR;
+}
+
+
+static ngx_uint_t
+ngx_http_agent_conf_nargs(ngx_conf_t *cf, ngx_command_t *cmd)
+{
+    ngx_uint_t  n;
+
+    n = cf->args->nelts;
+
+    if (cmd->type & NGX_CONF_FLAG) {
+        return n == 2;
+    }
+
+    if (cmd->type & NGX_CONF_1MORE) {
+        return n >= 2;
+    }
+
+    if (n > NGX_CONF_MAX_ARGS) {
+        return 0;
+    }
+
+    return (cmd->type & ngx_http_agent_argument_number[n - 1]) != 0;
+}
+
+
+/* names reach providers as function names: keep to what they all accept */
+
+static ngx_int_t
+ngx_http_agent_conf_name(ngx_str_t *name)
+{
+    u_char      c;
+    ngx_uint_t  i;
+
+    if (name->len == 0 || name->len > NGX_HTTP_AGENT_NAME_MAX) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < name->len; i++) {
+        c = name->data[i];
+
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+            || (c >= '0' && c <= '9') || c == '_' || c == '-')
+        {
+            continue;
+        }
+
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * A whole file into the configuration's pool; a relative name is taken
+ * from the directory of nginx.conf.
+ */
+
+static ngx_int_t
+ngx_http_agent_conf_read_file(ngx_conf_t *cf, ngx_str_t *name,
+    ngx_str_t *content)
+{
+    off_t            size;
+    ssize_t          n;
+    ngx_int_t        rc;
+    ngx_file_t       file;
+    ngx_file_info_t  fi;
+
+    if (ngx_conf_full_name(cf->cycle, name, 1) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ngx_memzero(&file, sizeof(ngx_file_t));
+
+    file.name = *name;
+    file.log = cf->log;
+
+    file.fd = ngx_open_file(name->data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+
+    if (file.fd == NGX_INVALID_FILE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           ngx_open_file_n " \"%s\" failed", name->data);
+        return NGX_ERROR;
+    }
+
+    rc = NGX_ERROR;
+
+    if (ngx_fd_info(file.fd, &fi) == NGX_FILE_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           ngx_fd_info_n " \"%s\" failed", name->data);
+        goto done;
+    }
+
+    size = ngx_file_size(&fi);
+
+    content->data = ngx_pnalloc(cf->pool, size ? size : 1);
+    if (content->data == NULL) {
+        goto done;
+    }
+
+    n = ngx_read_file(&file, content->data, size, 0);
+
+    if (n == NGX_ERROR) {
+        goto done;
+    }
+
+    if (n != size) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           ngx_read_file_n " \"%s\" returned only "
+                           "%z bytes instead of %O", name->data, n, size);
+        goto done;
+    }
+
+    content->len = size;
+    rc = NGX_OK;
+
+done:
+
+    if (ngx_close_file(file.fd) == NGX_FILE_ERROR) {
+        ngx_log_error(NGX_LOG_ALERT, cf->log, ngx_errno,
+                      ngx_close_file_n " \"%s\" failed", name->data);
+    }
+
+    return rc;
+}
+
+
+/* ngx_conf_set_enum_slot(), with an error that lists the values */
+
+static char *
+ngx_http_agent_conf_set_enum(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    u_char           *s, buf[NGX_MAX_CONF_ERRSTR];
+    ngx_str_t        *value;
+    ngx_uint_t       *field, i;
+    ngx_conf_enum_t  *e;
+
+    field = (ngx_uint_t *) (p + cmd->offset);
+
+    if (*field != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    e = cmd->post;
+
+    for (i = 0; e[i].name.len; i++) {
+        if (e[i].name.len == value[1].len
+            && ngx_strcmp(e[i].name.data, value[1].data) == 0)
+        {
+            *field = e[i].value;
+            return NGX_CONF_OK;
+        }
+    }
+
+    s = buf;
+
+    for (i = 0; e[i].name.len; i++) {
+        s = ngx_slprintf(s, buf + sizeof(buf), "%s\"%V\"",
+                         i == 0 ? "" : (e[i + 1].name.len ? ", " : " or "),
+                         &e[i].name);
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid value \"%V\" in \"%V\" directive, "
+                       "it must be %*s", &value[1], &cmd->name, s - buf, buf);
+
+    return NGX_CONF_ERROR;
+}
+
+
+static char *
+ngx_http_agent_conf_utf8(ngx_conf_t *cf, void *post, void *data)
+{
+    ngx_str_t  *s = data;
+
+    if (ngx_http_agent_utf8(s) != NGX_OK) {
+        return "is not valid UTF-8";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_agent_tool_json(ngx_conf_t *cf, ngx_http_agent_tool_t *tool,
+    ngx_str_t *json, ngx_str_t *what)
+{
+    ngx_int_t  rc;
+    ngx_str_t  err;
+
+    ngx_http_agent_json_trim(json);
+
+    rc = ngx_http_agent_json_object(cf->temp_pool, json, &err);
+
+    if (rc == NGX_OK) {
+        return NGX_CONF_OK;
+    }
+
+    if (rc == NGX_DECLINED) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "agent_tool \"%V\": %V %V",
+                           &tool->name, what, &err);
+    }
+
+    return NGX_CONF_ERROR;
+}
+
+
+static char *
+ngx_http_agent_tool_parameters(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_agent_tool_t  *tool = conf;
+
+    ngx_str_t   json, *value;
+    ngx_str_t   what = ngx_string("parameters");
+
+    if (tool->parameters.data) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    json = value[1];
+
+    if (ngx_http_agent_tool_json(cf, tool, &json, &what) != NGX_CONF_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    tool->parameters = json;
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_agent_tool_parameters_file(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_agent_tool_t  *tool = conf;
+
+    ngx_str_t   name, json, what, *value;
+
+    if (tool->parameters.data) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    name = value[1];
+
+    if (ngx_http_agent_conf_read_file(cf, &name, &json) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    what.len = sizeof("parameters_file \"\"") - 1 + name.len;
+    what.data = ngx_pnalloc(cf->temp_pool, what.len);
+    if (what.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_sprintf(what.data, "parameters_file \"%V\"", &name);
+
+    if (ngx_http_agent_tool_json(cf, tool, &json, &what) != NGX_CONF_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    tool->parameters = json;
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_agent_tool_approval(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_agent_tool_t  *tool = conf;
+
+    char  *rv;
+
+    rv = ngx_http_agent_conf_set_enum(cf, cmd, conf);
+
+    if (rv == NGX_CONF_OK) {
+        tool->approval_line = cf->conf_file->line;
+    }
+
+    return rv;
+}
+
+
+/* retention [turns=N] [count=N] [never_evict] */
+
+static char *
+ngx_http_agent_tool_retention(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_agent_tool_t  *tool = conf;
+
+    ngx_int_t    n;
+    ngx_str_t   *value;
+    ngx_uint_t   i;
+
+    if (tool->retention_line) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        if (ngx_strncmp(value[i].data, "turns=", 6) == 0) {
+            n = ngx_atoi(value[i].data + 6, value[i].len - 6);
+            if (n == NGX_ERROR || n == 0) {
+                goto invalid;
+            }
+
+            tool->retention.turns = n;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "count=", 6) == 0) {
+            n = ngx_atoi(value[i].data + 6, value[i].len - 6);
+            if (n == NGX_ERROR || n == 0) {
+                goto invalid;
+            }
+
+            tool->retention.count = n;
+            continue;
+        }
+
+        if (ngx_strcmp(value[i].data, "never_evict") == 0) {
+            tool->retention.never_evict = 1;
+            continue;
+        }
+
+        goto invalid;
+    }
+
+    if (tool->retention.never_evict
+        && (tool->retention.turns || tool->retention.count))
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "agent_tool \"%V\": retention never_evict cannot "
+                           "be combined with turns= or count=", &tool->name);
+        return NGX_CONF_ERROR;
+    }
+
+    tool->retention_line = cf->conf_file->line;
+
+    return NGX_CONF_OK;
+
+invalid:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid parameter \"%V\" in \"retention\" directive, "
+                       "it must be \"turns=N\", \"count=N\" or "
+                       "\"never_evict\" (N > 0)", &value[i]);
+
+    return NGX_CONF_ERROR;
+}
+
+
+static char *
+ngx_http_agent_tool_location(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_agent_tool_t  *tool = conf;
+
+    ngx_str_t  *value;
+
+    if (tool->location.data) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == 0 || value[1].data[0] != '/') {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "agent_tool \"%V\": location \"%V\" must be a URI "
+                           "starting with \"/\"", &tool->name, &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    tool->location = value[1];
+    tool->location_line = cf->conf_file->line;
+
+    return NGX_CONF_OK;
+}
+
+
+/* provider_definition ADAPTER JSON: a hosted tool as one adapter sends it */
+
+static char *
+ngx_http_agent_tool_definition(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_agent_tool_t  *tool = conf;
+
+    u_char                      *s, buf[NGX_MAX_CONF_ERRSTR];
+    ngx_str_t                    json, what, *value;
+    ngx_uint_t                   i;
+    ngx_http_agent_tool_def_t   *def;
+    ngx_http_agent_provider_t   *provider, **p;
+
+    value = cf->args->elts;
+
+    provider = ngx_http_agent_provider_find(&value[1]);
+
+    if (provider == NULL || !provider->hosts_tools) {
+        s = buf;
+        i = 0;
+
+        for (p = ngx_http_agent_providers; *p; p++) {
+            if ((*p)->hosts_tools) {
+                s = ngx_slprintf(s, buf + sizeof(buf), "%s\"%V\"",
+                                 i++ ? " or " : "", &(*p)->name);
+            }
+        }
+
+        if (provider) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "agent_tool \"%V\": adapter %V cannot host "
+                               "provider tools, \"provider_definition\" is "
+                               "for %*s", &tool->name, &provider->name,
+                               s - buf, buf);
+
+        } else {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "agent_tool \"%V\": unknown adapter \"%V\" in "
+                               "\"provider_definition\", it must be %*s",
+                               &tool->name, &value[1], s - buf, buf);
+        }
+
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_http_agent_provider_definition(tool, provider) != NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "agent_tool \"%V\": duplicate provider_definition "
+                           "for %V", &tool->name, &provider->name);
+        return NGX_CONF_ERROR;
+    }
+
+    json = value[2];
+
+    what.len = sizeof("provider_definition for ") - 1 + provider->name.len;
+    what.data = ngx_pnalloc(cf->temp_pool, what.len);
+    if (what.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_sprintf(what.data, "provider_definition for %V", &provider->name);
+
+    if (ngx_http_agent_tool_json(cf, tool, &json, &what) != NGX_CONF_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (tool->definitions == NULL) {
+        tool->definitions = ngx_array_create(cf->pool, 2,
+                                             sizeof(ngx_http_agent_tool_def_t));
+        if (tool->definitions == NULL) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    def = ngx_array_push(tool->definitions);
+    if (def == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    def->provider = provider;
+    def->json = json;
+    def->line = cf->conf_file->line;
+
+    return NGX_CONF_OK;
+}
+
+
+/* provider ADAPTER LOCATION */
+
+static char *
+ngx_http_agent_provider(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_agent_t  *agent = conf;
+
+    u_char                      *s, buf[NGX_MAX_CONF_ERRSTR];
+    ngx_str_t                   *value;
+    ngx_http_agent_provider_t  **p;
+
+    if (agent->provider) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    agent->provider = ngx_http_agent_provider_find(&value[1]);
+
+    if (agent->provider == NULL) {
+        s = buf;
+
+        for (p = ngx_http_agent_providers; *p; p++) {
+            s = ngx_slprintf(s, buf + sizeof(buf), "%s\"%V\"",
+                             p == ngx_http_agent_providers
+                             ? "" : (p[1] ? ", " : " or "),
+                             &(*p)->name);
+        }
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"provider\" directive, "
+                           "it must be %*s", &value[1], s - buf, buf);
+        return NGX_CONF_ERROR;
+    }
+
+    if (value[2].len == 0 || value[2].data[0] != '/') {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "agent \"%V\": provider location \"%V\" must be "
+                           "a URI starting with \"/\"",
+                           &agent->name, &value[2]);
+        return NGX_CONF_ERROR;
+    }
+
+    agent->provider_location = value[2];
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_agent_system_file(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_agent_t  *agent = conf;
+
+    ngx_str_t   name, *value;
+
+    if (agent->system.data) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    name = value[1];
+
+    if (ngx_http_agent_conf_read_file(cf, &name, &agent->system) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_http_agent_utf8(&agent->system) != NGX_OK) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "agent \"%V\": system_file \"%V\" is not valid "
+                           "UTF-8", &agent->name, &name);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/* tools NAME ...; the names are bound once the http block is parsed */
+
+static char *
+ngx_http_agent_tools(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_agent_t  *agent = conf;
+
+    ngx_str_t                  *value;
+    ngx_uint_t                  i, j;
+    ngx_http_agent_tool_ref_t  *ref;
+
+    value = cf->args->elts;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        ref = agent->tools.elts;
+
+        for (j = 0; j < agent->tools.nelts; j++) {
+            if (ref[j].name.len == value[i].len
+                && ngx_strcmp(ref[j].name.data, value[i].data) == 0)
+            {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "agent \"%V\": tool \"%V\" is listed "
+                                   "twice", &agent->name, &value[i]);
+                return NGX_CONF_ERROR;
+            }
+        }
+
+        ref = ngx_array_push(&agent->tools);
+        if (ref == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        ref->name = value[i];
+        ref->tool = NULL;
+        ref->line = cf->conf_file->line;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/* retry [attempts=N] [base=TIME] [cap=TIME]: what is omitted is default */
+
+static char *
+ngx_http_agent_retry(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_agent_t  *agent = conf;
+
+    ngx_int_t    n;
+    ngx_str_t   *value, s;
+    ngx_uint_t   i;
+
+    if (agent->retry_attempts != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    agent->retry_attempts = NGX_HTTP_AGENT_RETRY_ATTEMPTS;
+    agent->retry_base = NGX_HTTP_AGENT_RETRY_BASE;
+    agent->retry_cap = NGX_HTTP_AGENT_RETRY_CAP;
+
+    value = cf->args->elts;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        if (ngx_strncmp(value[i].data, "attempts=", 9) == 0) {
+            n = ngx_atoi(value[i].data + 9, value[i].len - 9);
+            if (n == NGX_ERROR) {
+                goto invalid;
+            }
+
+            agent->retry_attempts = n;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "base=", 5) == 0) {
+            s.data = value[i].data + 5;
+            s.len = value[i].len - 5;
+
+            n = ngx_parse_time(&s, 0);
+            if (n == NGX_ERROR) {
+                goto invalid;
+            }
+
+            agent->retry_base = n;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "cap=", 4) == 0) {
+            s.data = value[i].data + 4;
+            s.len = value[i].len - 4;
+
+            n = ngx_parse_time(&s, 0);
+            if (n == NGX_ERROR) {
+                goto invalid;
+            }
+
+            agent->retry_cap = n;
+            continue;
+        }
+
+        goto invalid;
+    }
+
+    if (agent->retry_base > agent->retry_cap) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "agent \"%V\": retry base=%Mms is greater than "
+                           "cap=%Mms", &agent->name, agent->retry_base,
+                           agent->retry_cap);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+
+invalid:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid parameter \"%V\" in \"retry\" directive, "
+                       "it must be \"attempts=N\", \"base=TIME\" or "
+                       "\"cap=TIME\"", &value[i]);
+
+    return NGX_CONF_ERROR;
+}

@@ -1,0 +1,34 @@
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#ifndef _NGX_HTTP_AGENT_CONF_H_INCLUDED_
+#define _NGX_HTTP_AGENT_CONF_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_module.h"
+
+
+char *ngx_http_agent_tool_block(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_agent_block(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+char *ngx_http_agent_conf_resolve(ngx_conf_t *cf,
+    ngx_http_agent_main_conf_t *amcf);
+
+ngx_http_agent_t *ngx_http_agent_find(ngx_http_agent_main_conf_t *amcf,
+    ngx_str_t *name);
+ngx_uint_t ngx_http_agent_tool_pending_kind(ngx_http_agent_tool_t *tool,
+    ngx_uint_t phase);
+
+
+extern ngx_conf_enum_t  ngx_http_agent_executors[];
+extern ngx_conf_enum_t  ngx_http_agent_approvals[];
+extern ngx_str_t        ngx_http_agent_pending_kinds[];
+
+
+#endif /* _NGX_HTTP_AGENT_CONF_H_INCLUDED_ */

@@ -1,0 +1,366 @@
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <yajl/yajl_parse.h>
+
+#include "ngx_http_agent_json.h"
+
+
+#define NGX_HTTP_AGENT_JSON_FIRST_NONE     0
+#define NGX_HTTP_AGENT_JSON_FIRST_OBJECT   1
+#define NGX_HTTP_AGENT_JSON_FIRST_OTHER    2
+
+
+#define ngx_http_agent_json_space(c)                                         \
+    ((c) == ' ' || (c) == '\t' || (c) == CR || (c) == LF)
+
+
+static int ngx_http_agent_json_start_map(void *ctx);
+static int ngx_http_agent_json_start_array(void *ctx);
+static void ngx_http_agent_json_gen_cleanup(void *data);
+
+
+static yajl_callbacks  ngx_http_agent_json_object_callbacks = {
+    NULL,                                  /* null */
+    NULL,                                  /* boolean */
+    NULL,                                  /* integer */
+    NULL,                                  /* double */
+    NULL,                                  /* number */
+    NULL,                                  /* string */
+    ngx_http_agent_json_start_map,         /* start map */
+    NULL,                                  /* map key */
+    NULL,                                  /* end map */
+    ngx_http_agent_json_start_array,       /* start array */
+    NULL                                   /* end array */
+};
+
+
+/* whitespace around a JSON text is not part of its value */
+
+void
+ngx_http_agent_json_trim(ngx_str_t *json)
+{
+    while (json->len && ngx_http_agent_json_space(json->data[0])) {
+        json->data++;
+        json->len--;
+    }
+
+    while (json->len && ngx_http_agent_json_space(json->data[json->len - 1])) {
+        json->len--;
+    }
+}
+
+
+/*
+ * Checks that the bytes are one JSON text whose value is an object.
+ * NGX_DECLINED: they are not, and err says why ("is not valid JSON: ...
+ * at byte N", N counted from 1 as yajl does, or "is not a JSON object").
+ * Only the syntax is checked: what the object means is the provider's
+ * business.
+ */
+
+ngx_int_t
+ngx_http_agent_json_object(ngx_pool_t *pool, ngx_str_t *json, ngx_str_t *err)
+{
+    size_t          len, size, offset;
+    u_char         *msg, *p;
+    ngx_int_t       rc;
+    ngx_uint_t      first;
+    yajl_status     status;
+    yajl_handle     h;
+
+    first = NGX_HTTP_AGENT_JSON_FIRST_NONE;
+
+    h = yajl_alloc(&ngx_http_agent_json_object_callbacks, NULL, &first);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    offset = 0;
+
+    status = yajl_parse(h, json->data, json->len);
+
+    if (status == yajl_status_ok) {
+        status = yajl_complete_parse(h);
+
+    } else {
+        offset = yajl_get_bytes_consumed(h);
+    }
+
+    if (status == yajl_status_ok
+        && first == NGX_HTTP_AGENT_JSON_FIRST_OBJECT)
+    {
+        yajl_free(h);
+        return NGX_OK;
+    }
+
+    if (status != yajl_status_error) {
+        yajl_free(h);
+        ngx_str_set(err, "is not a JSON object");
+        return NGX_DECLINED;
+    }
+
+    rc = NGX_DECLINED;
+
+    msg = yajl_get_error(h, 0, json->data, json->len);
+
+    if (msg == NULL) {
+        ngx_str_set(err, "is not valid JSON");
+
+    } else {
+        len = ngx_strlen(msg);
+
+        while (len && (msg[len - 1] == LF || msg[len - 1] == '.')) {
+            len--;
+        }
+
+        size = sizeof("is not valid JSON:  at byte ") - 1 + len
+               + NGX_SIZE_T_LEN;
+
+        err->data = ngx_pnalloc(pool, size);
+
+        if (err->data == NULL) {
+            rc = NGX_ERROR;
+
+        } else {
+            p = ngx_slprintf(err->data, err->data + size,
+                             "is not valid JSON: %*s", len, msg);
+
+            if (offset) {
+                p = ngx_slprintf(p, err->data + size, " at byte %uz",
+                                 offset);
+            }
+
+            err->len = p - err->data;
+        }
+
+        yajl_free_error(h, msg);
+    }
+
+    yajl_free(h);
+
+    return rc;
+}
+
+
+static int
+ngx_http_agent_json_start_map(void *ctx)
+{
+    ngx_uint_t  *first = ctx;
+
+    if (*first == NGX_HTTP_AGENT_JSON_FIRST_NONE) {
+        *first = NGX_HTTP_AGENT_JSON_FIRST_OBJECT;
+    }
+
+    return 1;
+}
+
+
+static int
+ngx_http_agent_json_start_array(void *ctx)
+{
+    ngx_uint_t  *first = ctx;
+
+    if (*first == NGX_HTTP_AGENT_JSON_FIRST_NONE) {
+        *first = NGX_HTTP_AGENT_JSON_FIRST_OTHER;
+
+        /* an array at the top: no need to read further */
+        return 0;
+    }
+
+    return 1;
+}
+
+
+/* strings are copied into JSON as they are, so they must be UTF-8 */
+
+ngx_int_t
+ngx_http_agent_utf8(ngx_str_t *s)
+{
+    u_char  *p, *last;
+
+    p = s->data;
+    last = p + s->len;
+
+    while (p < last) {
+
+        if (*p < 0x80) {
+            p++;
+            continue;
+        }
+
+        if (ngx_utf8_decode(&p, last - p) > 0x10ffff) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * A generator whose memory (yajl's malloc) is freed with the pool, so
+ * that no return path can leak it; its buffer stays valid until then.
+ */
+
+yajl_gen
+ngx_http_agent_json_gen(ngx_pool_t *pool)
+{
+    yajl_gen             g;
+    ngx_pool_cleanup_t  *cln;
+
+    cln = ngx_pool_cleanup_add(pool, 0);
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    g = yajl_gen_alloc(NULL);
+    if (g == NULL) {
+        return NULL;
+    }
+
+    cln->handler = ngx_http_agent_json_gen_cleanup;
+    cln->data = g;
+
+    return g;
+}
+
+
+static void
+ngx_http_agent_json_gen_cleanup(void *data)
+{
+    yajl_gen  g = data;
+
+    yajl_gen_free(g);
+}
+
+
+ngx_uint_t
+ngx_http_agent_json_str(yajl_gen g, ngx_str_t *s)
+{
+    return yajl_gen_string(g, s->data, s->len);
+}
+
+
+ngx_uint_t
+ngx_http_agent_json_str_or_null(yajl_gen g, ngx_str_t *s)
+{
+    if (s->data == NULL) {
+        return yajl_gen_null(g);
+    }
+
+    return yajl_gen_string(g, s->data, s->len);
+}
+
+
+ngx_uint_t
+ngx_http_agent_json_verbatim(yajl_gen g, ngx_str_t *json)
+{
+    /*
+     * yajl_gen_number() emits the bytes as they are, with the separator
+     * their position needs: it splices already validated JSON in unchanged
+     */
+
+    return yajl_gen_number(g, (const char *) json->data, json->len);
+}
+
+
+/* the document generated so far, in the generator's own buffer */
+
+ngx_int_t
+ngx_http_agent_json_result(yajl_gen g, ngx_uint_t failed, ngx_str_t *out)
+{
+    size_t                len;
+    const unsigned char  *buf;
+
+    if (failed) {
+        return NGX_ERROR;
+    }
+
+    if (yajl_gen_get_buf(g, &buf, &len) != yajl_gen_status_ok) {
+        return NGX_ERROR;
+    }
+
+    out->data = (u_char *) buf;
+    out->len = len;
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_agent_json_send(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *json)
+{
+    ngx_int_t     rc;
+    ngx_buf_t    *b;
+    ngx_chain_t   out;
+
+    r->headers_out.status = status;
+    r->headers_out.content_length_n = json->len;
+
+    ngx_str_set(&r->headers_out.content_type, "application/json");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->pos = json->data;
+    b->last = json->data + json->len;
+    b->memory = 1;
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+/* {"error":{"code":CODE,"message":MESSAGE}} */
+
+ngx_int_t
+ngx_http_agent_json_error(ngx_http_request_t *r, ngx_uint_t status,
+    char *code, char *message)
+{
+    yajl_gen    g;
+    ngx_str_t   json;
+    ngx_uint_t  failed;
+
+    g = ngx_http_agent_json_gen(r->pool);
+    if (g == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    failed = yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "error");
+    failed |= yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "code");
+    failed |= yajl_gen_string(g, (u_char *) code, ngx_strlen(code));
+    failed |= ngx_http_agent_json_key(g, "message");
+    failed |= yajl_gen_string(g, (u_char *) message, ngx_strlen(message));
+    failed |= yajl_gen_map_close(g);
+    failed |= yajl_gen_map_close(g);
+
+    if (ngx_http_agent_json_result(g, failed, &json) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_agent_json_send(r, status, &json);
+}

@@ -1,0 +1,71 @@
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_json.h"
+#include "ngx_http_agent_provider.h"
+
+
+static ngx_str_t  ngx_http_agent_parameters_key = ngx_string("parameters");
+
+
+/*
+ * OpenAI Chat Completions, and every server that speaks it.  The API has
+ * no hosted tools: a provider tool on this adapter is a configuration
+ * error.
+ */
+
+
+static ngx_int_t ngx_http_agent_openai_chat_render_tools(yajl_gen g,
+    ngx_http_agent_t *agent);
+
+
+ngx_http_agent_provider_t  ngx_http_agent_openai_chat = {
+    ngx_string("openai_chat"),
+    0,
+    ngx_http_agent_openai_chat_render_tools
+};
+
+
+/* [{"type":"function","function":{"name","description","parameters"}}] */
+
+static ngx_int_t
+ngx_http_agent_openai_chat_render_tools(yajl_gen g, ngx_http_agent_t *agent)
+{
+    ngx_uint_t                  i, failed;
+    ngx_http_agent_tool_t      *tool;
+    ngx_http_agent_tool_ref_t  *ref;
+
+    failed = yajl_gen_array_open(g);
+
+    ref = agent->tools.elts;
+
+    for (i = 0; i < agent->tools.nelts; i++) {
+        tool = ref[i].tool;
+
+        if (tool->executor == NGX_HTTP_AGENT_EXECUTOR_PROVIDER) {
+            return NGX_ERROR;
+        }
+
+        failed |= yajl_gen_map_open(g);
+        failed |= ngx_http_agent_json_key(g, "type");
+        failed |= ngx_http_agent_json_key(g, "function");
+        failed |= ngx_http_agent_json_key(g, "function");
+        failed |= yajl_gen_map_open(g);
+
+        failed |= ngx_http_agent_provider_function(g, tool, &ngx_http_agent_parameters_key);
+
+        failed |= yajl_gen_map_close(g);
+        failed |= yajl_gen_map_close(g);
+    }
+
+    failed |= yajl_gen_array_close(g);
+
+    return failed ? NGX_ERROR : NGX_OK;
+}

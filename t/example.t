@@ -1,0 +1,46 @@
+#!/usr/bin/perl
+
+# nginx.conf.example, which `./run demo` uses, loads and serves.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use JSON::PP;
+use Test::More;
+use Test::Agent;
+use Test::Agent::HTTP;
+
+my $t = Test::Agent->new;
+
+open my $fh, '<', Test::Agent->root . '/nginx.conf.example' or die "$!\n";
+my $conf = do { local $/; <$fh> };
+close $fh;
+
+# the module the suite tests, this test's ports, and nginx in the
+# foreground under the harness
+
+ok($conf =~ s/^load_module .*$/%%TEST_GLOBALS%%/m, 'example loads the module');
+$conf =~ s/^(pid|error_log) .*$//mg;
+$conf =~ s/127\.0\.0\.1:8080/127.0.0.1:%%PORT_8080%%/g;
+$conf =~ s/127\.0\.0\.1:8081/127.0.0.1:%%PORT_8081%%/g;
+mkdir $t->testdir . $_ for '/demo', '/demo/tmp', '/demo/logs';
+
+$t->write_file_expand('nginx.conf', $conf);
+
+my ($rc, $out) = $t->test_config;
+is($rc, 0, 'nginx -t accepts the example') or diag($out);
+
+$t->run;
+
+my $r = http_get('/assistant/describe', port => $t->port(8080));
+is($r->{status}, 200, 'describe answers');
+
+my $d = decode_json($r->{body});
+is($d->{agent}, 'assistant', 'the example agent');
+is_deeply([map { $_->{name} } @{$d->{tools}}],
+          [qw(get_time send_note ask_user)], 'its tools');
+
+$t->done;
