@@ -25,7 +25,11 @@ static ngx_int_t ngx_http_agent_anthropic_render_tools(yajl_gen g,
 ngx_http_agent_provider_t  ngx_http_agent_anthropic_messages = {
     ngx_string("anthropic_messages"),
     1,
-    ngx_http_agent_anthropic_render_tools
+    ngx_http_agent_anthropic_render_tools,
+    NULL,                                  /* build_request */
+    NULL,                                  /* init */
+    NULL,                                  /* feed */
+    NULL                                   /* finish */
 };
 
 

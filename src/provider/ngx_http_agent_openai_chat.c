@@ -29,7 +29,11 @@ static ngx_int_t ngx_http_agent_openai_chat_render_tools(yajl_gen g,
 ngx_http_agent_provider_t  ngx_http_agent_openai_chat = {
     ngx_string("openai_chat"),
     0,
-    ngx_http_agent_openai_chat_render_tools
+    ngx_http_agent_openai_chat_render_tools,
+    NULL,                                  /* build_request */
+    NULL,                                  /* init */
+    NULL,                                  /* feed */
+    NULL                                   /* finish */
 };
 
 

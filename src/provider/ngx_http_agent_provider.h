@@ -16,10 +16,85 @@
 #include "ngx_http_agent_module.h"
 
 
+/* what a live delta carries */
+#define NGX_HTTP_AGENT_DELTA_TEXT            0
+#define NGX_HTTP_AGENT_DELTA_THINKING        1
+#define NGX_HTTP_AGENT_DELTA_TOOL_ARGS       2
+
+
+/* a growable byte string; grows by doubling from the reply's pool */
+typedef struct {
+    u_char                       *data;
+    size_t                        len;
+    size_t                        size;
+} ngx_http_agent_bytes_t;
+
+
+/* a tool call as the model streams it */
+typedef struct {
+    ngx_uint_t                    index;
+    ngx_http_agent_bytes_t        id;
+    ngx_http_agent_bytes_t        name;
+    ngx_http_agent_bytes_t        arguments;  /* JSON text, verbatim */
+} ngx_http_agent_reply_call_t;
+
+
+/*
+ * One model call's reply, assembled by the adapter from the stream.  It
+ * lives in a pool of its own that is destroyed when the model call ends,
+ * so nothing of it outlives the call.
+ */
+
+typedef struct ngx_http_agent_reply_s  ngx_http_agent_reply_t;
+
+struct ngx_http_agent_reply_s {
+    ngx_pool_t                   *pool;
+    ngx_log_t                    *log;
+
+    ngx_http_agent_bytes_t        text;
+    ngx_http_agent_bytes_t        thinking;
+    ngx_http_agent_bytes_t        signature;
+
+    ngx_array_t                   calls;      /* ngx_http_agent_reply_call_t */
+
+    ngx_http_agent_bytes_t        finish_reason;
+    ngx_http_agent_bytes_t        response_id;
+
+    ngx_uint_t                    input_tokens;
+    ngx_uint_t                    output_tokens;
+
+    /* an error reported in the stream (after HTTP 200) */
+    ngx_http_agent_bytes_t        error_type;
+    ngx_http_agent_bytes_t        error_message;
+
+    /* set once the stream produced content: no retry after this */
+    unsigned                      started:1;
+    /* the stream ended as the API says a complete stream ends */
+    unsigned                      complete:1;
+
+    /* live deltas, as they are parsed; s is valid during the call only */
+    void                        (*delta)(ngx_http_agent_reply_t *reply,
+                                         ngx_uint_t kind, ngx_uint_t index,
+                                         ngx_str_t *s);
+    void                         *data;
+
+    /* the adapter's parser state */
+    void                         *state;
+};
+
+
 /*
  * A provider adapter: what differs between the providers' wire formats.
- * The turn engine adds building a request, feeding a chunk of the
- * response stream and finishing it.
+ *
+ * build_request renders the conversation into the request body: the
+ * agent's system prompt, model and tools, and the canonical events of
+ * the log (each a JSON object as logged, see docs/architecture.md) in
+ * seq order.
+ *
+ * init, feed and finish parse one streamed reply: feed takes the body
+ * bytes as they arrive, in pieces of any size (an SSE event or a JSON
+ * value may be split anywhere), and returns NGX_OK or NGX_ERROR for a
+ * stream it cannot parse; finish is called at the end of the body.
  */
 
 struct ngx_http_agent_provider_s {
@@ -31,6 +106,17 @@ struct ngx_http_agent_provider_s {
     /* the agent's tools as the provider's "tools" array */
     ngx_int_t                   (*render_tools)(yajl_gen g,
                                                 ngx_http_agent_t *agent);
+
+    ngx_int_t                   (*build_request)(ngx_pool_t *pool,
+                                                 ngx_http_agent_t *agent,
+                                                 ngx_str_t *events,
+                                                 ngx_uint_t nevents,
+                                                 ngx_str_t *body);
+
+    ngx_int_t                   (*init)(ngx_http_agent_reply_t *reply);
+    ngx_int_t                   (*feed)(ngx_http_agent_reply_t *reply,
+                                        u_char *p, u_char *last);
+    ngx_int_t                   (*finish)(ngx_http_agent_reply_t *reply);
 };
 
 
