@@ -95,9 +95,7 @@ asan: $(ASAN_NGINX)
 	TEST_NGINX_SANITIZED=1 $(PROVE) $(PROVE_FLAGS) t/
 
 demo: $(MODULE)
-	mkdir -p demo/logs demo/tmp
-	$(NGINX_BIN) -p $(CURDIR)/ -c nginx.conf.example -e demo/logs/error.log \
-	    -g 'daemon off;'
+	bin/demo
 
 clean:
 	rm -rf $(B) demo

@@ -20,7 +20,6 @@
  */
 
 
-static ngx_int_t ngx_http_agent_describe_not_allowed(ngx_http_request_t *r);
 static ngx_uint_t ngx_http_agent_describe_agent(yajl_gen g,
     ngx_http_agent_t *agent);
 static ngx_uint_t ngx_http_agent_describe_tool(yajl_gen g,
@@ -39,7 +38,7 @@ ngx_http_agent_describe_handler(ngx_http_request_t *r)
     ngx_http_agent_loc_conf_t  *alcf;
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        return ngx_http_agent_describe_not_allowed(r);
+        return ngx_http_agent_json_method(r, "GET, HEAD");
     }
 
     rc = ngx_http_discard_request_body(r);
@@ -62,36 +61,6 @@ ngx_http_agent_describe_handler(ngx_http_request_t *r)
     }
 
     return ngx_http_agent_json_send(r, NGX_HTTP_OK, &json);
-}
-
-
-static ngx_int_t
-ngx_http_agent_describe_not_allowed(ngx_http_request_t *r)
-{
-    ngx_int_t         rc;
-    ngx_table_elt_t  *h;
-
-    rc = ngx_http_discard_request_body(r);
-
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    /* zeroed: newer nginx has more fields here (h->next) */
-    ngx_memzero(h, sizeof(ngx_table_elt_t));
-
-    h->hash = 1;
-    ngx_str_set(&h->key, "Allow");
-    ngx_str_set(&h->value, "GET, HEAD");
-
-    return ngx_http_agent_json_error(r, NGX_HTTP_NOT_ALLOWED,
-                                     "method_not_allowed",
-                                     "agent_describe answers GET and HEAD");
 }
 
 

@@ -364,3 +364,38 @@ ngx_http_agent_json_error(ngx_http_request_t *r, ngx_uint_t status,
 
     return ngx_http_agent_json_send(r, status, &json);
 }
+
+
+/* 405 with the methods the location takes */
+
+ngx_int_t
+ngx_http_agent_json_method(ngx_http_request_t *r, char *allow)
+{
+    u_char            msg[64];
+    ngx_int_t         rc;
+    ngx_table_elt_t  *h;
+
+    rc = ngx_http_discard_request_body(r);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* zeroed: newer nginx has more fields here (h->next) */
+    ngx_memzero(h, sizeof(ngx_table_elt_t));
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "Allow");
+    h->value.data = (u_char *) allow;
+    h->value.len = ngx_strlen(allow);
+
+    ngx_sprintf(msg, "the location takes %s%Z", allow);
+
+    return ngx_http_agent_json_error(r, NGX_HTTP_NOT_ALLOWED,
+                                     "method_not_allowed", (char *) msg);
+}

@@ -10,6 +10,12 @@
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_conf.h"
 #include "ngx_http_agent_describe.h"
+#include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_message.h"
+#include "ngx_http_agent_inspect.h"
+#include "ngx_http_agent_events.h"
+#include "ngx_http_agent_turn.h"
+#include "ngx_http_agent_wake.h"
 
 
 static void *ngx_http_agent_create_main_conf(ngx_conf_t *cf);
@@ -21,6 +27,13 @@ static char *ngx_http_agent_select(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_agent_describe(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_agent_api(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_agent_merge_api(ngx_conf_t *cf,
+    ngx_http_agent_loc_conf_t *conf);
+static ngx_int_t ngx_http_agent_postconfiguration(ngx_conf_t *cf);
+static ngx_int_t ngx_http_agent_init_process(ngx_cycle_t *cycle);
+static void ngx_http_agent_exit_process(ngx_cycle_t *cycle);
 
 
 /*
@@ -59,13 +72,55 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       0,
       NULL },
 
+    { ngx_string("agent_zone"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_agent_zone_directive,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("agent_heartbeat"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_agent_main_conf_t, heartbeat),
+      NULL },
+
+    { ngx_string("agent_conversation"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_agent_loc_conf_t, conversation),
+      NULL },
+
+    { ngx_string("agent_message"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_agent_api,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      ngx_http_agent_message_handler },
+
+    { ngx_string("agent_events"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_agent_api,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      ngx_http_agent_events_handler },
+
+    { ngx_string("agent_inspect"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_agent_api,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      ngx_http_agent_inspect_handler },
+
       ngx_null_command
 };
 
 
 static ngx_http_module_t  ngx_http_agent_module_ctx = {
     NULL,                                  /* preconfiguration */
-    NULL,                                  /* postconfiguration */
+    ngx_http_agent_postconfiguration,      /* postconfiguration */
 
     ngx_http_agent_create_main_conf,       /* create main configuration */
     ngx_http_agent_init_main_conf,         /* init main configuration */
@@ -85,10 +140,10 @@ ngx_module_t  ngx_http_agent_module = {
     NGX_HTTP_MODULE,                       /* module type */
     NULL,                                  /* init master */
     NULL,                                  /* init module */
-    NULL,                                  /* init process */
+    ngx_http_agent_init_process,           /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
-    NULL,                                  /* exit process */
+    ngx_http_agent_exit_process,           /* exit process */
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
@@ -117,6 +172,8 @@ ngx_http_agent_create_main_conf(ngx_conf_t *cf)
         return NULL;
     }
 
+    amcf->heartbeat = NGX_CONF_UNSET_MSEC;
+
     return amcf;
 }
 
@@ -127,6 +184,8 @@ static char *
 ngx_http_agent_init_main_conf(ngx_conf_t *cf, void *conf)
 {
     ngx_http_agent_main_conf_t  *amcf = conf;
+
+    ngx_conf_init_msec_value(amcf->heartbeat, 15000);
 
     return ngx_http_agent_conf_resolve(cf, amcf);
 }
@@ -148,6 +207,8 @@ ngx_http_agent_create_loc_conf(ngx_conf_t *cf)
      *     alcf->agent_name = { 0, NULL };
      *     alcf->agent = NULL;
      *     alcf->describe = 0;
+     *     alcf->api = NULL;
+     *     alcf->conversation = NULL;
      */
 
     return alcf;
@@ -182,6 +243,14 @@ ngx_http_agent_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                                       &conf->agent_name);
             return NGX_CONF_ERROR;
         }
+    }
+
+    if (conf->conversation == NULL) {
+        conf->conversation = prev->conversation;
+    }
+
+    if (conf->api && ngx_http_agent_merge_api(cf, conf) != NGX_CONF_OK) {
+        return NGX_CONF_ERROR;
     }
 
     if (conf->describe && conf->agent == NULL) {
@@ -238,6 +307,139 @@ ngx_http_agent_describe(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     clcf->handler = ngx_http_agent_describe_handler;
 
     return NGX_CONF_OK;
+}
+
+
+/* agent_message; agent_events; agent_inspect; */
+
+static char *
+ngx_http_agent_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_agent_loc_conf_t *alcf = conf;
+
+    ngx_http_core_loc_conf_t  *clcf;
+
+    if (alcf->api || alcf->describe) {
+        return "is duplicate";
+    }
+
+    alcf->api = (ngx_http_handler_pt) cmd->post;
+    alcf->api_name = cmd->name;
+    alcf->api_file = cf->conf_file->file.name.data;
+    alcf->api_line = cf->conf_file->line;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = alcf->api;
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_agent_merge_api(ngx_conf_t *cf, ngx_http_agent_loc_conf_t *conf)
+{
+    ngx_http_agent_main_conf_t  *amcf;
+
+    amcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_agent_module);
+
+    if (amcf->zone == NULL) {
+        ngx_http_agent_conf_error(cf, conf->api_file, conf->api_line,
+                                  "\"%V\" needs an \"agent_zone\"",
+                                  &conf->api_name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (conf->agent == NULL) {
+        ngx_http_agent_conf_error(cf, conf->api_file, conf->api_line,
+                                  "\"%V\" needs an \"agent\" in the location",
+                                  &conf->api_name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (conf->conversation == NULL) {
+        ngx_http_agent_conf_error(cf, conf->api_file, conf->api_line,
+                                  "\"%V\" needs an \"agent_conversation\"",
+                                  &conf->api_name);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * A conversation id is 1 to 64 bytes of letters, digits, "-", "_", "."
+ * and ":", so that it is safe in a path, a header, a log line and a key.
+ */
+
+ngx_int_t
+ngx_http_agent_conversation_id(ngx_http_request_t *r, ngx_str_t *id)
+{
+    u_char                     c;
+    ngx_uint_t                 i;
+    ngx_http_agent_loc_conf_t  *alcf;
+
+    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
+
+    if (ngx_http_complex_value(r, alcf->conversation, id) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (id->len == 0 || id->len > 64) {
+        return NGX_DECLINED;
+    }
+
+    for (i = 0; i < id->len; i++) {
+        c = id->data[i];
+
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+            || (c >= '0' && c <= '9')
+            || c == '-' || c == '_' || c == '.' || c == ':')
+        {
+            continue;
+        }
+
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_agent_postconfiguration(ngx_conf_t *cf)
+{
+    return ngx_http_agent_turn_init_filters(cf);
+}
+
+
+static ngx_int_t
+ngx_http_agent_init_process(ngx_cycle_t *cycle)
+{
+    ngx_http_agent_main_conf_t  *amcf;
+
+    amcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_agent_module);
+
+    if (amcf == NULL || amcf->zone == NULL) {
+        return NGX_OK;
+    }
+
+    return ngx_http_agent_wake_init_process(cycle);
+}
+
+
+static void
+ngx_http_agent_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_http_agent_main_conf_t  *amcf;
+
+    amcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_agent_module);
+
+    if (amcf == NULL || amcf->zone == NULL) {
+        return;
+    }
+
+    ngx_http_agent_wake_exit_process(cycle);
 }
 
 

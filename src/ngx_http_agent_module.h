@@ -115,9 +115,15 @@ typedef struct {
 } ngx_http_agent_t;
 
 
+typedef struct ngx_http_agent_zone_s  ngx_http_agent_zone_t;
+
+
 typedef struct {
     ngx_array_t                   tools;      /* ngx_http_agent_tool_t * */
     ngx_array_t                   agents;     /* ngx_http_agent_t * */
+
+    ngx_http_agent_zone_t        *zone;
+    ngx_msec_t                    heartbeat;
 } ngx_http_agent_main_conf_t;
 
 
@@ -127,15 +133,25 @@ typedef struct {
 
     ngx_flag_t                    describe;
 
+    /* the conversation API handler of the location, if any */
+    ngx_http_handler_pt           api;
+    ngx_str_t                     api_name;
+
+    ngx_http_complex_value_t     *conversation;
+
     u_char                       *agent_file;
     ngx_uint_t                    agent_line;
     u_char                       *describe_file;
     ngx_uint_t                    describe_line;
+    u_char                       *api_file;
+    ngx_uint_t                    api_line;
 } ngx_http_agent_loc_conf_t;
 
 
 void ngx_http_agent_conf_error(ngx_conf_t *cf, u_char *file, ngx_uint_t line,
     const char *fmt, ...);
+ngx_int_t ngx_http_agent_conversation_id(ngx_http_request_t *r,
+    ngx_str_t *id);
 
 
 extern ngx_module_t  ngx_http_agent_module;

@@ -9,31 +9,119 @@
 
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_json.h"
+#include "ngx_http_agent_sse.h"
 #include "ngx_http_agent_provider.h"
-
-
-static ngx_str_t  ngx_http_agent_parameters_key = ngx_string("parameters");
 
 
 /*
  * OpenAI Chat Completions, and every server that speaks it.  The API has
  * no hosted tools: a provider tool on this adapter is a configuration
  * error.
+ *
+ * The reply streams as SSE events without names, each "data: {chunk}",
+ * and ends with "data: [DONE]".  A stream is complete only with [DONE]
+ * and no error event before it: a finish_reason alone is not enough,
+ * since every server of the API sends [DONE] and a stream cut between
+ * the two has lost its usage.
  */
+
+
+typedef enum {
+    sw_stream = 0,
+    sw_done,
+    sw_error
+} ngx_http_agent_openai_chat_state_e;
+
+
+typedef struct {
+    ngx_http_agent_reply_t     *reply;
+    ngx_http_agent_sse_t       *sse;
+    ngx_uint_t                  state;
+} ngx_http_agent_openai_chat_ctx_t;
+
+
+typedef struct {
+    ngx_pool_t                 *pool;
+    yajl_gen                    g;
+    /* for JSON that goes inside a string: tool results, arguments */
+    yajl_gen                    sub;
+} ngx_http_agent_openai_chat_build_t;
+
+
+typedef ngx_uint_t (*ngx_http_agent_openai_chat_message_pt)(
+    ngx_http_agent_openai_chat_build_t *b, yajl_val event);
+
+typedef struct {
+    ngx_str_t                                type;
+    ngx_http_agent_openai_chat_message_pt    handler;
+} ngx_http_agent_openai_chat_message_t;
 
 
 static ngx_int_t ngx_http_agent_openai_chat_render_tools(yajl_gen g,
     ngx_http_agent_t *agent);
+
+static ngx_int_t ngx_http_agent_openai_chat_build_request(ngx_pool_t *pool,
+    ngx_http_agent_t *agent, ngx_str_t *events, ngx_uint_t nevents,
+    ngx_str_t *body);
+static ngx_uint_t ngx_http_agent_openai_chat_message(
+    ngx_http_agent_openai_chat_build_t *b, yajl_val event);
+static ngx_uint_t ngx_http_agent_openai_chat_user(
+    ngx_http_agent_openai_chat_build_t *b, yajl_val event);
+static ngx_uint_t ngx_http_agent_openai_chat_assistant(
+    ngx_http_agent_openai_chat_build_t *b, yajl_val event);
+static ngx_int_t ngx_http_agent_openai_chat_partial(ngx_pool_t *pool,
+    yajl_val event, ngx_str_t *content);
+static ngx_uint_t ngx_http_agent_openai_chat_calls(
+    ngx_http_agent_openai_chat_build_t *b, yajl_val calls);
+static ngx_uint_t ngx_http_agent_openai_chat_tool(
+    ngx_http_agent_openai_chat_build_t *b, yajl_val event);
+
+static ngx_int_t ngx_http_agent_openai_chat_init(
+    ngx_http_agent_reply_t *reply);
+static ngx_int_t ngx_http_agent_openai_chat_feed(
+    ngx_http_agent_reply_t *reply, u_char *p, u_char *last);
+static ngx_int_t ngx_http_agent_openai_chat_finish(
+    ngx_http_agent_reply_t *reply);
+static ngx_int_t ngx_http_agent_openai_chat_event(void *data,
+    ngx_str_t *event, ngx_str_t *json);
+static ngx_int_t ngx_http_agent_openai_chat_chunk(
+    ngx_http_agent_openai_chat_ctx_t *ctx, yajl_val chunk);
+static ngx_int_t ngx_http_agent_openai_chat_choice(
+    ngx_http_agent_reply_t *reply, yajl_val choice);
+static ngx_int_t ngx_http_agent_openai_chat_tool_call(
+    ngx_http_agent_reply_t *reply, yajl_val tc);
+static ngx_http_agent_reply_call_t *ngx_http_agent_openai_chat_call(
+    ngx_http_agent_reply_t *reply, yajl_val index, ngx_uint_t has_id);
+static ngx_int_t ngx_http_agent_openai_chat_piece(
+    ngx_http_agent_reply_t *reply, ngx_http_agent_bytes_t *b,
+    ngx_uint_t kind, ngx_uint_t index, yajl_val v);
+static void ngx_http_agent_openai_chat_count(yajl_val v, ngx_uint_t *n);
+static ngx_int_t ngx_http_agent_openai_chat_error(
+    ngx_http_agent_openai_chat_ctx_t *ctx, yajl_val err);
+
+
+static ngx_str_t  ngx_http_agent_parameters_key = ngx_string("parameters");
+
+
+/* what the canonical events become; every other type is not sent */
+static ngx_http_agent_openai_chat_message_t
+    ngx_http_agent_openai_chat_messages[] =
+{
+    { ngx_string("user_msg"), ngx_http_agent_openai_chat_user },
+    { ngx_string("assistant_msg"), ngx_http_agent_openai_chat_assistant },
+    { ngx_string("tool_result"), ngx_http_agent_openai_chat_tool },
+    { ngx_null_string, NULL }
+};
 
 
 ngx_http_agent_provider_t  ngx_http_agent_openai_chat = {
     ngx_string("openai_chat"),
     0,
     ngx_http_agent_openai_chat_render_tools,
-    NULL,                                  /* build_request */
-    NULL,                                  /* init */
-    NULL,                                  /* feed */
-    NULL                                   /* finish */
+    ngx_http_agent_openai_chat_build_request,
+    ngx_http_agent_openai_chat_init,
+    ngx_http_agent_openai_chat_feed,
+    ngx_http_agent_openai_chat_finish
 };
 
 
@@ -63,7 +151,8 @@ ngx_http_agent_openai_chat_render_tools(yajl_gen g, ngx_http_agent_t *agent)
         failed |= ngx_http_agent_json_key(g, "function");
         failed |= yajl_gen_map_open(g);
 
-        failed |= ngx_http_agent_provider_function(g, tool, &ngx_http_agent_parameters_key);
+        failed |= ngx_http_agent_provider_function(g, tool,
+                                               &ngx_http_agent_parameters_key);
 
         failed |= yajl_gen_map_close(g);
         failed |= yajl_gen_map_close(g);
@@ -72,4 +161,791 @@ ngx_http_agent_openai_chat_render_tools(yajl_gen g, ngx_http_agent_t *agent)
     failed |= yajl_gen_array_close(g);
 
     return failed ? NGX_ERROR : NGX_OK;
+}
+
+
+/*
+ * {"model","stream":true,"stream_options":{"include_usage":true},
+ *  "messages":[...],"tools":[...]}
+ */
+
+static ngx_int_t
+ngx_http_agent_openai_chat_build_request(ngx_pool_t *pool,
+    ngx_http_agent_t *agent, ngx_str_t *events, ngx_uint_t nevents,
+    ngx_str_t *body)
+{
+    yajl_gen                             g;
+    yajl_val                             event;
+    ngx_uint_t                           i, failed;
+    ngx_http_agent_bytes_t               scratch;
+    ngx_http_agent_openai_chat_build_t   b;
+
+    b.pool = pool;
+    b.g = ngx_http_agent_json_gen(pool);
+    b.sub = ngx_http_agent_json_gen(pool);
+
+    if (b.g == NULL || b.sub == NULL) {
+        return NGX_ERROR;
+    }
+
+    g = b.g;
+
+    ngx_memzero(&scratch, sizeof(ngx_http_agent_bytes_t));
+
+    failed = yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "model");
+    failed |= ngx_http_agent_json_str(g, &agent->model);
+    failed |= ngx_http_agent_json_key(g, "stream");
+    failed |= yajl_gen_bool(g, 1);
+
+    /* the usage arrives in a last chunk only when asked for */
+    failed |= ngx_http_agent_json_key(g, "stream_options");
+    failed |= yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "include_usage");
+    failed |= yajl_gen_bool(g, 1);
+    failed |= yajl_gen_map_close(g);
+
+    failed |= ngx_http_agent_json_key(g, "messages");
+    failed |= yajl_gen_array_open(g);
+
+    if (agent->system.len) {
+        failed |= yajl_gen_map_open(g);
+        failed |= ngx_http_agent_json_key(g, "role");
+        failed |= ngx_http_agent_json_key(g, "system");
+        failed |= ngx_http_agent_json_key(g, "content");
+        failed |= ngx_http_agent_json_str(g, &agent->system);
+        failed |= yajl_gen_map_close(g);
+    }
+
+    for (i = 0; i < nevents; i++) {
+        event = ngx_http_agent_provider_event(pool, &scratch, &events[i]);
+        if (event == NULL) {
+            return NGX_ERROR;
+        }
+
+        failed |= ngx_http_agent_openai_chat_message(&b, event);
+
+        yajl_tree_free(event);
+    }
+
+    failed |= yajl_gen_array_close(g);
+
+    if (agent->tools.nelts) {
+        failed |= ngx_http_agent_json_key(g, "tools");
+        failed |= ngx_http_agent_json_verbatim(g, &agent->provider_tools);
+    }
+
+    failed |= yajl_gen_map_close(g);
+
+    if (scratch.data) {
+        ngx_pfree(pool, scratch.data);
+    }
+
+    if (ngx_http_agent_json_result(g, failed, body) != NGX_OK) {
+        /* out of memory, or a tool result nested deeper than yajl allows */
+        ngx_log_error(NGX_LOG_ERR, pool->log, 0,
+                      "openai_chat request could not be rendered");
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_uint_t
+ngx_http_agent_openai_chat_message(ngx_http_agent_openai_chat_build_t *b,
+    yajl_val event)
+{
+    ngx_str_t                              type;
+    ngx_http_agent_openai_chat_message_t  *m;
+
+    if (ngx_http_agent_provider_string(
+            ngx_http_agent_provider_get(event, "type"), &type)
+        != NGX_OK)
+    {
+        return 0;
+    }
+
+    for (m = ngx_http_agent_openai_chat_messages; m->handler; m++) {
+        if (m->type.len == type.len
+            && ngx_strncmp(m->type.data, type.data, type.len) == 0)
+        {
+            return m->handler(b, event);
+        }
+    }
+
+    return 0;
+}
+
+
+/* {"role":"user","content":...} */
+
+static ngx_uint_t
+ngx_http_agent_openai_chat_user(ngx_http_agent_openai_chat_build_t *b,
+    yajl_val event)
+{
+    yajl_val    content;
+    ngx_uint_t  failed;
+
+    content = ngx_http_agent_provider_get(event, "content");
+
+    failed = yajl_gen_map_open(b->g);
+    failed |= ngx_http_agent_json_key(b->g, "role");
+    failed |= ngx_http_agent_json_key(b->g, "user");
+    failed |= ngx_http_agent_json_key(b->g, "content");
+
+    /* a string, or an array of content parts, passed on as it is */
+    if (content == NULL || YAJL_IS_NULL(content)) {
+        failed |= ngx_http_agent_json_key(b->g, "");
+
+    } else {
+        failed |= ngx_http_agent_provider_value(b->g, content);
+    }
+
+    failed |= yajl_gen_map_close(b->g);
+
+    return failed;
+}
+
+
+/* {"role":"assistant","content":"..." or null,"tool_calls":[...]} */
+
+static ngx_uint_t
+ngx_http_agent_openai_chat_assistant(ngx_http_agent_openai_chat_build_t *b,
+    yajl_val event)
+{
+    ngx_int_t   rc;
+    yajl_val    calls;
+    ngx_str_t   content;
+    ngx_uint_t  failed;
+
+    if (ngx_http_agent_provider_string(
+            ngx_http_agent_provider_get(event, "content"), &content)
+        != NGX_OK)
+    {
+        ngx_str_set(&content, "");
+    }
+
+    calls = ngx_http_agent_provider_get(event, "tool_calls");
+
+    if (!YAJL_IS_ARRAY(calls) || calls->u.array.len == 0) {
+        calls = NULL;
+    }
+
+    rc = ngx_http_agent_openai_chat_partial(b->pool, event, &content);
+
+    if (rc == NGX_ERROR) {
+        return 1;
+    }
+
+    if (rc == NGX_OK) {
+        /* a partial message has no calls; never send calls unanswered */
+        calls = NULL;
+    }
+
+    failed = yajl_gen_map_open(b->g);
+    failed |= ngx_http_agent_json_key(b->g, "role");
+    failed |= ngx_http_agent_json_key(b->g, "assistant");
+    failed |= ngx_http_agent_json_key(b->g, "content");
+
+    if (content.len == 0 && calls) {
+        failed |= yajl_gen_null(b->g);
+
+    } else {
+        failed |= ngx_http_agent_json_str(b->g, &content);
+    }
+
+    if (calls) {
+        failed |= ngx_http_agent_json_key(b->g, "tool_calls");
+        failed |= ngx_http_agent_openai_chat_calls(b, calls);
+    }
+
+    failed |= yajl_gen_map_close(b->g);
+
+    return failed;
+}
+
+
+/*
+ * An interrupted or cancelled message says so at its end, so that the
+ * model knows it was cut off: NGX_OK and the content rewritten, or
+ * NGX_DECLINED for a complete message.
+ */
+
+static ngx_int_t
+ngx_http_agent_openai_chat_partial(ngx_pool_t *pool, yajl_val event,
+    ngx_str_t *content)
+{
+    u_char     *p, *last;
+    ngx_str_t   status;
+
+    if (ngx_http_agent_provider_string(
+            ngx_http_agent_provider_get(event, "status"), &status)
+        != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    if (!(status.len == sizeof("interrupted") - 1
+          && ngx_strncmp(status.data, "interrupted", status.len) == 0)
+        && !(status.len == sizeof("cancelled") - 1
+             && ngx_strncmp(status.data, "cancelled", status.len) == 0))
+    {
+        return NGX_DECLINED;
+    }
+
+    p = ngx_pnalloc(pool, content->len + sizeof("\n\n[]") - 1 + status.len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (content->len) {
+        last = ngx_cpymem(p, content->data, content->len);
+        last = ngx_sprintf(last, "\n\n[%V]", &status);
+
+    } else {
+        /* nothing was said: the mark alone */
+        last = ngx_sprintf(p, "[%V]", &status);
+    }
+
+    content->data = p;
+    content->len = last - p;
+
+    return NGX_OK;
+}
+
+
+/* [{"id","type":"function","function":{"name","arguments"}}] */
+
+static ngx_uint_t
+ngx_http_agent_openai_chat_calls(ngx_http_agent_openai_chat_build_t *b,
+    yajl_val calls)
+{
+    size_t      i;
+    yajl_val    call, args;
+    ngx_str_t   text;
+    ngx_uint_t  failed;
+
+    failed = yajl_gen_array_open(b->g);
+
+    for (i = 0; i < calls->u.array.len; i++) {
+        call = calls->u.array.values[i];
+        args = ngx_http_agent_provider_get(call, "arguments");
+
+        failed |= yajl_gen_map_open(b->g);
+        failed |= ngx_http_agent_json_key(b->g, "id");
+        failed |= ngx_http_agent_provider_value(b->g,
+                                     ngx_http_agent_provider_get(call, "id"));
+        failed |= ngx_http_agent_json_key(b->g, "type");
+        failed |= ngx_http_agent_json_key(b->g, "function");
+        failed |= ngx_http_agent_json_key(b->g, "function");
+        failed |= yajl_gen_map_open(b->g);
+        failed |= ngx_http_agent_json_key(b->g, "name");
+        failed |= ngx_http_agent_provider_value(b->g,
+                                   ngx_http_agent_provider_get(call, "name"));
+        failed |= ngx_http_agent_json_key(b->g, "arguments");
+
+        /* the API takes the arguments as a JSON text in a string */
+        if (YAJL_IS_STRING(args)) {
+            failed |= ngx_http_agent_provider_value(b->g, args);
+
+        } else if (ngx_http_agent_provider_text(b->sub, args, &text)
+                   == NGX_OK)
+        {
+            failed |= ngx_http_agent_json_str(b->g, &text);
+
+        } else {
+            failed = 1;
+        }
+
+        failed |= yajl_gen_map_close(b->g);
+        failed |= yajl_gen_map_close(b->g);
+    }
+
+    failed |= yajl_gen_array_close(b->g);
+
+    return failed;
+}
+
+
+/* {"role":"tool","tool_call_id","content":"{\"ok\":true,...}"} */
+
+static ngx_uint_t
+ngx_http_agent_openai_chat_tool(ngx_http_agent_openai_chat_build_t *b,
+    yajl_val event)
+{
+    ngx_str_t   text;
+    ngx_uint_t  failed;
+
+    if (ngx_http_agent_provider_result(b->sub, event, &text) != NGX_OK) {
+        return 1;
+    }
+
+    failed = yajl_gen_map_open(b->g);
+    failed |= ngx_http_agent_json_key(b->g, "role");
+    failed |= ngx_http_agent_json_key(b->g, "tool");
+    failed |= ngx_http_agent_json_key(b->g, "tool_call_id");
+    failed |= ngx_http_agent_provider_value(b->g,
+                          ngx_http_agent_provider_get(event, "tool_call_id"));
+    failed |= ngx_http_agent_json_key(b->g, "content");
+    failed |= ngx_http_agent_json_str(b->g, &text);
+    failed |= yajl_gen_map_close(b->g);
+
+    return failed;
+}
+
+
+static ngx_int_t
+ngx_http_agent_openai_chat_init(ngx_http_agent_reply_t *reply)
+{
+    ngx_http_agent_openai_chat_ctx_t  *ctx;
+
+    ctx = ngx_pcalloc(reply->pool, sizeof(ngx_http_agent_openai_chat_ctx_t));
+    if (ctx == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->sse = ngx_http_agent_sse_create(reply->pool, reply->log,
+                                         ngx_http_agent_openai_chat_event,
+                                         ctx);
+    if (ctx->sse == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (reply->calls.size == 0
+        && ngx_array_init(&reply->calls, reply->pool, 2,
+                          sizeof(ngx_http_agent_reply_call_t))
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ctx->reply = reply;
+    ctx->state = sw_stream;
+
+    reply->state = ctx;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_agent_openai_chat_feed(ngx_http_agent_reply_t *reply, u_char *p,
+    u_char *last)
+{
+    ngx_http_agent_openai_chat_ctx_t  *ctx;
+
+    ctx = reply->state;
+
+    return ngx_http_agent_sse_feed(ctx->sse, p, last);
+}
+
+
+static ngx_int_t
+ngx_http_agent_openai_chat_finish(ngx_http_agent_reply_t *reply)
+{
+    ngx_http_agent_openai_chat_ctx_t  *ctx;
+
+    ctx = reply->state;
+
+    if (ctx->state == sw_stream) {
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, reply->log, 0,
+                       "openai_chat stream ended before [DONE]");
+    }
+
+    return NGX_OK;
+}
+
+
+/* one SSE event: a chunk, an error, or [DONE] */
+
+static ngx_int_t
+ngx_http_agent_openai_chat_event(void *data, ngx_str_t *event,
+    ngx_str_t *json)
+{
+    ngx_int_t                          rc;
+    yajl_val                           chunk;
+    ngx_http_agent_openai_chat_ctx_t  *ctx;
+
+    ctx = data;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->reply->log, 0,
+                   "openai_chat event: %uz bytes, state %ui",
+                   json->len, ctx->state);
+
+    switch (ctx->state) {
+
+    case sw_stream:
+
+        if (json->len == sizeof("[DONE]") - 1
+            && ngx_strncmp(json->data, "[DONE]", json->len) == 0)
+        {
+            ctx->state = sw_done;
+            ctx->reply->complete = 1;
+            return NGX_OK;
+        }
+
+        if (json->len == 0) {
+            return NGX_OK;
+        }
+
+        chunk = ngx_http_agent_provider_parse(ctx->reply->log, json->data,
+                                              json->len,
+                                              "openai_chat stream event");
+        if (chunk == NULL) {
+            return NGX_ERROR;
+        }
+
+        rc = ngx_http_agent_openai_chat_chunk(ctx, chunk);
+
+        yajl_tree_free(chunk);
+
+        return rc;
+
+    default: /* sw_done, sw_error */
+
+        /* nothing after the end or an error counts */
+        return NGX_OK;
+    }
+}
+
+
+/*
+ * {"id","choices":[{"index":0,"delta":{...},"finish_reason"}],"usage"}
+ * or {"error":{"message","type","code"}}
+ */
+
+static ngx_int_t
+ngx_http_agent_openai_chat_chunk(ngx_http_agent_openai_chat_ctx_t *ctx,
+    yajl_val chunk)
+{
+    size_t                   i;
+    yajl_val                 v, choices;
+    ngx_str_t                id;
+    ngx_http_agent_reply_t  *reply;
+
+    reply = ctx->reply;
+
+    v = ngx_http_agent_provider_get(chunk, "error");
+
+    if (v != NULL && !YAJL_IS_NULL(v)) {
+        return ngx_http_agent_openai_chat_error(ctx, v);
+    }
+
+    if (reply->response_id.len == 0
+        && ngx_http_agent_provider_string(
+               ngx_http_agent_provider_get(chunk, "id"), &id)
+           == NGX_OK)
+    {
+        if (ngx_http_agent_bytes_set(reply->pool, &reply->response_id,
+                                     id.data, id.len)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    choices = ngx_http_agent_provider_get(chunk, "choices");
+
+    if (YAJL_IS_ARRAY(choices)) {
+        for (i = 0; i < choices->u.array.len; i++) {
+            if (ngx_http_agent_openai_chat_choice(reply,
+                                                  choices->u.array.values[i])
+                != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+        }
+    }
+
+    /* null in every chunk but the last, which has "choices":[] */
+    v = ngx_http_agent_provider_get(chunk, "usage");
+
+    ngx_http_agent_openai_chat_count(
+        ngx_http_agent_provider_get(v, "prompt_tokens"), &reply->input_tokens);
+    ngx_http_agent_openai_chat_count(
+        ngx_http_agent_provider_get(v, "completion_tokens"),
+        &reply->output_tokens);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_agent_openai_chat_choice(ngx_http_agent_reply_t *reply,
+    yajl_val choice)
+{
+    size_t     i;
+    yajl_val   v, delta, calls;
+    ngx_str_t  finish;
+
+    /* the request never asks for n > 1: other choices are not the reply */
+    v = ngx_http_agent_provider_get(choice, "index");
+
+    if (YAJL_IS_INTEGER(v) && YAJL_GET_INTEGER(v) != 0) {
+        return NGX_OK;
+    }
+
+    delta = ngx_http_agent_provider_get(choice, "delta");
+
+    /* "reasoning_content" (DeepSeek, vLLM) or "reasoning" (OpenRouter) */
+    v = ngx_http_agent_provider_get(delta, "reasoning_content");
+
+    if (!YAJL_IS_STRING(v)) {
+        v = ngx_http_agent_provider_get(delta, "reasoning");
+    }
+
+    if (ngx_http_agent_openai_chat_piece(reply, &reply->thinking,
+                                         NGX_HTTP_AGENT_DELTA_THINKING, 0, v)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    /* a refusal is what the model says in place of content */
+    if (ngx_http_agent_openai_chat_piece(reply, &reply->text,
+                                         NGX_HTTP_AGENT_DELTA_TEXT, 0,
+                            ngx_http_agent_provider_get(delta, "content"))
+        != NGX_OK
+        || ngx_http_agent_openai_chat_piece(reply, &reply->text,
+                                            NGX_HTTP_AGENT_DELTA_TEXT, 0,
+                            ngx_http_agent_provider_get(delta, "refusal"))
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    calls = ngx_http_agent_provider_get(delta, "tool_calls");
+
+    if (YAJL_IS_ARRAY(calls)) {
+        for (i = 0; i < calls->u.array.len; i++) {
+            if (ngx_http_agent_openai_chat_tool_call(reply,
+                                                     calls->u.array.values[i])
+                != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+        }
+    }
+
+    if (ngx_http_agent_provider_string(
+            ngx_http_agent_provider_get(choice, "finish_reason"), &finish)
+        == NGX_OK)
+    {
+        return ngx_http_agent_bytes_set(reply->pool, &reply->finish_reason,
+                                        finish.data, finish.len);
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * {"index":0,"id","type":"function","function":{"name","arguments":""}}
+ * first, then {"index":0,"function":{"arguments":"..."}} pieces
+ */
+
+static ngx_int_t
+ngx_http_agent_openai_chat_tool_call(ngx_http_agent_reply_t *reply,
+    yajl_val tc)
+{
+    yajl_val                      fn;
+    ngx_str_t                     id, name;
+    ngx_http_agent_reply_call_t  *call;
+
+    if (ngx_http_agent_provider_string(
+            ngx_http_agent_provider_get(tc, "id"), &id)
+        != NGX_OK)
+    {
+        id.len = 0;
+    }
+
+    call = ngx_http_agent_openai_chat_call(reply,
+                                      ngx_http_agent_provider_get(tc, "index"),
+                                      id.len != 0);
+    if (call == NULL) {
+        return NGX_ERROR;
+    }
+
+    /* servers that repeat the id and name in every piece are not wrong */
+
+    if (id.len && call->id.len == 0) {
+        if (ngx_http_agent_bytes_set(reply->pool, &call->id, id.data, id.len)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    fn = ngx_http_agent_provider_get(tc, "function");
+
+    if (call->name.len == 0
+        && ngx_http_agent_provider_string(
+               ngx_http_agent_provider_get(fn, "name"), &name)
+           == NGX_OK)
+    {
+        if (ngx_http_agent_bytes_set(reply->pool, &call->name, name.data,
+                                     name.len)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    return ngx_http_agent_openai_chat_piece(reply, &call->arguments,
+                                      NGX_HTTP_AGENT_DELTA_TOOL_ARGS,
+                                      call->index,
+                                      ngx_http_agent_provider_get(fn,
+                                                                "arguments"));
+}
+
+
+/*
+ * The call a piece belongs to, by its "index"; a new index adds a call,
+ * in index order.  Without an index (some servers), a piece with an id
+ * starts the next call and one without continues the last.
+ */
+
+static ngx_http_agent_reply_call_t *
+ngx_http_agent_openai_chat_call(ngx_http_agent_reply_t *reply,
+    yajl_val index, ngx_uint_t has_id)
+{
+    ngx_uint_t                    i, k, n;
+    ngx_http_agent_reply_call_t  *calls;
+
+    calls = reply->calls.elts;
+    n = reply->calls.nelts;
+
+    if (YAJL_IS_INTEGER(index) && YAJL_GET_INTEGER(index) >= 0) {
+        i = (ngx_uint_t) YAJL_GET_INTEGER(index);
+
+    } else if (n == 0) {
+        i = 0;
+
+    } else {
+        i = calls[n - 1].index + (has_id ? 1 : 0);
+    }
+
+    for (k = 0; k < n; k++) {
+        if (calls[k].index == i) {
+            return &calls[k];
+        }
+
+        if (calls[k].index > i) {
+            break;
+        }
+    }
+
+    if (ngx_array_push(&reply->calls) == NULL) {
+        return NULL;
+    }
+
+    calls = reply->calls.elts;
+
+    ngx_memmove(&calls[k + 1], &calls[k],
+                (n - k) * sizeof(ngx_http_agent_reply_call_t));
+    ngx_memzero(&calls[k], sizeof(ngx_http_agent_reply_call_t));
+
+    calls[k].index = i;
+
+    reply->started = 1;
+
+    return &calls[k];
+}
+
+
+/* a piece of text, thinking or arguments: kept, and passed on live */
+
+static ngx_int_t
+ngx_http_agent_openai_chat_piece(ngx_http_agent_reply_t *reply,
+    ngx_http_agent_bytes_t *b, ngx_uint_t kind, ngx_uint_t index, yajl_val v)
+{
+    ngx_str_t  s;
+
+    if (ngx_http_agent_provider_string(v, &s) != NGX_OK || s.len == 0) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_agent_bytes_append(reply->pool, b, s.data, s.len) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    reply->started = 1;
+
+    if (reply->delta) {
+        reply->delta(reply, kind, index, &s);
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_agent_openai_chat_count(yajl_val v, ngx_uint_t *n)
+{
+    if (YAJL_IS_INTEGER(v) && YAJL_GET_INTEGER(v) >= 0) {
+        *n = (ngx_uint_t) YAJL_GET_INTEGER(v);
+    }
+}
+
+
+/*
+ * An error after the stream started, in place of a chunk.  The type is
+ * never empty afterwards, so that it tells the engine there was one.
+ */
+
+static ngx_int_t
+ngx_http_agent_openai_chat_error(ngx_http_agent_openai_chat_ctx_t *ctx,
+    yajl_val err)
+{
+    yajl_val                 code;
+    ngx_str_t                type, message;
+    ngx_http_agent_reply_t  *reply;
+
+    reply = ctx->reply;
+
+    ctx->state = sw_error;
+
+    if (ngx_http_agent_provider_string(err, &message) != NGX_OK
+        && ngx_http_agent_provider_string(
+               ngx_http_agent_provider_get(err, "message"), &message)
+           != NGX_OK)
+    {
+        ngx_str_null(&message);
+    }
+
+    code = ngx_http_agent_provider_get(err, "code");
+
+    if (ngx_http_agent_provider_string(
+            ngx_http_agent_provider_get(err, "type"), &type)
+        != NGX_OK
+        && ngx_http_agent_provider_string(code, &type) != NGX_OK)
+    {
+        if (YAJL_IS_NUMBER(code)) {
+            type.data = (u_char *) code->u.number.r;
+            type.len = ngx_strlen(type.data);
+
+        } else {
+            ngx_str_null(&type);
+        }
+    }
+
+    if (type.len == 0) {
+        ngx_str_set(&type, "error");
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, reply->log, 0,
+                   "openai_chat stream error: %V: %V", &type, &message);
+
+    if (ngx_http_agent_bytes_set(reply->pool, &reply->error_type, type.data,
+                                 type.len)
+        != NGX_OK
+        || ngx_http_agent_bytes_set(reply->pool, &reply->error_message,
+                                    message.data, message.len)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
 }

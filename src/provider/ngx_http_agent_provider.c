@@ -12,6 +12,13 @@
 #include "ngx_http_agent_provider.h"
 
 
+/* the first buffer of a growable string */
+#define NGX_HTTP_AGENT_BYTES_MIN  128
+
+/* room for the first line of yajl's message */
+#define NGX_HTTP_AGENT_JSON_ERR   256
+
+
 ngx_http_agent_provider_t  *ngx_http_agent_providers[] = {
     &ngx_http_agent_openai_chat,
     &ngx_http_agent_anthropic_messages,
@@ -136,4 +143,273 @@ ngx_http_agent_provider_function(yajl_gen g, ngx_http_agent_tool_t *tool,
                                       ngx_http_agent_provider_parameters(tool));
 
     return failed;
+}
+
+
+/*
+ * The reply's strings grow by doubling from its pool; a buffer left
+ * behind goes back to the pool when it can (a large allocation).
+ */
+
+ngx_int_t
+ngx_http_agent_bytes_append(ngx_pool_t *pool, ngx_http_agent_bytes_t *b,
+    u_char *p, size_t len)
+{
+    size_t   size;
+    u_char  *data;
+
+    if (len == 0) {
+        return NGX_OK;
+    }
+
+    if (len > NGX_MAX_SIZE_T_VALUE / 4 - b->len) {
+        return NGX_ERROR;
+    }
+
+    if (b->len + len > b->size) {
+        size = b->size ? b->size : NGX_HTTP_AGENT_BYTES_MIN;
+
+        while (size < b->len + len) {
+            size *= 2;
+        }
+
+        data = ngx_pnalloc(pool, size);
+        if (data == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (b->len) {
+            ngx_memcpy(data, b->data, b->len);
+        }
+
+        if (b->data) {
+            ngx_pfree(pool, b->data);
+        }
+
+        b->data = data;
+        b->size = size;
+    }
+
+    ngx_memcpy(b->data + b->len, p, len);
+    b->len += len;
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_agent_bytes_set(ngx_pool_t *pool, ngx_http_agent_bytes_t *b,
+    u_char *p, size_t len)
+{
+    b->len = 0;
+
+    return ngx_http_agent_bytes_append(pool, b, p, len);
+}
+
+
+/*
+ * A NUL-terminated JSON text whose value is an object, as a yajl tree
+ * the caller frees with yajl_tree_free(); NULL, logged, if it is not.
+ * A NUL inside the text would end it early, so it is refused.
+ */
+
+yajl_val
+ngx_http_agent_provider_parse(ngx_log_t *log, u_char *json, size_t len,
+    char *what)
+{
+    char      err[NGX_HTTP_AGENT_JSON_ERR], *lf;
+    yajl_val  v;
+
+    if (ngx_strlen(json) != len) {
+        ngx_log_error(NGX_LOG_ERR, log, 0, "%s holds a NUL byte", what);
+        return NULL;
+    }
+
+    v = yajl_tree_parse((char *) json, err, sizeof(err));
+
+    if (v == NULL) {
+        /* yajl's message goes on with an excerpt on lines of its own */
+        lf = ngx_strchr(err, LF);
+        if (lf) {
+            *lf = '\0';
+        }
+
+        ngx_log_error(NGX_LOG_ERR, log, 0, "%s is not valid JSON: %s",
+                      what, err);
+        return NULL;
+    }
+
+    if (!YAJL_IS_OBJECT(v)) {
+        ngx_log_error(NGX_LOG_ERR, log, 0, "%s is not a JSON object", what);
+        yajl_tree_free(v);
+        return NULL;
+    }
+
+    return v;
+}
+
+
+/* a canonical event of the log; scratch is reused from event to event */
+
+yajl_val
+ngx_http_agent_provider_event(ngx_pool_t *pool,
+    ngx_http_agent_bytes_t *scratch, ngx_str_t *event)
+{
+    scratch->len = 0;
+
+    if (ngx_http_agent_bytes_append(pool, scratch, event->data, event->len)
+        != NGX_OK
+        || ngx_http_agent_bytes_append(pool, scratch, (u_char *) "", 1)
+           != NGX_OK)
+    {
+        return NULL;
+    }
+
+    return ngx_http_agent_provider_parse(pool->log, scratch->data,
+                                         event->len, "conversation event");
+}
+
+
+ngx_int_t
+ngx_http_agent_provider_string(yajl_val v, ngx_str_t *s)
+{
+    if (!YAJL_IS_STRING(v)) {
+        return NGX_DECLINED;
+    }
+
+    s->data = (u_char *) v->u.string;
+    s->len = ngx_strlen(s->data);
+
+    return NGX_OK;
+}
+
+
+yajl_val
+ngx_http_agent_provider_get(yajl_val v, char *key)
+{
+    size_t  i;
+
+    if (!YAJL_IS_OBJECT(v)) {
+        return NULL;
+    }
+
+    for (i = 0; i < v->u.object.len; i++) {
+        if (ngx_strcmp(v->u.object.keys[i], key) == 0) {
+            return v->u.object.values[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+/*
+ * A parsed value written back as JSON, a missing one as null.  Numbers
+ * keep the digits they came with.  The recursion stops where the
+ * generator's depth limit (128) fails it.
+ */
+
+ngx_uint_t
+ngx_http_agent_provider_value(yajl_gen g, yajl_val v)
+{
+    size_t      i;
+    ngx_uint_t  failed;
+
+    if (v == NULL) {
+        return yajl_gen_null(g);
+    }
+
+    switch (v->type) {
+
+    case yajl_t_string:
+        return yajl_gen_string(g, (u_char *) v->u.string,
+                               ngx_strlen(v->u.string));
+
+    case yajl_t_number:
+        return yajl_gen_number(g, v->u.number.r, ngx_strlen(v->u.number.r));
+
+    case yajl_t_true:
+        return yajl_gen_bool(g, 1);
+
+    case yajl_t_false:
+        return yajl_gen_bool(g, 0);
+
+    case yajl_t_object:
+        failed = yajl_gen_map_open(g);
+
+        for (i = 0; !failed && i < v->u.object.len; i++) {
+            failed = yajl_gen_string(g, (u_char *) v->u.object.keys[i],
+                                     ngx_strlen(v->u.object.keys[i]));
+            failed |= ngx_http_agent_provider_value(g,
+                                                    v->u.object.values[i]);
+        }
+
+        return failed ? failed : yajl_gen_map_close(g);
+
+    case yajl_t_array:
+        failed = yajl_gen_array_open(g);
+
+        for (i = 0; !failed && i < v->u.array.len; i++) {
+            failed = ngx_http_agent_provider_value(g, v->u.array.values[i]);
+        }
+
+        return failed ? failed : yajl_gen_array_close(g);
+
+    default: /* yajl_t_null */
+        return yajl_gen_null(g);
+    }
+}
+
+
+/*
+ * A value as a JSON text, for an API that wants JSON inside a string.
+ * sub is a generator of the caller's, reused: the text is valid until
+ * its next use.
+ */
+
+ngx_int_t
+ngx_http_agent_provider_text(yajl_gen sub, yajl_val v, ngx_str_t *text)
+{
+    yajl_gen_clear(sub);
+    yajl_gen_reset(sub, NULL);
+
+    return ngx_http_agent_json_result(sub,
+                                      ngx_http_agent_provider_value(sub, v),
+                                      text);
+}
+
+
+/*
+ * What the model sees of a tool_result event, the seeds' convention:
+ * {"ok":true,"result":...} or {"ok":false,"error":...}, as a JSON text.
+ */
+
+ngx_int_t
+ngx_http_agent_provider_result(yajl_gen sub, yajl_val event, ngx_str_t *text)
+{
+    yajl_val    v;
+    ngx_uint_t  ok, failed;
+
+    ok = YAJL_IS_TRUE(ngx_http_agent_provider_get(event, "ok"));
+
+    yajl_gen_clear(sub);
+    yajl_gen_reset(sub, NULL);
+
+    failed = yajl_gen_map_open(sub);
+    failed |= ngx_http_agent_json_key(sub, "ok");
+    failed |= yajl_gen_bool(sub, ok);
+
+    if (ok) {
+        v = ngx_http_agent_provider_get(event, "result");
+        failed |= ngx_http_agent_json_key(sub, "result");
+
+    } else {
+        v = ngx_http_agent_provider_get(event, "error");
+        failed |= ngx_http_agent_json_key(sub, "error");
+    }
+
+    failed |= ngx_http_agent_provider_value(sub, v);
+    failed |= yajl_gen_map_close(sub);
+
+    return ngx_http_agent_json_result(sub, failed, text);
 }

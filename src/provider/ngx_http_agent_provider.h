@@ -12,6 +12,7 @@
 #include <ngx_http.h>
 
 #include <yajl/yajl_gen.h>
+#include <yajl/yajl_tree.h>
 
 #include "ngx_http_agent_module.h"
 
@@ -128,6 +129,24 @@ ngx_str_t *ngx_http_agent_provider_definition(ngx_http_agent_tool_t *tool,
     ngx_http_agent_provider_t *provider);
 ngx_uint_t ngx_http_agent_provider_function(yajl_gen g,
     ngx_http_agent_tool_t *tool, ngx_str_t *schema_key);
+
+
+ngx_int_t ngx_http_agent_bytes_append(ngx_pool_t *pool,
+    ngx_http_agent_bytes_t *b, u_char *p, size_t len);
+ngx_int_t ngx_http_agent_bytes_set(ngx_pool_t *pool,
+    ngx_http_agent_bytes_t *b, u_char *p, size_t len);
+
+yajl_val ngx_http_agent_provider_parse(ngx_log_t *log, u_char *json,
+    size_t len, char *what);
+yajl_val ngx_http_agent_provider_event(ngx_pool_t *pool,
+    ngx_http_agent_bytes_t *scratch, ngx_str_t *event);
+yajl_val ngx_http_agent_provider_get(yajl_val v, char *key);
+ngx_int_t ngx_http_agent_provider_string(yajl_val v, ngx_str_t *s);
+ngx_uint_t ngx_http_agent_provider_value(yajl_gen g, yajl_val v);
+ngx_int_t ngx_http_agent_provider_text(yajl_gen sub, yajl_val v,
+    ngx_str_t *text);
+ngx_int_t ngx_http_agent_provider_result(yajl_gen sub, yajl_val event,
+    ngx_str_t *text);
 
 
 extern ngx_http_agent_provider_t   ngx_http_agent_openai_chat;

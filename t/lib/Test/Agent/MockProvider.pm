@@ -121,7 +121,9 @@ test's.
 
 =head1 METHODS
 
-C<new(port =E<gt> $port)>, C<port>, C<url>, C<pid>, C<script(@replies)>,
+C<new(port =E<gt> $port, default =E<gt> sub { my ($req) = @_; ... })>
+(C<default>, if given, makes the reply for a request that finds the queue
+empty, from its record; the demo's offline provider uses it), C<port>, C<url>, C<pid>, C<script(@replies)>,
 C<requests>, C<pending> (replies left in the queue),
 C<wait_requests($n, $timeout)>, C<wait_paused($index, $timeout)>,
 C<release($index)> (all paused or stalled streams without an index;
@@ -167,7 +169,9 @@ sub new ($class, %args) {
 
         my $ok = eval {
             Test::Agent::MockProvider::Server->new(listen => $listen,
-                                                   ppid => $ppid)->run;
+                                                   ppid => $ppid,
+                                                   default => $args{default})
+                ->run;
             1;
         };
         warn "mock provider: $@" unless $ok;

@@ -49,6 +49,7 @@ sub new ($class, %args) {
         conns   => {},    # "$fh" => connection state
         queue   => [],    # scripted replies not used yet
         records => [],    # one per provider request, in arrival order
+        default => $args{default},  # sub ($req) -> reply, for an empty queue
     }, $class;
 }
 
@@ -257,7 +258,9 @@ sub dispatch ($self, $c) {
         $c->{steps} = $self->error($framer, 405, $req,
             "Invalid method for URL ($req->{method} $req->{path})");
 
-    } elsif ($reply = shift @{ $self->{queue} }) {
+    } elsif ($reply = shift @{ $self->{queue} }
+             // ($self->{default} && $self->{default}->($req)))
+    {
         $req->{reply} = $reply;
         $c->{steps} = $self->plan($framer, $reply, $req);
 

@@ -1,0 +1,1274 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_json.h"
+#include "ngx_http_agent_events.h"
+
+
+/*
+ * agent_events: a conversation's events as Server-Sent Events.  The
+ * canonical events after the one the client names (Last-Event-ID or
+ * ?after=), taken from the log, then everything new as it happens.
+ *
+ * A worker keeps its subscribers by conversation (a topic per id in a
+ * process-local rbtree) and registers its pid with the conversation in
+ * the zone.  Whoever adds events wakes the workers registered there
+ * (ngx_http_agent_wake.c); each subscriber of the conversation then
+ * copies what follows its own cursor out of the zone and sends it.
+ * Subscribers pull: a lost or late wake-up costs latency, never an event,
+ * and the heartbeat timer pulls too.
+ *
+ * The registry is per process, not per cycle: a worker serves one cycle
+ * for its whole life, and a reload starts new workers with empty ones.
+ */
+
+
+#define NGX_HTTP_AGENT_EVENTS_BATCH      64
+#define NGX_HTTP_AGENT_EVENTS_BATCHES    8
+
+/*
+ * Output buffers are at least a page: larger than anything a pool hands
+ * out from its blocks, so ngx_pfree() really releases them.
+ */
+#define NGX_HTTP_AGENT_EVENTS_BUF        4096
+#define NGX_HTTP_AGENT_EVENTS_KEEP       2
+
+/*
+ * Buffer memory queued for the client: from SLOW on, live events are
+ * skipped; from STALL on, nothing more is read from the zone until the
+ * client has caught up (the cursor waits, so no canonical event is lost).
+ */
+#define NGX_HTTP_AGENT_EVENTS_SLOW       (64 * 1024)
+#define NGX_HTTP_AGENT_EVENTS_STALL      (1024 * 1024)
+
+
+typedef struct {
+    ngx_str_node_t                   sn;        /* key: crc32 of the id */
+    ngx_queue_t                      subs;
+    u_char                           id[NGX_HTTP_AGENT_ID_LEN];
+} ngx_http_agent_events_topic_t;
+
+
+typedef struct {
+    ngx_queue_t                      queue;     /* in the topic */
+    ngx_http_agent_events_topic_t   *topic;
+
+    ngx_http_request_t              *request;
+    ngx_http_agent_zone_t           *zone;
+
+    ngx_str_t                        id;
+    u_char                           id_data[NGX_HTTP_AGENT_ID_LEN];
+
+    uint64_t                         seq;       /* last canonical seq sent */
+    uint64_t                         pos;       /* last position read */
+
+    ngx_msec_t                       interval;  /* heartbeat */
+    ngx_msec_t                       sent;      /* last output */
+
+    ngx_chain_t                     *free;
+    ngx_chain_t                     *busy;
+
+    ngx_event_t                      wake;
+    ngx_event_t                      heartbeat;
+
+    unsigned                         registered:1;  /* pid in the zone */
+    unsigned                         stalled:1;
+    unsigned                         done:1;
+} ngx_http_agent_events_sub_t;
+
+
+typedef struct {
+    ngx_rbtree_t                     rbtree;
+    ngx_rbtree_node_t                sentinel;
+} ngx_http_agent_events_local_t;
+
+
+static ngx_int_t ngx_http_agent_events_not_allowed(ngx_http_request_t *r);
+static ngx_int_t ngx_http_agent_events_after(ngx_http_request_t *r,
+    uint64_t *after);
+static ngx_int_t ngx_http_agent_events_header(ngx_http_request_t *r);
+static ngx_int_t ngx_http_agent_events_header_add(ngx_http_request_t *r,
+    char *key, char *value);
+static ngx_int_t ngx_http_agent_events_snapshot_locked(
+    ngx_http_agent_events_sub_t *sub, ngx_http_agent_conv_t *conv,
+    ngx_chain_t ***ll);
+static ngx_int_t ngx_http_agent_events_pull(ngx_http_agent_events_sub_t *sub,
+    ngx_chain_t **out);
+static ngx_int_t ngx_http_agent_events_copy_locked(
+    ngx_http_agent_events_sub_t *sub, ngx_http_agent_event_t **evs,
+    ngx_uint_t n, ngx_uint_t slow, ngx_uint_t strict, ngx_chain_t ***ll);
+static size_t ngx_http_agent_events_frame_size(ngx_http_agent_event_t *ev);
+static u_char *ngx_http_agent_events_frame(u_char *p,
+    ngx_http_agent_event_t *ev);
+static ngx_chain_t *ngx_http_agent_events_buf(
+    ngx_http_agent_events_sub_t *sub, size_t size);
+static size_t ngx_http_agent_events_busy(ngx_http_agent_events_sub_t *sub);
+static ngx_int_t ngx_http_agent_events_send(ngx_http_agent_events_sub_t *sub,
+    ngx_chain_t *out);
+static ngx_int_t ngx_http_agent_events_update(
+    ngx_http_agent_events_sub_t *sub);
+static void ngx_http_agent_events_finish(ngx_http_agent_events_sub_t *sub);
+static void ngx_http_agent_events_close(ngx_http_agent_events_sub_t *sub,
+    ngx_int_t rc);
+static ngx_int_t ngx_http_agent_events_subscribe(
+    ngx_http_agent_events_sub_t *sub);
+static void ngx_http_agent_events_unregister(
+    ngx_http_agent_events_sub_t *sub);
+static void ngx_http_agent_events_cleanup(void *data);
+static ngx_http_agent_events_sub_t *ngx_http_agent_events_sub(
+    ngx_http_request_t *r);
+static void ngx_http_agent_events_wake_handler(ngx_event_t *ev);
+static void ngx_http_agent_events_heartbeat_handler(ngx_event_t *ev);
+static void ngx_http_agent_events_write_handler(ngx_http_request_t *r);
+
+
+static ngx_http_agent_events_local_t  ngx_http_agent_events_local;
+
+static u_char  ngx_http_agent_events_ping[] = ": heartbeat\n\n";
+
+
+ngx_int_t
+ngx_http_agent_events_handler(ngx_http_request_t *r)
+{
+    uint64_t                      after;
+    ngx_int_t                     rc;
+    ngx_str_t                     id;
+    ngx_chain_t                  *out, **ll;
+    ngx_connection_t             *c;
+    ngx_pool_cleanup_t           *cln;
+    ngx_http_agent_zone_t        *z;
+    ngx_http_agent_conv_t        *conv;
+    ngx_http_core_loc_conf_t     *clcf;
+    ngx_http_agent_main_conf_t   *amcf;
+    ngx_http_agent_events_sub_t  *sub;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return ngx_http_agent_events_not_allowed(r);
+    }
+
+    rc = ngx_http_discard_request_body(r);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
+
+    z = amcf->zone;
+
+    if (z == NULL) {
+        return ngx_http_agent_json_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                         "internal_error",
+                                         "no agent_zone is configured");
+    }
+
+    rc = ngx_http_agent_conversation_id(r, &id);
+
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_DECLINED || id.len == 0 || id.len > NGX_HTTP_AGENT_ID_LEN) {
+        return ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                                         "invalid_conversation",
+                                         "the conversation id is missing "
+                                         "or invalid");
+    }
+
+    if (ngx_http_agent_events_after(r, &after) != NGX_OK) {
+        return ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                                         "invalid_argument",
+                                         "Last-Event-ID and \"after\" "
+                                         "must be event sequence numbers");
+    }
+
+    sub = ngx_pcalloc(r->pool, sizeof(ngx_http_agent_events_sub_t));
+    if (sub == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    sub->request = r;
+    sub->zone = z;
+    sub->id.data = sub->id_data;
+    sub->id.len = id.len;
+    ngx_memcpy(sub->id_data, id.data, id.len);
+    sub->seq = after;
+    sub->interval = amcf->heartbeat;
+
+    /* set before the pid is registered: every way out unregisters it */
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln->handler = ngx_http_agent_events_cleanup;
+    cln->data = sub;
+
+    out = NULL;
+    ll = &out;
+
+    /*
+     * The snapshot and the position the live tail starts after are taken
+     * under one lock: nothing falls between them, nothing is in both.
+     */
+
+    ngx_http_agent_zone_lock(z);
+
+    conv = ngx_http_agent_conv_find_locked(z, &sub->id);
+
+    if (conv == NULL) {
+        rc = NGX_HTTP_NOT_FOUND;
+
+    } else if (r->header_only) {
+        rc = NGX_OK;
+
+    } else if (ngx_http_agent_sub_add_locked(conv, ngx_pid) != NGX_OK) {
+        rc = NGX_HTTP_SERVICE_UNAVAILABLE;
+
+    } else {
+        sub->registered = 1;
+        rc = ngx_http_agent_events_snapshot_locked(sub, conv, &ll);
+        sub->pos = conv->pos;
+    }
+
+    ngx_http_agent_zone_unlock(z);
+
+    if (rc == NGX_HTTP_NOT_FOUND) {
+        return ngx_http_agent_json_error(r, NGX_HTTP_NOT_FOUND, "not_found",
+                                         "no such conversation");
+    }
+
+    if (rc == NGX_HTTP_SERVICE_UNAVAILABLE) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "agent zone \"%V\": too many workers subscribe to "
+                      "conversation \"%V\"",
+                      &z->shm_zone->shm.name, &sub->id);
+
+        return ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                         "unavailable",
+                                         "too many subscribers");
+    }
+
+    if (rc != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_agent_events_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    if (ngx_http_agent_events_subscribe(sub) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    c = r->connection;
+
+    /* frames are small and must not wait for the client's delayed ACK */
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    if (clcf->tcp_nodelay && ngx_tcp_nodelay(c) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    sub->wake.handler = ngx_http_agent_events_wake_handler;
+    sub->wake.data = sub;
+    sub->wake.log = c->log;
+
+    sub->heartbeat.handler = ngx_http_agent_events_heartbeat_handler;
+    sub->heartbeat.data = sub;
+    sub->heartbeat.log = c->log;
+    sub->heartbeat.cancelable = 1;
+
+    r->read_event_handler = ngx_http_test_reading;
+    r->write_event_handler = ngx_http_agent_events_write_handler;
+
+    sub->sent = ngx_current_msec;
+
+    if (out == NULL) {
+        /* the header goes out now, not with the first event */
+
+        rc = ngx_http_send_special(r, NGX_HTTP_FLUSH);
+
+        if (rc == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (ngx_http_agent_events_send(sub, out) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_exiting || ngx_terminate) {
+        ngx_http_agent_events_unregister(sub);
+        return ngx_http_send_special(r, NGX_HTTP_LAST);
+    }
+
+    /*
+     * "idle" as nginx means it: a graceful shutdown closes the stream
+     * rather than wait for it; ngx_http_agent_wake.c ends streams properly
+     * first, this covers the case it cannot.
+     */
+
+    c->idle = 1;
+
+    ngx_add_timer(&sub->heartbeat, sub->interval);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                   "agent events: subscribed to \"%V\" after %uL",
+                   &sub->id, after);
+
+    r->main->count++;
+
+    return NGX_DONE;
+}
+
+
+static ngx_int_t
+ngx_http_agent_events_not_allowed(ngx_http_request_t *r)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_discard_request_body(r);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    if (ngx_http_agent_events_header_add(r, "Allow", "GET, HEAD") != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_agent_json_error(r, NGX_HTTP_NOT_ALLOWED,
+                                     "method_not_allowed",
+                                     "agent_events answers GET and HEAD");
+}
+
+
+/* the seq to resume after: Last-Event-ID, else ?after=, else 0 */
+
+static ngx_int_t
+ngx_http_agent_events_after(ngx_http_request_t *r, uint64_t *after)
+{
+    off_t             n;
+    ngx_str_t         value;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    ngx_str_null(&value);
+
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].key.len == sizeof("Last-Event-ID") - 1
+            && ngx_strncasecmp(h[i].key.data, (u_char *) "Last-Event-ID",
+                               sizeof("Last-Event-ID") - 1)
+               == 0)
+        {
+            value = h[i].value;
+            break;
+        }
+    }
+
+    if (value.len == 0
+        && (ngx_http_arg(r, (u_char *) "after", sizeof("after") - 1, &value)
+            != NGX_OK
+            || value.len == 0))
+    {
+        *after = 0;
+        return NGX_OK;
+    }
+
+    n = ngx_atoof(value.data, value.len);
+
+    if (n == NGX_ERROR) {
+        return NGX_DECLINED;
+    }
+
+    *after = (uint64_t) n;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_agent_events_header(ngx_http_request_t *r)
+{
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = -1;
+
+    ngx_str_set(&r->headers_out.content_type, "text/event-stream");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    if (ngx_http_agent_events_header_add(r, "Cache-Control", "no-cache")
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    /* for an nginx in front of this one, which would buffer the stream */
+
+    if (ngx_http_agent_events_header_add(r, "X-Accel-Buffering", "no")
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_send_header(r);
+}
+
+
+static ngx_int_t
+ngx_http_agent_events_header_add(ngx_http_request_t *r, char *key,
+    char *value)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    /* zeroed: newer nginx has more fields here (h->next) */
+    ngx_memzero(h, sizeof(ngx_table_elt_t));
+
+    h->hash = 1;
+    h->key.data = (u_char *) key;
+    h->key.len = ngx_strlen(key);
+    h->value.data = (u_char *) value;
+    h->value.len = ngx_strlen(value);
+
+    return NGX_OK;
+}
+
+
+/* the canonical events after sub->seq, all of them */
+
+static ngx_int_t
+ngx_http_agent_events_snapshot_locked(ngx_http_agent_events_sub_t *sub,
+    ngx_http_agent_conv_t *conv, ngx_chain_t ***ll)
+{
+    ngx_uint_t               n;
+    ngx_http_agent_event_t  *evs[NGX_HTTP_AGENT_EVENTS_BATCH];
+
+    do {
+        n = ngx_http_agent_log_after_locked(conv, sub->seq, evs,
+                                            NGX_HTTP_AGENT_EVENTS_BATCH);
+        if (n == 0) {
+            break;
+        }
+
+        if (ngx_http_agent_events_copy_locked(sub, evs, n, 0, 0, ll)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+    } while (n == NGX_HTTP_AGENT_EVENTS_BATCH);
+
+    return NGX_OK;
+}
+
+
+/*
+ * What follows the cursor, canonical and live, in order.  NGX_DECLINED:
+ * the stream cannot go on (the conversation left the zone, or canonical
+ * events this subscriber has not seen are no longer there); the client
+ * reconnects with Last-Event-ID.
+ */
+
+static ngx_int_t
+ngx_http_agent_events_pull(ngx_http_agent_events_sub_t *sub,
+    ngx_chain_t **out)
+{
+    size_t                   busy;
+    ngx_int_t                rc;
+    ngx_uint_t               n, i, slow;
+    ngx_chain_t            **ll;
+    ngx_http_agent_zone_t   *z;
+    ngx_http_agent_conv_t   *conv;
+    ngx_http_agent_event_t  *evs[NGX_HTTP_AGENT_EVENTS_BATCH];
+
+    busy = ngx_http_agent_events_busy(sub);
+
+    if (busy >= NGX_HTTP_AGENT_EVENTS_STALL) {
+        sub->stalled = 1;
+        return NGX_OK;
+    }
+
+    slow = (busy >= NGX_HTTP_AGENT_EVENTS_SLOW);
+
+    ll = out;
+    rc = NGX_OK;
+    n = 0;
+
+    z = sub->zone;
+
+    ngx_http_agent_zone_lock(z);
+
+    conv = ngx_http_agent_conv_find_locked(z, &sub->id);
+
+    if (conv == NULL) {
+        rc = NGX_DECLINED;
+        goto done;
+    }
+
+    if (conv->pos < sub->pos) {
+        /* a new record for the id: its positions started again */
+        sub->pos = 0;
+    }
+
+    for (i = 0; i < NGX_HTTP_AGENT_EVENTS_BATCHES; i++) {
+
+        n = ngx_http_agent_events_after_locked(conv, sub->pos, evs,
+                                               NGX_HTTP_AGENT_EVENTS_BATCH);
+        if (n == 0) {
+            break;
+        }
+
+        rc = ngx_http_agent_events_copy_locked(sub, evs, n, slow, 1, &ll);
+
+        if (rc != NGX_OK) {
+            break;
+        }
+
+        sub->pos = evs[n - 1]->pos;
+
+        if (n < NGX_HTTP_AGENT_EVENTS_BATCH) {
+            break;
+        }
+    }
+
+done:
+
+    ngx_http_agent_zone_unlock(z);
+
+    if (rc == NGX_OK && n == NGX_HTTP_AGENT_EVENTS_BATCH) {
+        /* more to read: after this is sent, and others had their turn */
+        ngx_post_event(&sub->wake, &ngx_posted_next_events);
+    }
+
+    return rc;
+}
+
+
+/*
+ * Frames for the events wanted, in one buffer appended at *ll: canonical
+ * ones not sent yet, live ones unless the client is slow.
+ */
+
+static ngx_int_t
+ngx_http_agent_events_copy_locked(ngx_http_agent_events_sub_t *sub,
+    ngx_http_agent_event_t **evs, ngx_uint_t n, ngx_uint_t slow,
+    ngx_uint_t strict, ngx_chain_t ***ll)
+{
+    size_t                   size;
+    uint64_t                 seq;
+    ngx_buf_t               *b;
+    ngx_uint_t               i;
+    ngx_chain_t             *cl;
+    ngx_http_agent_event_t  *ev;
+
+    size = 0;
+    seq = sub->seq;
+
+    for (i = 0; i < n; i++) {
+        ev = evs[i];
+
+        if (ev->seq == 0) {
+            if (!slow) {
+                size += ngx_http_agent_events_frame_size(ev);
+            }
+
+            continue;
+        }
+
+        if (ev->seq <= seq) {
+            continue;
+        }
+
+        if (ev->seq != seq + 1) {
+
+            if (strict) {
+                ngx_log_error(NGX_LOG_INFO, sub->request->connection->log, 0,
+                              "agent events: events %uL-%uL of conversation "
+                              "\"%V\" are no longer in the zone, "
+                              "ending the stream", seq + 1, ev->seq - 1,
+                              &sub->id);
+                return NGX_DECLINED;
+            }
+
+            ngx_log_error(NGX_LOG_WARN, sub->request->connection->log, 0,
+                          "agent events: events %uL-%uL of conversation "
+                          "\"%V\" are no longer in the zone",
+                          seq + 1, ev->seq - 1, &sub->id);
+        }
+
+        seq = ev->seq;
+        size += ngx_http_agent_events_frame_size(ev);
+    }
+
+    if (size == 0) {
+        return NGX_OK;
+    }
+
+    cl = ngx_http_agent_events_buf(sub, size);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    b = cl->buf;
+
+    for (i = 0; i < n; i++) {
+        ev = evs[i];
+
+        if (ev->seq == 0) {
+            if (!slow) {
+                b->last = ngx_http_agent_events_frame(b->last, ev);
+            }
+
+            continue;
+        }
+
+        if (ev->seq <= sub->seq) {
+            continue;
+        }
+
+        b->last = ngx_http_agent_events_frame(b->last, ev);
+        sub->seq = ev->seq;
+    }
+
+    **ll = cl;
+    *ll = &cl->next;
+
+    return NGX_OK;
+}
+
+
+static size_t
+ngx_http_agent_events_frame_size(ngx_http_agent_event_t *ev)
+{
+    size_t  size;
+
+    size = sizeof("event: \ndata: \n\n") - 1
+           + ngx_http_agent_event_names[ev->type].len + ev->len;
+
+    if (ev->seq) {
+        size += sizeof("id: \n") - 1 + NGX_INT64_LEN;
+    }
+
+    return size;
+}
+
+
+/*
+ * id: SEQ (canonical events only, so that Last-Event-ID is always the
+ * last canonical event the client got), event: TYPE, data: JSON.
+ */
+
+static u_char *
+ngx_http_agent_events_frame(u_char *p, ngx_http_agent_event_t *ev)
+{
+    u_char  *data, *last;
+
+    if (ev->seq) {
+        p = ngx_sprintf(p, "id: %uL\n", ev->seq);
+    }
+
+    p = ngx_sprintf(p, "event: %V\ndata: ",
+                    &ngx_http_agent_event_names[ev->type]);
+
+    data = p;
+    p = ngx_cpymem(p, ev->data, ev->len);
+
+    /*
+     * A line break in JSON is whitespace outside strings and escaped
+     * inside them: a space keeps the value and the frame to one line.
+     */
+
+    for (last = p; data < last; data++) {
+        if (*data == LF || *data == CR) {
+            *data = ' ';
+        }
+    }
+
+    *p++ = LF;
+    *p++ = LF;
+
+    return p;
+}
+
+
+/*
+ * A buffer of at least size bytes from the free list.  Memory of the
+ * wrong size is released and replaced, so nothing accumulates in the
+ * request's pool over a stream that may last for hours.
+ */
+
+static ngx_chain_t *
+ngx_http_agent_events_buf(ngx_http_agent_events_sub_t *sub, size_t size)
+{
+    size_t        cap;
+    ngx_buf_t    *b;
+    ngx_pool_t   *pool;
+    ngx_chain_t  *cl;
+
+    pool = sub->request->pool;
+
+    cl = ngx_chain_get_free_buf(pool, &sub->free);
+    if (cl == NULL) {
+        return NULL;
+    }
+
+    b = cl->buf;
+
+    cap = b->end - b->start;
+
+    if (b->start && (cap < size || cap > NGX_HTTP_AGENT_EVENTS_BUF)) {
+        ngx_pfree(pool, b->start);
+        b->start = NULL;
+    }
+
+    if (b->start == NULL) {
+        cap = ngx_max(size, NGX_HTTP_AGENT_EVENTS_BUF);
+
+        b->start = ngx_pnalloc(pool, cap);
+        if (b->start == NULL) {
+            b->end = NULL;
+            cl->next = sub->free;
+            sub->free = cl;
+            return NULL;
+        }
+
+        b->end = b->start + cap;
+    }
+
+    b->pos = b->start;
+    b->last = b->start;
+    b->temporary = 1;
+    b->flush = 1;
+    b->last_buf = 0;
+    b->tag = (ngx_buf_tag_t) &ngx_http_agent_events_handler;
+
+    return cl;
+}
+
+
+/* memory of the buffers not yet sent */
+
+static size_t
+ngx_http_agent_events_busy(ngx_http_agent_events_sub_t *sub)
+{
+    size_t        size;
+    ngx_chain_t  *cl;
+
+    size = 0;
+
+    for (cl = sub->busy; cl; cl = cl->next) {
+        size += cl->buf->end - cl->buf->start;
+    }
+
+    return size;
+}
+
+
+/* out, or NULL: what was queued before, as far as the client takes it */
+
+static ngx_int_t
+ngx_http_agent_events_send(ngx_http_agent_events_sub_t *sub, ngx_chain_t *out)
+{
+    ngx_int_t                  rc;
+    ngx_buf_t                 *b;
+    ngx_uint_t                 i;
+    ngx_event_t               *wev;
+    ngx_chain_t               *cl;
+    ngx_connection_t          *c;
+    ngx_http_request_t        *r;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    r = sub->request;
+    c = r->connection;
+    wev = c->write;
+
+    if (out == NULL && sub->busy == NULL && !c->buffered) {
+        return NGX_OK;
+    }
+
+    if (out) {
+        sub->sent = ngx_current_msec;
+    }
+
+    rc = ngx_http_output_filter(r, out);
+
+    ngx_chain_update_chains(r->pool, &sub->free, &sub->busy, &out,
+                            (ngx_buf_tag_t) &ngx_http_agent_events_handler);
+
+    /* after a burst, release all but a few free buffers */
+
+    for (cl = sub->free, i = 0; cl; cl = cl->next, i++) {
+        b = cl->buf;
+
+        if (b->start
+            && (i >= NGX_HTTP_AGENT_EVENTS_KEEP
+                || (size_t) (b->end - b->start) > NGX_HTTP_AGENT_EVENTS_BUF))
+        {
+            ngx_pfree(r->pool, b->start);
+            b->start = NULL;
+            b->end = NULL;
+            b->pos = NULL;
+            b->last = NULL;
+        }
+    }
+
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    if (c->buffered) {
+
+        /*
+         * send_timeout runs from the first output the client did not
+         * take; the write handler starts it again when the client reads.
+         * More events do not extend it.
+         */
+
+        if (!wev->delayed && !wev->timer_set) {
+            ngx_add_timer(wev, clcf->send_timeout);
+        }
+
+        if (ngx_handle_write_event(wev, clcf->send_lowat) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+    } else if (wev->timer_set && !wev->delayed) {
+        ngx_del_timer(wev);
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Reads and sends what is new.  NGX_DONE: the request was finalized and
+ * the subscriber is gone.
+ */
+
+static ngx_int_t
+ngx_http_agent_events_update(ngx_http_agent_events_sub_t *sub)
+{
+    ngx_int_t     rc;
+    ngx_chain_t  *out;
+
+    out = NULL;
+
+    rc = ngx_http_agent_events_pull(sub, &out);
+
+    if (rc == NGX_DECLINED) {
+        ngx_http_agent_events_finish(sub);
+        return NGX_DONE;
+    }
+
+    /* what is already queued goes out on write events, not from here */
+
+    if (rc == NGX_ERROR
+        || (out && ngx_http_agent_events_send(sub, out) != NGX_OK))
+    {
+        ngx_http_agent_events_close(sub, NGX_ERROR);
+        return NGX_DONE;
+    }
+
+    if (ngx_exiting || ngx_terminate) {
+        ngx_http_agent_events_finish(sub);
+        return NGX_DONE;
+    }
+
+    return NGX_OK;
+}
+
+
+/* the end of the stream, properly: the client reconnects to resume */
+
+static void
+ngx_http_agent_events_finish(ngx_http_agent_events_sub_t *sub)
+{
+    ngx_int_t            rc;
+    ngx_http_request_t  *r;
+
+    r = sub->request;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "agent events: end of stream \"%V\"", &sub->id);
+
+    ngx_http_agent_events_unregister(sub);
+
+    rc = ngx_http_send_special(r, NGX_HTTP_LAST);
+
+    ngx_http_finalize_request(r, rc);
+}
+
+
+static void
+ngx_http_agent_events_close(ngx_http_agent_events_sub_t *sub, ngx_int_t rc)
+{
+    ngx_http_agent_events_unregister(sub);
+
+    ngx_http_finalize_request(sub->request, rc);
+}
+
+
+static ngx_int_t
+ngx_http_agent_events_subscribe(ngx_http_agent_events_sub_t *sub)
+{
+    uint32_t                        hash;
+    ngx_http_agent_events_topic_t  *topic;
+    ngx_http_agent_events_local_t  *local;
+
+    local = &ngx_http_agent_events_local;
+
+    if (local->rbtree.root == NULL) {
+        ngx_rbtree_init(&local->rbtree, &local->sentinel,
+                        ngx_str_rbtree_insert_value);
+    }
+
+    hash = ngx_crc32_short(sub->id.data, sub->id.len);
+
+    topic = (ngx_http_agent_events_topic_t *)
+                ngx_str_rbtree_lookup(&local->rbtree, &sub->id, hash);
+
+    if (topic == NULL) {
+        topic = ngx_alloc(sizeof(ngx_http_agent_events_topic_t),
+                          sub->request->connection->log);
+        if (topic == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(topic->id, sub->id.data, sub->id.len);
+        topic->sn.str.data = topic->id;
+        topic->sn.str.len = sub->id.len;
+        topic->sn.node.key = hash;
+
+        ngx_queue_init(&topic->subs);
+
+        ngx_rbtree_insert(&local->rbtree, &topic->sn.node);
+    }
+
+    ngx_queue_insert_tail(&topic->subs, &sub->queue);
+    sub->topic = topic;
+
+    return NGX_OK;
+}
+
+
+/* idempotent: from the end of the stream, and again from the cleanup */
+
+static void
+ngx_http_agent_events_unregister(ngx_http_agent_events_sub_t *sub)
+{
+    ngx_http_agent_zone_t          *z;
+    ngx_http_agent_conv_t          *conv;
+    ngx_http_agent_events_topic_t  *topic;
+
+    if (sub->done) {
+        return;
+    }
+
+    sub->done = 1;
+
+    sub->request->connection->idle = 0;
+
+    if (sub->heartbeat.timer_set) {
+        ngx_del_timer(&sub->heartbeat);
+    }
+
+    if (sub->wake.posted) {
+        ngx_delete_posted_event(&sub->wake);
+    }
+
+    topic = sub->topic;
+
+    if (topic) {
+        ngx_queue_remove(&sub->queue);
+        sub->topic = NULL;
+
+        if (ngx_queue_empty(&topic->subs)) {
+            ngx_rbtree_delete(&ngx_http_agent_events_local.rbtree,
+                              &topic->sn.node);
+            ngx_free(topic);
+        }
+    }
+
+    if (sub->registered) {
+        sub->registered = 0;
+
+        z = sub->zone;
+
+        ngx_http_agent_zone_lock(z);
+
+        conv = ngx_http_agent_conv_find_locked(z, &sub->id);
+
+        if (conv) {
+            ngx_http_agent_sub_remove_locked(conv, ngx_pid);
+        }
+
+        ngx_http_agent_zone_unlock(z);
+    }
+}
+
+
+static void
+ngx_http_agent_events_cleanup(void *data)
+{
+    ngx_http_agent_events_sub_t  *sub = data;
+
+    ngx_http_agent_events_unregister(sub);
+}
+
+
+/*
+ * The subscriber of a request, found by its cleanup: the module's ctx
+ * slot is the turn filter's, which every response passes through.
+ */
+
+static ngx_http_agent_events_sub_t *
+ngx_http_agent_events_sub(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t  *cln;
+
+    for (cln = r->pool->cleanup; cln; cln = cln->next) {
+        if (cln->handler == ngx_http_agent_events_cleanup) {
+            return cln->data;
+        }
+    }
+
+    return NULL;
+}
+
+
+/* posted by ngx_http_agent_events_deliver() */
+
+static void
+ngx_http_agent_events_wake_handler(ngx_event_t *ev)
+{
+    ngx_connection_t             *c;
+    ngx_http_request_t           *r;
+    ngx_http_agent_events_sub_t  *sub;
+
+    sub = ev->data;
+    r = sub->request;
+    c = r->connection;
+
+    ngx_http_set_log_request(c->log, r);
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                   "agent events: wake-up for \"%V\"", &sub->id);
+
+    (void) ngx_http_agent_events_update(sub);
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+/*
+ * A comment line after interval of silence, so that proxies and clients
+ * keep the stream open; and a poll, in case a wake-up was lost.
+ */
+
+static void
+ngx_http_agent_events_heartbeat_handler(ngx_event_t *ev)
+{
+    ngx_msec_t                    idle;
+    ngx_chain_t                  *cl;
+    ngx_connection_t             *c;
+    ngx_http_request_t           *r;
+    ngx_http_agent_events_sub_t  *sub;
+
+    sub = ev->data;
+    r = sub->request;
+    c = r->connection;
+
+    ngx_http_set_log_request(c->log, r);
+
+    if (ngx_http_agent_events_update(sub) == NGX_DONE) {
+        goto done;
+    }
+
+    idle = ngx_current_msec - sub->sent;
+
+    if (idle >= sub->interval && sub->busy == NULL) {
+
+        cl = ngx_http_agent_events_buf(sub,
+                                       sizeof(ngx_http_agent_events_ping) - 1);
+        if (cl == NULL) {
+            ngx_http_agent_events_close(sub, NGX_ERROR);
+            goto done;
+        }
+
+        cl->buf->last = ngx_cpymem(cl->buf->last, ngx_http_agent_events_ping,
+                                   sizeof(ngx_http_agent_events_ping) - 1);
+
+        if (ngx_http_agent_events_send(sub, cl) != NGX_OK) {
+            ngx_http_agent_events_close(sub, NGX_ERROR);
+            goto done;
+        }
+
+        idle = 0;
+    }
+
+    ngx_add_timer(ev, idle < sub->interval ? sub->interval - idle
+                                           : sub->interval);
+
+done:
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+static void
+ngx_http_agent_events_write_handler(ngx_http_request_t *r)
+{
+    ngx_event_t                  *wev;
+    ngx_connection_t             *c;
+    ngx_http_agent_events_sub_t  *sub;
+
+    c = r->connection;
+    wev = c->write;
+
+    sub = ngx_http_agent_events_sub(r);
+
+    if (sub == NULL || sub->done) {
+        return;
+    }
+
+    if (wev->timedout) {
+        ngx_log_error(NGX_LOG_INFO, c->log, NGX_ETIMEDOUT,
+                      "client timed out");
+        c->timedout = 1;
+
+        ngx_http_agent_events_close(sub, NGX_HTTP_REQUEST_TIME_OUT);
+        return;
+    }
+
+    if (wev->delayed) {
+        if (ngx_handle_write_event(wev, 0) != NGX_OK) {
+            ngx_http_agent_events_close(sub, NGX_ERROR);
+        }
+
+        return;
+    }
+
+    /* the client took something: send_timeout starts again */
+
+    if (wev->timer_set) {
+        ngx_del_timer(wev);
+    }
+
+    if (ngx_http_agent_events_send(sub, NULL) != NGX_OK) {
+        ngx_http_agent_events_close(sub, NGX_ERROR);
+        return;
+    }
+
+    if (sub->stalled
+        && ngx_http_agent_events_busy(sub) < NGX_HTTP_AGENT_EVENTS_SLOW)
+    {
+        /* caught up: read on from where the cursor stopped */
+        sub->stalled = 0;
+        (void) ngx_http_agent_events_update(sub);
+    }
+}
+
+
+void
+ngx_http_agent_events_deliver(ngx_str_t *id)
+{
+    uint32_t                        hash;
+    ngx_queue_t                    *q;
+    ngx_http_agent_events_sub_t    *sub;
+    ngx_http_agent_events_topic_t  *topic;
+    ngx_http_agent_events_local_t  *local;
+
+    local = &ngx_http_agent_events_local;
+
+    if (local->rbtree.root == NULL) {
+        return;
+    }
+
+    hash = ngx_crc32_short(id->data, id->len);
+
+    topic = (ngx_http_agent_events_topic_t *)
+                ngx_str_rbtree_lookup(&local->rbtree, id, hash);
+
+    if (topic == NULL) {
+        return;
+    }
+
+    /* posted, not run here: a wake-up may finalize the request */
+
+    for (q = ngx_queue_head(&topic->subs);
+         q != ngx_queue_sentinel(&topic->subs);
+         q = ngx_queue_next(q))
+    {
+        sub = ngx_queue_data(q, ngx_http_agent_events_sub_t, queue);
+        ngx_post_event(&sub->wake, &ngx_posted_events);
+    }
+}
+
+
+void
+ngx_http_agent_events_shutdown(void)
+{
+    ngx_queue_t                    *q;
+    ngx_connection_t               *c;
+    ngx_rbtree_node_t              *node;
+    ngx_http_agent_events_sub_t    *sub;
+    ngx_http_agent_events_topic_t  *topic;
+    ngx_http_agent_events_local_t  *local;
+
+    local = &ngx_http_agent_events_local;
+
+    if (local->rbtree.root == NULL) {
+        return;
+    }
+
+    /* each finish removes its subscriber, and the last one its topic */
+
+    while (local->rbtree.root != local->rbtree.sentinel) {
+        node = ngx_rbtree_min(local->rbtree.root, local->rbtree.sentinel);
+        topic = (ngx_http_agent_events_topic_t *) node;
+
+        q = ngx_queue_head(&topic->subs);
+        sub = ngx_queue_data(q, ngx_http_agent_events_sub_t, queue);
+        c = sub->request->connection;
+
+        ngx_http_agent_events_finish(sub);
+
+        ngx_http_run_posted_requests(c);
+    }
+}

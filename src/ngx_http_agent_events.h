@@ -1,0 +1,26 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#ifndef _NGX_HTTP_AGENT_EVENTS_H_INCLUDED_
+#define _NGX_HTTP_AGENT_EVENTS_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+
+/* agent_events: a conversation's events as text/event-stream */
+ngx_int_t ngx_http_agent_events_handler(ngx_http_request_t *r);
+
+/* new events of a conversation: this worker's subscribers of it catch up */
+void ngx_http_agent_events_deliver(ngx_str_t *id);
+
+/* graceful shutdown: end every event stream of this worker */
+void ngx_http_agent_events_shutdown(void);
+
+
+#endif /* _NGX_HTTP_AGENT_EVENTS_H_INCLUDED_ */

@@ -1,0 +1,429 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <yajl/yajl_tree.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_json.h"
+#include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_turn.h"
+#include "ngx_http_agent_wake.h"
+#include "ngx_http_agent_message.h"
+
+
+#define NGX_HTTP_AGENT_SOURCE_ID_LEN  128
+
+
+typedef struct {
+    ngx_str_t                 content;
+    ngx_str_t                 source_id;
+    ngx_str_t                 fields;
+} ngx_http_agent_message_t;
+
+
+static void ngx_http_agent_message_body(ngx_http_request_t *r);
+static ngx_int_t ngx_http_agent_message_read(ngx_http_request_t *r,
+    ngx_str_t *body);
+static ngx_int_t ngx_http_agent_message_parse(ngx_http_request_t *r,
+    ngx_str_t *body, ngx_http_agent_message_t *msg, char **err);
+static ngx_int_t ngx_http_agent_message_accept(ngx_http_request_t *r,
+    ngx_str_t *id, ngx_http_agent_message_t *msg);
+static ngx_int_t ngx_http_agent_message_answer(ngx_http_request_t *r,
+    ngx_uint_t status, ngx_str_t *id, ngx_uint_t turn, uint64_t seq,
+    ngx_uint_t duplicate);
+static ngx_int_t ngx_http_agent_message_busy(ngx_http_request_t *r,
+    ngx_http_agent_state_e state);
+
+
+/* POST {"content": "...", "source_id": "..."} */
+
+ngx_int_t
+ngx_http_agent_message_handler(ngx_http_request_t *r)
+{
+    ngx_int_t  rc;
+    ngx_str_t  id;
+
+    if (r->method != NGX_HTTP_POST) {
+        return ngx_http_agent_json_method(r, "POST");
+    }
+
+    rc = ngx_http_agent_conversation_id(r, &id);
+
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                                         "invalid_conversation",
+                                         "the conversation id is missing or "
+                                         "invalid");
+    }
+
+    r->request_body_in_single_buf = 1;
+
+    rc = ngx_http_read_client_request_body(r, ngx_http_agent_message_body);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_agent_message_body(ngx_http_request_t *r)
+{
+    char                      *err;
+    ngx_int_t                  rc;
+    ngx_str_t                  body, id;
+    ngx_http_agent_message_t   msg;
+
+    rc = ngx_http_agent_message_read(r, &body);
+
+    if (rc == NGX_DECLINED) {
+        ngx_http_finalize_request(r,
+            ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                                      "invalid_message",
+                                      "the request has no body"));
+        return;
+    }
+
+    if (rc == NGX_ABORT) {
+        ngx_http_finalize_request(r,
+            ngx_http_agent_json_error(r, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                                      "too_large",
+                                      "the message is larger than "
+                                      "client_body_buffer_size"));
+        return;
+    }
+
+    if (rc != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    ngx_memzero(&msg, sizeof(ngx_http_agent_message_t));
+    err = NULL;
+
+    rc = ngx_http_agent_message_parse(r, &body, &msg, &err);
+
+    if (rc == NGX_ERROR) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    if (rc == NGX_DECLINED) {
+        ngx_http_finalize_request(r,
+            ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                                      "invalid_message", err));
+        return;
+    }
+
+    if (ngx_http_agent_conversation_id(r, &id) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    ngx_http_finalize_request(r, ngx_http_agent_message_accept(r, &id, &msg));
+}
+
+
+/*
+ * The body must fit in client_body_buffer_size: a message is kept in
+ * memory, and one that nginx had to write to a file is too large
+ * (NGX_ABORT).  NGX_DECLINED: there is no body.
+ */
+
+static ngx_int_t
+ngx_http_agent_message_read(ngx_http_request_t *r, ngx_str_t *body)
+{
+    u_char       *p;
+    size_t        len;
+    ngx_chain_t  *cl;
+
+    if (r->request_body == NULL || r->request_body->bufs == NULL) {
+        return NGX_DECLINED;
+    }
+
+    if (r->request_body->temp_file) {
+        return NGX_ABORT;
+    }
+
+    len = 0;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        len += cl->buf->last - cl->buf->pos;
+    }
+
+    /* one more byte: yajl_tree_parse() takes a NUL-terminated text */
+
+    body->data = ngx_pnalloc(r->pool, len + 1);
+    if (body->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = body->data;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        p = ngx_cpymem(p, cl->buf->pos, cl->buf->last - cl->buf->pos);
+    }
+
+    *p = '\0';
+    body->len = len;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_agent_message_parse(ngx_http_request_t *r, ngx_str_t *body,
+    ngx_http_agent_message_t *msg, char **err)
+{
+    char          errbuf[128];
+    yajl_gen      g;
+    ngx_uint_t    failed;
+    yajl_val      root, v;
+    const char   *content_path[] = { "content", NULL };
+    const char   *source_path[] = { "source_id", NULL };
+
+    if (ngx_strlen(body->data) != body->len) {
+        *err = "the body holds a NUL byte";
+        return NGX_DECLINED;
+    }
+
+    root = yajl_tree_parse((const char *) body->data, errbuf, sizeof(errbuf));
+
+    if (root == NULL || !YAJL_IS_OBJECT(root)) {
+        *err = "the body is not a JSON object";
+        goto declined;
+    }
+
+    v = yajl_tree_get(root, content_path, yajl_t_string);
+
+    if (v == NULL || v->u.string[0] == '\0') {
+        *err = "\"content\" must be a non-empty string";
+        goto declined;
+    }
+
+    msg->content.data = (u_char *) v->u.string;
+    msg->content.len = ngx_strlen(msg->content.data);
+
+    v = yajl_tree_get(root, source_path, yajl_t_any);
+
+    if (v != NULL) {
+        if (!YAJL_IS_STRING(v)
+            || ngx_strlen(v->u.string) > NGX_HTTP_AGENT_SOURCE_ID_LEN)
+        {
+            *err = "\"source_id\" must be a string of at most 128 bytes";
+            goto declined;
+        }
+
+        msg->source_id.data = (u_char *) v->u.string;
+        msg->source_id.len = ngx_strlen(msg->source_id.data);
+    }
+
+    g = ngx_http_agent_json_gen(r->pool);
+    if (g == NULL) {
+        yajl_tree_free(root);
+        return NGX_ERROR;
+    }
+
+    failed = yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "content");
+    failed |= ngx_http_agent_json_str(g, &msg->content);
+
+    if (msg->source_id.data) {
+        failed |= ngx_http_agent_json_key(g, "source_id");
+        failed |= ngx_http_agent_json_str(g, &msg->source_id);
+    }
+
+    failed |= yajl_gen_map_close(g);
+
+    /* the parsed strings go with the tree: keep only what was generated */
+
+    msg->source_id.data = msg->source_id.len
+        ? ngx_pstrdup(r->pool, &msg->source_id) : NULL;
+
+    yajl_tree_free(root);
+
+    if (msg->source_id.len && msg->source_id.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_agent_json_result(g, failed, &msg->fields);
+
+declined:
+
+    if (root) {
+        yajl_tree_free(root);
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * Under the zone lock: a message is taken only by an idle conversation;
+ * its user_msg starts the turn, whose lease this worker takes.
+ */
+
+static ngx_int_t
+ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
+    ngx_http_agent_message_t *msg)
+{
+    uint32_t                     hash;
+    uint64_t                     seq;
+    ngx_str_t                    empty;
+    ngx_uint_t                   i, n, turn;
+    ngx_pid_t                    pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_http_agent_zone_t       *z;
+    ngx_http_agent_conv_t       *conv;
+    ngx_http_agent_event_t      *ev;
+    ngx_http_agent_source_t     *src;
+    ngx_http_agent_loc_conf_t   *alcf;
+    ngx_http_agent_main_conf_t  *amcf;
+
+    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
+    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
+    z = amcf->zone;
+
+    hash = msg->source_id.len
+           ? ngx_crc32_short(msg->source_id.data, msg->source_id.len) : 0;
+
+    ngx_str_set(&empty, "{}");
+
+    ngx_http_agent_zone_lock(z);
+
+    conv = ngx_http_agent_conv_find_locked(z, id);
+
+    if (conv == NULL) {
+        conv = ngx_http_agent_conv_create_locked(z, id);
+
+        if (conv == NULL) {
+            ngx_http_agent_zone_unlock(z);
+            return ngx_http_agent_json_error(r,
+                                             NGX_HTTP_SERVICE_UNAVAILABLE,
+                                             "zone_full",
+                                             "no room for the conversation");
+        }
+    }
+
+    if (hash) {
+        for (i = 0; i < ngx_min(conv->nsources, NGX_HTTP_AGENT_SOURCE_IDS);
+             i++)
+        {
+            src = &conv->sources[i];
+
+            if (src->hash == hash) {
+                turn = src->turn;
+                seq = src->seq;
+                ngx_http_agent_zone_unlock(z);
+
+                return ngx_http_agent_message_answer(r, NGX_HTTP_OK, id,
+                                                     turn, seq, 1);
+            }
+        }
+    }
+
+    if (conv->state != NGX_HTTP_AGENT_IDLE) {
+        ngx_http_agent_zone_unlock(z);
+        return ngx_http_agent_message_busy(r, conv->state);
+    }
+
+    conv->turn++;
+
+    ev = ngx_http_agent_event_add_locked(z, conv, NGX_HTTP_AGENT_EV_USER_MSG,
+                                         &msg->fields);
+    if (ev == NULL) {
+        conv->turn--;
+        ngx_http_agent_zone_unlock(z);
+        return ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                         "zone_full",
+                                         "no room for the message");
+    }
+
+    turn = conv->turn;
+    seq = ev->seq;
+
+    (void) ngx_http_agent_event_add_locked(z, conv,
+                                           NGX_HTTP_AGENT_EV_TURN_STARTED,
+                                           &empty);
+    (void) ngx_http_agent_state_set_locked(z, conv, NGX_HTTP_AGENT_PREPARING);
+
+    conv->lease = ngx_pid;
+
+    if (hash) {
+        src = &conv->sources[conv->nsources++ % NGX_HTTP_AGENT_SOURCE_IDS];
+        src->hash = hash;
+        src->turn = turn;
+        src->seq = seq;
+    }
+
+    n = ngx_http_agent_sub_pids_locked(conv, pids);
+
+    ngx_http_agent_zone_unlock(z);
+
+    ngx_http_agent_wake(id, pids, n);
+
+    if (ngx_http_agent_turn_start(r, alcf->agent, z, id, turn) != NGX_OK) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "agent could not start the turn of \"%V\"", id);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_agent_message_answer(r, NGX_HTTP_ACCEPTED, id, turn, seq,
+                                         0);
+}
+
+
+static ngx_int_t
+ngx_http_agent_message_answer(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *id, ngx_uint_t turn, uint64_t seq, ngx_uint_t duplicate)
+{
+    ngx_str_t  json;
+
+    json.data = ngx_pnalloc(r->pool, id->len + 96);
+    if (json.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    json.len = ngx_sprintf(json.data,
+                           "{\"conversation\":\"%V\",\"turn\":%ui,"
+                           "\"seq\":%uL%s}",
+                           id, turn, seq,
+                           duplicate ? ",\"duplicate\":true" : "")
+               - json.data;
+
+    return ngx_http_agent_json_send(r, status, &json);
+}
+
+
+static ngx_int_t
+ngx_http_agent_message_busy(ngx_http_request_t *r,
+    ngx_http_agent_state_e state)
+{
+    ngx_str_t  json;
+
+    json.data = ngx_pnalloc(r->pool, 160);
+    if (json.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    json.len = ngx_sprintf(json.data,
+                           "{\"error\":{\"code\":\"busy\",\"message\":"
+                           "\"the conversation is not idle\","
+                           "\"state\":\"%V\"}}",
+                           &ngx_http_agent_state_names[state])
+               - json.data;
+
+    return ngx_http_agent_json_send(r, NGX_HTTP_CONFLICT, &json);
+}

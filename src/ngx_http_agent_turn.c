@@ -1,0 +1,1167 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_conf.h"
+#include "ngx_http_agent_json.h"
+#include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_turn.h"
+#include "ngx_http_agent_wake.h"
+#include "ngx_http_agent_provider.h"
+
+
+/* how much of a provider's error body is kept for the turn_failed event */
+#define NGX_HTTP_AGENT_ERROR_BODY  512
+
+
+typedef enum {
+    NGX_HTTP_AGENT_CALL_OK = 0,
+    NGX_HTTP_AGENT_CALL_RETRY,
+    NGX_HTTP_AGENT_CALL_FAILED
+} ngx_http_agent_call_e;
+
+
+/*
+ * A turn in this worker.  It lives in the pool of its detached request's
+ * connection; each model call has a pool of its own, destroyed when the
+ * call ends, so a long turn does not grow.
+ */
+
+typedef struct {
+    ngx_http_request_t           *request;
+    ngx_http_agent_t             *agent;
+    ngx_http_agent_zone_t        *zone;
+
+    u_char                        id_data[NGX_HTTP_AGENT_ID_LEN];
+    ngx_str_t                     id;
+    ngx_uint_t                    turn;
+
+    ngx_uint_t                    model_calls;
+    ngx_uint_t                    attempt;
+
+    /* the model call in progress */
+    ngx_pool_t                   *pool;
+    ngx_http_agent_reply_t       *reply;
+    ngx_http_request_t           *sr;
+    ngx_int_t                     rc;
+    ngx_uint_t                    status;
+    time_t                        retry_after;
+    ngx_http_agent_bytes_t        error_body;
+    ngx_uint_t                    delta_seq;
+    u_char                        message_id[32];
+    size_t                        message_id_len;
+    unsigned                      parse_error:1;
+    unsigned                      sr_done:1;
+
+    /* the JSON of a live delta, reused for every one */
+    ngx_http_agent_bytes_t        scratch;
+
+    ngx_event_t                   event;
+    ngx_log_t                     log;
+
+    /* nginx takes a request's log data for an ngx_http_log_ctx_t */
+    ngx_http_log_ctx_t            log_ctx;
+} ngx_http_agent_turn_t;
+
+
+static ngx_int_t ngx_http_agent_turn_header_filter(ngx_http_request_t *r);
+static ngx_int_t ngx_http_agent_turn_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
+static void ngx_http_agent_turn_model_call(ngx_event_t *ev);
+static ngx_int_t ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t,
+    ngx_str_t *body);
+static ngx_int_t ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t,
+    ngx_str_t *body);
+static ngx_int_t ngx_http_agent_turn_post_subrequest(ngx_http_request_t *r,
+    void *data, ngx_int_t rc);
+static void ngx_http_agent_turn_call_done(ngx_event_t *ev);
+static ngx_http_agent_call_e ngx_http_agent_turn_outcome(
+    ngx_http_agent_turn_t *t, ngx_str_t *reason);
+static ngx_msec_t ngx_http_agent_turn_backoff(ngx_http_agent_turn_t *t);
+static ngx_int_t ngx_http_agent_turn_record(ngx_http_agent_turn_t *t,
+    ngx_uint_t status);
+static void ngx_http_agent_turn_end(ngx_http_agent_turn_t *t,
+    ngx_uint_t type, ngx_str_t *reason, ngx_http_agent_state_e state);
+static void ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply,
+    ngx_uint_t kind, ngx_uint_t index, ngx_str_t *s);
+static void ngx_http_agent_turn_close(ngx_http_agent_turn_t *t);
+static u_char *ngx_http_agent_turn_log_error(ngx_log_t *log, u_char *buf,
+    size_t len);
+
+
+static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
+
+
+static ngx_str_t  ngx_http_agent_post_method = ngx_string("POST");
+static ngx_str_t  ngx_http_agent_content_type =
+    ngx_string("application/json");
+
+static ngx_str_t  ngx_http_agent_status_names[] = {
+    ngx_string("complete"),
+    ngx_string("interrupted"),
+    ngx_string("cancelled")
+};
+
+#define NGX_HTTP_AGENT_MSG_COMPLETE      0
+#define NGX_HTTP_AGENT_MSG_INTERRUPTED   1
+
+
+ngx_int_t
+ngx_http_agent_turn_init_filters(ngx_conf_t *cf)
+{
+    ngx_http_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_agent_turn_header_filter;
+
+    ngx_http_next_body_filter = ngx_http_top_body_filter;
+    ngx_http_top_body_filter = ngx_http_agent_turn_body_filter;
+
+    return NGX_OK;
+}
+
+
+/*
+ * The provider subrequest's response is the turn's input: its header and
+ * body stop here and never reach the rest of the chain, let alone the
+ * write filter of a connection that has no socket.
+ */
+
+static ngx_int_t
+ngx_http_agent_turn_header_filter(ngx_http_request_t *r)
+{
+    time_t                  ra;
+    ngx_uint_t              i;
+    ngx_list_part_t        *part;
+    ngx_table_elt_t        *h;
+    ngx_http_agent_turn_t  *t;
+
+    t = ngx_http_get_module_ctx(r, ngx_http_agent_module);
+
+    if (t == NULL || r != t->sr) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    r->header_sent = 1;
+    t->status = r->headers_out.status;
+
+    part = &r->headers_out.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */ ; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].hash == 0
+            || h[i].key.len != sizeof("Retry-After") - 1
+            || ngx_strncasecmp(h[i].key.data, (u_char *) "Retry-After",
+                               sizeof("Retry-After") - 1)
+               != 0)
+        {
+            continue;
+        }
+
+        ra = ngx_atotm(h[i].value.data, h[i].value.len);
+
+        if (ra != NGX_ERROR) {
+            t->retry_after = ra;
+        }
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "agent turn \"%V\": provider status %ui",
+                   &t->id, t->status);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_agent_turn_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    size_t                   n;
+    ngx_buf_t               *b;
+    ngx_chain_t             *cl;
+    ngx_http_agent_turn_t   *t;
+    ngx_http_agent_reply_t  *reply;
+
+    t = ngx_http_get_module_ctx(r, ngx_http_agent_module);
+
+    if (t == NULL || r != t->sr) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    reply = t->reply;
+
+    for (cl = in; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (!ngx_buf_in_memory(b)) {
+            if (ngx_buf_size(b)) {
+                /* proxy_buffering put the stream in a file */
+                t->parse_error = 1;
+                b->file_pos = b->file_last;
+            }
+
+            continue;
+        }
+
+        n = b->last - b->pos;
+
+        if (n == 0 || t->parse_error) {
+            b->pos = b->last;
+            continue;
+        }
+
+        if (t->status >= NGX_HTTP_OK && t->status < NGX_HTTP_SPECIAL_RESPONSE) {
+
+            if (t->agent->provider->feed(reply, b->pos, b->last) != NGX_OK) {
+                t->parse_error = 1;
+            }
+
+        } else if (t->error_body.len < NGX_HTTP_AGENT_ERROR_BODY) {
+            n = ngx_min(n, NGX_HTTP_AGENT_ERROR_BODY - t->error_body.len);
+
+            if (ngx_http_agent_bytes_append(t->pool, &t->error_body, b->pos,
+                                            n)
+                != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+        }
+
+        b->pos = b->last;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * A fake connection (no socket) and a request on it, as njs's
+ * js_periodic builds them.  fd -1 would make nginx try socket calls, so
+ * the events are marked active (nothing to register), and tcp_nodelay
+ * is marked as already handled.
+ */
+
+ngx_int_t
+ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
+    ngx_http_agent_zone_t *zone, ngx_str_t *id, ngx_uint_t turn)
+{
+    ngx_pool_t              *pool;
+    ngx_connection_t        *c;
+    ngx_http_request_t      *tr;
+    ngx_http_connection_t   *hc;
+    ngx_http_conf_ctx_t     *ctx;
+    ngx_http_agent_turn_t   *t;
+
+    pool = ngx_create_pool(4096, ngx_cycle->log);
+    if (pool == NULL) {
+        return NGX_ERROR;
+    }
+
+    t = ngx_pcalloc(pool, sizeof(ngx_http_agent_turn_t));
+    hc = ngx_pcalloc(pool, sizeof(ngx_http_connection_t));
+    ctx = ngx_pcalloc(pool, sizeof(ngx_http_conf_ctx_t));
+
+    if (t == NULL || hc == NULL || ctx == NULL) {
+        ngx_destroy_pool(pool);
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(t->id_data, id->data, id->len);
+    t->id.data = t->id_data;
+    t->id.len = id->len;
+    t->agent = agent;
+    t->zone = zone;
+    t->turn = turn;
+
+    t->log = *ngx_cycle->log;
+    t->log.handler = ngx_http_agent_turn_log_error;
+    t->log.data = &t->log_ctx;
+    t->log.action = NULL;
+    pool->log = &t->log;
+
+    c = ngx_get_connection(0, &t->log);
+    if (c == NULL) {
+        ngx_destroy_pool(pool);
+        return NGX_ERROR;
+    }
+
+    t->log_ctx.connection = c;
+
+    c->fd = (ngx_socket_t) -1;
+    c->pool = pool;
+    c->log = &t->log;
+    c->log_error = NGX_ERROR_INFO;
+    c->number = ngx_atomic_fetch_add(ngx_connection_counter, 1);
+    c->tcp_nodelay = NGX_TCP_NODELAY_DISABLED;
+    c->sockaddr = r->connection->sockaddr;
+    c->socklen = r->connection->socklen;
+    c->addr_text = r->connection->addr_text;
+    c->listening = r->connection->listening;
+    c->local_sockaddr = r->connection->local_sockaddr;
+    c->local_socklen = r->connection->local_socklen;
+
+    c->read->log = &t->log;
+    c->write->log = &t->log;
+    c->read->active = 1;
+    c->write->active = 1;
+    c->write->ready = 1;
+
+    ctx->main_conf = r->main_conf;
+    ctx->srv_conf = r->srv_conf;
+    ctx->loc_conf = r->loc_conf;
+    hc->conf_ctx = ctx;
+
+    c->data = hc;
+
+    tr = ngx_http_create_request(c);
+    if (tr == NULL) {
+        c->fd = 0;
+        ngx_free_connection(c);
+        c->fd = (ngx_socket_t) -1;
+        ngx_destroy_pool(pool);
+        return NGX_ERROR;
+    }
+
+    c->data = tr;
+    t->request = tr;
+
+    tr->logged = 1;
+    tr->read_event_handler = ngx_http_block_reading;
+    tr->write_event_handler = ngx_http_request_empty_handler;
+    tr->method = NGX_HTTP_POST;
+    tr->method_name = ngx_http_agent_post_method;
+    ngx_str_set(&tr->uri, "/");
+    ngx_str_set(&tr->unparsed_uri, "/");
+    ngx_str_set(&tr->http_protocol, "HTTP/1.1");
+    tr->http_version = NGX_HTTP_VERSION_11;
+    tr->headers_in.content_length_n = 0;
+
+    if (ngx_list_init(&tr->headers_in.headers, tr->pool, 1,
+                      sizeof(ngx_table_elt_t))
+        != NGX_OK)
+    {
+        ngx_http_agent_turn_close(t);
+        return NGX_ERROR;
+    }
+
+    t->event.handler = ngx_http_agent_turn_model_call;
+    t->event.data = t;
+    t->event.log = &t->log;
+
+    ngx_post_event(&t->event, &ngx_posted_events);
+
+    return NGX_OK;
+}
+
+
+/* a model call: the log so far, rendered by the adapter, to the provider */
+
+static void
+ngx_http_agent_turn_model_call(ngx_event_t *ev)
+{
+    ngx_http_agent_turn_t  *t = ev->data;
+
+    ngx_str_t               body;
+    ngx_http_agent_reply_t *reply;
+
+    t->pool = ngx_create_pool(4096, &t->log);
+    if (t->pool == NULL) {
+        goto failed;
+    }
+
+    reply = ngx_pcalloc(t->pool, sizeof(ngx_http_agent_reply_t));
+    if (reply == NULL) {
+        goto failed;
+    }
+
+    if (ngx_array_init(&reply->calls, t->pool, 2,
+                       sizeof(ngx_http_agent_reply_call_t))
+        != NGX_OK)
+    {
+        goto failed;
+    }
+
+    reply->pool = t->pool;
+    reply->log = &t->log;
+    reply->delta = ngx_http_agent_turn_delta;
+    reply->data = t;
+
+    t->reply = reply;
+    t->rc = 0;
+    t->status = 0;
+    t->retry_after = 0;
+    t->delta_seq = 0;
+    t->parse_error = 0;
+    t->sr_done = 0;
+    ngx_memzero(&t->error_body, sizeof(ngx_http_agent_bytes_t));
+
+    if (t->attempt == 0) {
+        t->model_calls++;
+    }
+
+    t->attempt++;
+
+    t->message_id_len = ngx_sprintf(t->message_id, "msg_%ui_%ui", t->turn,
+                                    t->model_calls)
+                        - t->message_id;
+
+    if (ngx_http_agent_turn_request_body(t, &body) != NGX_OK) {
+        goto failed;
+    }
+
+    if (t->agent->provider->init(reply) != NGX_OK) {
+        goto failed;
+    }
+
+    if (ngx_http_agent_turn_subrequest(t, &body) != NGX_OK) {
+        goto failed;
+    }
+
+    ngx_http_run_posted_requests(t->request->connection);
+
+    return;
+
+failed:
+
+    ngx_log_error(NGX_LOG_ERR, &t->log, 0, "agent turn could not call "
+                  "the provider");
+
+    ngx_str_set(&body, "{\"reason\":\"internal error\"}");
+    ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_EV_TURN_FAILED, &body,
+                            NGX_HTTP_AGENT_IDLE);
+}
+
+
+/*
+ * The canonical events are copied out of the zone under its lock and
+ * rendered by the adapter outside it.
+ */
+
+static ngx_int_t
+ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t, ngx_str_t *body)
+{
+    u_char                   *p;
+    ngx_str_t                *events;
+    ngx_uint_t                n, i;
+    ngx_pid_t                 pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_queue_t              *q;
+    ngx_http_agent_conv_t    *conv;
+    ngx_http_agent_event_t   *ev;
+
+    ngx_http_agent_zone_lock(t->zone);
+
+    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+
+    if (conv == NULL) {
+        ngx_http_agent_zone_unlock(t->zone);
+        return NGX_ERROR;
+    }
+
+    events = ngx_palloc(t->pool, conv->nlog * sizeof(ngx_str_t));
+    if (events == NULL) {
+        ngx_http_agent_zone_unlock(t->zone);
+        return NGX_ERROR;
+    }
+
+    i = 0;
+
+    for (q = ngx_queue_head(&conv->log);
+         q != ngx_queue_sentinel(&conv->log);
+         q = ngx_queue_next(q))
+    {
+        ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+        p = ngx_pnalloc(t->pool, ev->len);
+        if (p == NULL) {
+            ngx_http_agent_zone_unlock(t->zone);
+            return NGX_ERROR;
+        }
+
+        events[i].data = p;
+        events[i].len = ev->len;
+        ngx_memcpy(p, ev->data, ev->len);
+        i++;
+    }
+
+    (void) ngx_http_agent_state_set_locked(t->zone, conv,
+                                           NGX_HTTP_AGENT_STREAMING);
+
+    n = ngx_http_agent_sub_pids_locked(conv, pids);
+
+    ngx_http_agent_zone_unlock(t->zone);
+
+    ngx_http_agent_wake(&t->id, pids, n);
+
+    return t->agent->provider->build_request(t->pool, t->agent, events, i,
+                                             body);
+}
+
+
+static ngx_int_t
+ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t, ngx_str_t *body)
+{
+    ngx_buf_t                    *b;
+    ngx_chain_t                  *cl;
+    ngx_table_elt_t              *h;
+    ngx_http_request_t           *sr;
+    ngx_http_request_body_t      *rb;
+    ngx_http_post_subrequest_t   *ps;
+
+    ps = ngx_palloc(t->request->pool, sizeof(ngx_http_post_subrequest_t));
+    if (ps == NULL) {
+        return NGX_ERROR;
+    }
+
+    ps->handler = ngx_http_agent_turn_post_subrequest;
+    ps->data = t;
+
+    if (ngx_http_subrequest(t->request, &t->agent->provider_location, NULL,
+                            &sr, ps, NGX_HTTP_SUBREQUEST_BACKGROUND)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    b = ngx_calloc_buf(t->request->pool);
+    cl = ngx_alloc_chain_link(t->request->pool);
+    rb = ngx_pcalloc(t->request->pool, sizeof(ngx_http_request_body_t));
+
+    if (b == NULL || cl == NULL || rb == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->pos = body->data;
+    b->last = body->data + body->len;
+    b->start = b->pos;
+    b->end = b->last;
+    b->memory = 1;
+    b->last_buf = 1;
+
+    cl->buf = b;
+    cl->next = NULL;
+    rb->bufs = cl;
+
+    sr->request_body = rb;
+    sr->method = NGX_HTTP_POST;
+    sr->method_name = ngx_http_agent_post_method;
+    sr->header_only = 0;
+
+    /* the subrequest gets headers of its own, not its parent's */
+
+    if (ngx_list_init(&sr->headers_in.headers, t->request->pool, 2,
+                      sizeof(ngx_table_elt_t))
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    h = ngx_list_push(&sr->headers_in.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memzero(h, sizeof(ngx_table_elt_t));
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "Content-Type");
+    h->value = ngx_http_agent_content_type;
+    h->lowcase_key = (u_char *) "content-type";
+
+    sr->headers_in.content_type = h;
+    sr->headers_in.content_length_n = body->len;
+    sr->headers_in.content_length = NULL;
+
+    ngx_http_set_ctx(sr, t, ngx_http_agent_module);
+
+    t->sr = sr;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_agent_turn_post_subrequest(ngx_http_request_t *r, void *data,
+    ngx_int_t rc)
+{
+    ngx_http_agent_turn_t  *t = data;
+
+    if (t->sr_done) {
+        return rc;
+    }
+
+    t->sr_done = 1;
+    t->rc = rc;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "agent turn \"%V\": provider call done: %i", &t->id, rc);
+
+    /* the turn goes on once nginx has finished with the subrequest */
+
+    t->event.handler = ngx_http_agent_turn_call_done;
+    ngx_post_event(&t->event, &ngx_posted_events);
+
+    /*
+     * an error of the provider call ends that call, never the turn's own
+     * request: terminating it would close a connection without a socket
+     */
+
+    if (rc == NGX_ERROR || rc == NGX_HTTP_CLIENT_CLOSED_REQUEST
+        || rc == NGX_HTTP_REQUEST_TIME_OUT)
+    {
+        return NGX_OK;
+    }
+
+    return rc;
+}
+
+
+static void
+ngx_http_agent_turn_call_done(ngx_event_t *ev)
+{
+    ngx_http_agent_turn_t  *t = ev->data;
+
+    ngx_str_t               reason;
+    ngx_msec_t              delay;
+    ngx_http_agent_call_e   outcome;
+
+    t->sr = NULL;
+
+    if (t->status >= NGX_HTTP_OK && t->status < NGX_HTTP_SPECIAL_RESPONSE
+        && !t->parse_error
+        && t->agent->provider->finish(t->reply) != NGX_OK)
+    {
+        t->parse_error = 1;
+    }
+
+    outcome = ngx_http_agent_turn_outcome(t, &reason);
+
+    if (outcome == NGX_HTTP_AGENT_CALL_RETRY
+        && t->attempt < t->agent->retry_attempts)
+    {
+        delay = ngx_http_agent_turn_backoff(t);
+
+        ngx_log_error(NGX_LOG_WARN, &t->log, 0,
+                      "agent turn retries the provider in %M ms: %V",
+                      delay, &reason);
+
+        ngx_destroy_pool(t->pool);
+        t->pool = NULL;
+
+        t->event.handler = ngx_http_agent_turn_model_call;
+        ngx_add_timer(&t->event, delay);
+        return;
+    }
+
+    if (outcome != NGX_HTTP_AGENT_CALL_OK) {
+        ngx_log_error(NGX_LOG_ERR, &t->log, 0, "agent turn failed: %V",
+                      &reason);
+
+        if (t->reply->text.len
+            && ngx_http_agent_turn_record(t, NGX_HTTP_AGENT_MSG_INTERRUPTED)
+               != NGX_OK)
+        {
+            ngx_log_error(NGX_LOG_ERR, &t->log, 0,
+                          "agent turn could not record the partial reply");
+        }
+
+        ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_EV_TURN_FAILED, &reason,
+                                NGX_HTTP_AGENT_IDLE);
+        return;
+    }
+
+    t->attempt = 0;
+
+    if (ngx_http_agent_turn_record(t, NGX_HTTP_AGENT_MSG_COMPLETE)
+        != NGX_OK)
+    {
+        ngx_str_set(&reason, "{\"reason\":\"the reply could not be "
+                             "recorded\"}");
+        ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_EV_TURN_FAILED, &reason,
+                                NGX_HTTP_AGENT_IDLE);
+        return;
+    }
+
+    if (t->reply->calls.nelts) {
+        /* the calls are logged; their execution waits in executing_tools */
+        ngx_http_agent_turn_end(t, 0, NULL, NGX_HTTP_AGENT_EXECUTING_TOOLS);
+        return;
+    }
+
+    ngx_str_set(&reason, "{}");
+    ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_EV_TURN_COMPLETED, &reason,
+                            NGX_HTTP_AGENT_IDLE);
+}
+
+
+/*
+ * What the model call came to.  Before the first token, 429, 5xx and
+ * transport errors (and an error event, or a cut, before any content)
+ * may be retried; after it nothing is.  reason is the JSON object of a
+ * turn_failed event.
+ */
+
+static ngx_http_agent_call_e
+ngx_http_agent_turn_outcome(ngx_http_agent_turn_t *t, ngx_str_t *reason)
+{
+    u_char                  *p;
+    size_t                   len;
+    ngx_str_t                what, detail;
+    ngx_uint_t               status, retry;
+    ngx_http_agent_reply_t  *reply;
+
+    reply = t->reply;
+    status = t->status;
+
+    if (status == 0 && t->rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        status = t->rc;
+    }
+
+    detail.len = 0;
+    detail.data = NULL;
+
+    if (status == 0 || (t->rc == NGX_ERROR && !reply->started
+                        && !reply->complete))
+    {
+        ngx_str_set(&what, "the provider could not be reached");
+        retry = 1;
+
+    } else if (status < NGX_HTTP_OK || status >= NGX_HTTP_SPECIAL_RESPONSE) {
+        ngx_str_set(&what, "the provider answered with an error");
+        detail.data = t->error_body.data;
+        detail.len = t->error_body.len;
+        retry = (status == 429 || status >= NGX_HTTP_INTERNAL_SERVER_ERROR);
+
+    } else if (t->parse_error) {
+        ngx_str_set(&what, "the provider's stream could not be parsed");
+        retry = !reply->started;
+
+    } else if (reply->error_type.len || reply->error_message.len) {
+        ngx_str_set(&what, "the provider reported an error mid-stream");
+        detail.data = reply->error_message.data;
+        detail.len = reply->error_message.len;
+        retry = !reply->started;
+
+    } else if (!reply->complete) {
+        /* nginx reports a read timeout after the header as an error */
+        ngx_str_set(&what, "the provider's stream ended early "
+                           "(cut, or timed out)");
+
+        retry = !reply->started;
+
+    } else {
+        return NGX_HTTP_AGENT_CALL_OK;
+    }
+
+    len = sizeof("{\"reason\":\"\",\"status\":,\"error\":\"\"}")
+          + what.len + NGX_INT_T_LEN + 6 * detail.len;
+
+    p = ngx_pnalloc(t->pool, len);
+    if (p == NULL) {
+        ngx_str_set(reason, "{\"reason\":\"internal error\"}");
+        return NGX_HTTP_AGENT_CALL_FAILED;
+    }
+
+    reason->data = p;
+
+    p = ngx_sprintf(p, "{\"reason\":\"%V\",\"status\":%ui", &what, status);
+
+    if (detail.len) {
+        p = ngx_cpymem(p, ",\"error\":\"", sizeof(",\"error\":\"") - 1);
+        p = (u_char *) ngx_escape_json(p, detail.data, detail.len);
+        *p++ = '"';
+    }
+
+    *p++ = '}';
+    reason->len = p - reason->data;
+
+    return retry ? NGX_HTTP_AGENT_CALL_RETRY : NGX_HTTP_AGENT_CALL_FAILED;
+}
+
+
+/* exponential, with jitter, at least Retry-After, at most the cap */
+
+static ngx_msec_t
+ngx_http_agent_turn_backoff(ngx_http_agent_turn_t *t)
+{
+    ngx_msec_t         delay;
+    ngx_http_agent_t  *agent;
+
+    agent = t->agent;
+
+    delay = agent->retry_base << ngx_min(t->attempt - 1, 16);
+
+    if (delay > agent->retry_cap) {
+        delay = agent->retry_cap;
+    }
+
+    delay = delay / 2 + (ngx_msec_t) ngx_random() % (delay / 2 + 1);
+
+    if (t->retry_after > 0
+        && (ngx_msec_t) t->retry_after * 1000 > delay)
+    {
+        delay = ngx_min((ngx_msec_t) t->retry_after * 1000, agent->retry_cap);
+    }
+
+    return delay;
+}
+
+
+/* the assistant message, and a tool_call event for each call it makes */
+
+static ngx_int_t
+ngx_http_agent_turn_record(ngx_http_agent_turn_t *t, ngx_uint_t status)
+{
+    yajl_gen                      g;
+    ngx_str_t                     fields, s, executor;
+    ngx_uint_t                    i, j, failed;
+    ngx_http_agent_tool_t        *tool;
+    ngx_http_agent_reply_t       *reply;
+    ngx_http_agent_tool_ref_t    *ref;
+    ngx_http_agent_reply_call_t  *call;
+
+    reply = t->reply;
+    call = reply->calls.elts;
+
+    g = ngx_http_agent_json_gen(t->pool);
+    if (g == NULL) {
+        return NGX_ERROR;
+    }
+
+    failed = yajl_gen_map_open(g);
+
+    failed |= ngx_http_agent_json_key(g, "message_id");
+    failed |= yajl_gen_string(g, t->message_id, t->message_id_len);
+
+    failed |= ngx_http_agent_json_key(g, "content");
+    failed |= yajl_gen_string(g, reply->text.data, reply->text.len);
+
+    if (reply->thinking.len) {
+        failed |= ngx_http_agent_json_key(g, "thinking");
+        failed |= yajl_gen_string(g, reply->thinking.data,
+                                  reply->thinking.len);
+    }
+
+    if (status == NGX_HTTP_AGENT_MSG_COMPLETE && reply->calls.nelts) {
+        failed |= ngx_http_agent_json_key(g, "tool_calls");
+        failed |= yajl_gen_array_open(g);
+
+        for (i = 0; i < reply->calls.nelts; i++) {
+            failed |= yajl_gen_map_open(g);
+            failed |= ngx_http_agent_json_key(g, "id");
+            failed |= yajl_gen_string(g, call[i].id.data, call[i].id.len);
+            failed |= ngx_http_agent_json_key(g, "name");
+            failed |= yajl_gen_string(g, call[i].name.data,
+                                      call[i].name.len);
+            failed |= ngx_http_agent_json_key(g, "arguments");
+            failed |= yajl_gen_string(g, call[i].arguments.data,
+                                      call[i].arguments.len);
+            failed |= yajl_gen_map_close(g);
+        }
+
+        failed |= yajl_gen_array_close(g);
+    }
+
+    if (reply->finish_reason.len) {
+        failed |= ngx_http_agent_json_key(g, "finish_reason");
+        failed |= yajl_gen_string(g, reply->finish_reason.data,
+                                  reply->finish_reason.len);
+    }
+
+    failed |= ngx_http_agent_json_key(g, "usage");
+    failed |= yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "input_tokens");
+    failed |= yajl_gen_integer(g, reply->input_tokens);
+    failed |= ngx_http_agent_json_key(g, "output_tokens");
+    failed |= yajl_gen_integer(g, reply->output_tokens);
+    failed |= yajl_gen_map_close(g);
+
+    failed |= ngx_http_agent_json_key(g, "status");
+    failed |= ngx_http_agent_json_str(g, &ngx_http_agent_status_names[status]);
+
+    failed |= yajl_gen_map_close(g);
+
+    if (ngx_http_agent_json_result(g, failed, &fields) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_agent_emit(t->zone, &t->id, NGX_HTTP_AGENT_EV_ASSISTANT_MSG,
+                            &fields)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (status != NGX_HTTP_AGENT_MSG_COMPLETE) {
+        return NGX_OK;
+    }
+
+    ref = t->agent->tools.elts;
+
+    for (i = 0; i < reply->calls.nelts; i++) {
+
+        ngx_str_set(&executor, "unknown");
+
+        s.data = call[i].name.data;
+        s.len = call[i].name.len;
+
+        for (j = 0; j < t->agent->tools.nelts; j++) {
+            tool = ref[j].tool;
+
+            if (tool->name.len == s.len
+                && ngx_strncmp(tool->name.data, s.data, s.len) == 0)
+            {
+                executor = ngx_http_agent_executors[tool->executor].name;
+                break;
+            }
+        }
+
+        g = ngx_http_agent_json_gen(t->pool);
+        if (g == NULL) {
+            return NGX_ERROR;
+        }
+
+        failed = yajl_gen_map_open(g);
+        failed |= ngx_http_agent_json_key(g, "tool_call_id");
+        failed |= yajl_gen_string(g, call[i].id.data, call[i].id.len);
+        failed |= ngx_http_agent_json_key(g, "name");
+        failed |= ngx_http_agent_json_str(g, &s);
+        failed |= ngx_http_agent_json_key(g, "arguments");
+        failed |= yajl_gen_string(g, call[i].arguments.data,
+                                  call[i].arguments.len);
+        failed |= ngx_http_agent_json_key(g, "executor");
+        failed |= ngx_http_agent_json_str(g, &executor);
+        failed |= yajl_gen_map_close(g);
+
+        if (ngx_http_agent_json_result(g, failed, &fields) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        if (ngx_http_agent_emit(t->zone, &t->id, NGX_HTTP_AGENT_EV_TOOL_CALL,
+                                &fields)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The end of the turn in this worker: its terminal event (none when it
+ * stops to wait), the state it leaves the conversation in, the lease
+ * given back, and turn_ended for the live plane.
+ */
+
+static void
+ngx_http_agent_turn_end(ngx_http_agent_turn_t *t, ngx_uint_t type,
+    ngx_str_t *fields, ngx_http_agent_state_e state)
+{
+    ngx_str_t               ended;
+    ngx_uint_t              n;
+    ngx_pid_t               pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_http_agent_conv_t  *conv;
+
+    ngx_str_set(&ended, "{}");
+
+    ngx_http_agent_zone_lock(t->zone);
+
+    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+
+    n = 0;
+
+    if (conv) {
+        if (fields
+            && ngx_http_agent_event_add_locked(t->zone, conv, type, fields)
+               == NULL)
+        {
+            ngx_log_error(NGX_LOG_ERR, &t->log, 0,
+                          "agent turn could not record its end");
+        }
+
+        (void) ngx_http_agent_state_set_locked(t->zone, conv, state);
+        (void) ngx_http_agent_event_add_locked(t->zone, conv,
+                                               NGX_HTTP_AGENT_EV_TURN_ENDED,
+                                               &ended);
+        conv->lease = 0;
+
+        n = ngx_http_agent_sub_pids_locked(conv, pids);
+    }
+
+    ngx_http_agent_zone_unlock(t->zone);
+
+    ngx_http_agent_wake(&t->id, pids, n);
+
+    ngx_http_agent_turn_close(t);
+}
+
+
+/* text and thinking deltas, and tool call arguments, as live events */
+
+static void
+ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply, ngx_uint_t kind,
+    ngx_uint_t index, ngx_str_t *s)
+{
+    ngx_http_agent_turn_t *t = reply->data;
+
+    u_char                 *p;
+    size_t                  len;
+    ngx_str_t               fields;
+    ngx_uint_t              type;
+
+    static ngx_uint_t       types[] = {
+        NGX_HTTP_AGENT_EV_TEXT_DELTA,
+        NGX_HTTP_AGENT_EV_THINKING_DELTA,
+        NGX_HTTP_AGENT_EV_TOOL_CALL_DELTA
+    };
+
+    type = types[kind];
+
+    len = sizeof("{\"message_id\":\"\",\"delta_seq\":,\"index\":,"
+                 "\"delta\":\"\"}")
+          + t->message_id_len + 2 * NGX_INT_T_LEN + 6 * s->len;
+
+    /* one buffer for every delta of the turn: it grows, never piles up */
+
+    if (t->scratch.size < len) {
+        if (t->scratch.data) {
+            ngx_pfree(t->request->connection->pool, t->scratch.data);
+        }
+
+        t->scratch.size = ngx_max(len, 4096);
+        t->scratch.data = ngx_pnalloc(t->request->connection->pool,
+                                      t->scratch.size);
+
+        if (t->scratch.data == NULL) {
+            t->scratch.size = 0;
+            return;
+        }
+    }
+
+    p = ngx_sprintf(t->scratch.data,
+                    "{\"message_id\":\"%*s\",\"delta_seq\":%ui",
+                    t->message_id_len, t->message_id, ++t->delta_seq);
+
+    if (kind == NGX_HTTP_AGENT_DELTA_TOOL_ARGS) {
+        p = ngx_sprintf(p, ",\"index\":%ui", index);
+    }
+
+    p = ngx_cpymem(p, ",\"delta\":\"", sizeof(",\"delta\":\"") - 1);
+    p = (u_char *) ngx_escape_json(p, s->data, s->len);
+    *p++ = '"';
+    *p++ = '}';
+
+    fields.data = t->scratch.data;
+    fields.len = p - t->scratch.data;
+
+    /* a live event that finds no room is dropped: the log has it all */
+    (void) ngx_http_agent_emit(t->zone, &t->id, type, &fields);
+}
+
+
+ngx_int_t
+ngx_http_agent_emit(ngx_http_agent_zone_t *zone, ngx_str_t *id,
+    ngx_uint_t type, ngx_str_t *fields)
+{
+    ngx_uint_t               n;
+    ngx_pid_t                pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_http_agent_conv_t   *conv;
+    ngx_http_agent_event_t  *ev;
+
+    ngx_http_agent_zone_lock(zone);
+
+    conv = ngx_http_agent_conv_find_locked(zone, id);
+
+    if (conv == NULL) {
+        ngx_http_agent_zone_unlock(zone);
+        return NGX_ERROR;
+    }
+
+    ev = ngx_http_agent_event_add_locked(zone, conv, type, fields);
+
+    n = ngx_http_agent_sub_pids_locked(conv, pids);
+
+    ngx_http_agent_zone_unlock(zone);
+
+    if (ev == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_http_agent_wake(id, pids, n);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_agent_turn_close(ngx_http_agent_turn_t *t)
+{
+    ngx_pool_t          *pool;
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    if (t->event.timer_set) {
+        ngx_del_timer(&t->event);
+    }
+
+    if (t->event.posted) {
+        ngx_delete_posted_event(&t->event);
+    }
+
+    if (t->pool) {
+        ngx_destroy_pool(t->pool);
+        t->pool = NULL;
+    }
+
+    r = t->request;
+    c = r->connection;
+    pool = c->pool;
+
+    ngx_http_free_request(r, 0);
+
+    c->destroyed = 1;
+    c->fd = 0;
+    ngx_free_connection(c);
+    c->fd = (ngx_socket_t) -1;
+
+    ngx_destroy_pool(pool);
+}
+
+
+static u_char *
+ngx_http_agent_turn_log_error(ngx_log_t *log, u_char *buf, size_t len)
+{
+    u_char                 *p;
+    ngx_http_agent_turn_t  *t;
+
+    p = buf;
+
+    if (log->action) {
+        p = ngx_snprintf(buf, len, " while %s", log->action);
+        len -= p - buf;
+    }
+
+    t = (ngx_http_agent_turn_t *)
+            ((u_char *) log->data - offsetof(ngx_http_agent_turn_t, log_ctx));
+
+    return ngx_snprintf(p, len, ", agent: \"%V\", conversation: \"%V\", "
+                        "turn: %ui", &t->agent->name, &t->id, t->turn);
+}

@@ -1,0 +1,27 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#ifndef _NGX_HTTP_AGENT_WAKE_H_INCLUDED_
+#define _NGX_HTTP_AGENT_WAKE_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+
+ngx_int_t ngx_http_agent_wake_init_process(ngx_cycle_t *cycle);
+void ngx_http_agent_wake_exit_process(ngx_cycle_t *cycle);
+
+/*
+ * The conversation has new events: the workers named (from
+ * ngx_http_agent_sub_pids_locked()) are told to let their subscribers
+ * catch up.  Called with the zone unlocked.
+ */
+void ngx_http_agent_wake(ngx_str_t *id, ngx_pid_t *pids, ngx_uint_t n);
+
+
+#endif /* _NGX_HTTP_AGENT_WAKE_H_INCLUDED_ */

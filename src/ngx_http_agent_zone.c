@@ -1,0 +1,635 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_zone.h"
+
+
+static ngx_int_t ngx_http_agent_zone_init(ngx_shm_zone_t *shm_zone,
+    void *data);
+static void ngx_http_agent_rbtree_insert_value(ngx_rbtree_node_t *temp,
+    ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel);
+static void *ngx_http_agent_alloc_locked(ngx_http_agent_zone_t *z,
+    size_t size);
+static ngx_uint_t ngx_http_agent_expire_locked(ngx_http_agent_zone_t *z);
+
+
+ngx_str_t  ngx_http_agent_event_names[] = {
+    ngx_string("user_msg"),
+    ngx_string("assistant_msg"),
+    ngx_string("tool_call"),
+    ngx_string("tool_result"),
+    ngx_string("suspension"),
+    ngx_string("resolution"),
+    ngx_string("turn_completed"),
+    ngx_string("turn_failed"),
+    ngx_string("cancelled"),
+    ngx_string("turn_started"),
+    ngx_string("state_changed"),
+    ngx_string("text_delta"),
+    ngx_string("thinking_delta"),
+    ngx_string("tool_call_delta"),
+    ngx_string("tool_progress"),
+    ngx_string("turn_ended"),
+    ngx_null_string
+};
+
+
+ngx_str_t  ngx_http_agent_state_names[] = {
+    ngx_string("idle"),
+    ngx_string("preparing"),
+    ngx_string("streaming"),
+    ngx_string("executing_tools"),
+    ngx_string("awaiting_input"),
+    ngx_null_string
+};
+
+
+/* agent_zone zone=name:size; */
+
+char *
+ngx_http_agent_zone_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_agent_main_conf_t *amcf = conf;
+
+    u_char                 *p;
+    ssize_t                 size;
+    ngx_str_t              *value, name, s;
+    ngx_shm_zone_t         *shm_zone;
+    ngx_http_agent_zone_t  *z;
+
+    if (amcf->zone != NULL) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strncmp(value[1].data, "zone=", 5) != 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid parameter \"%V\", it must be "
+                           "\"zone=name:size\"", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    name.data = value[1].data + 5;
+
+    p = (u_char *) ngx_strchr(name.data, ':');
+    if (p == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid zone size \"%V\"", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    name.len = p - name.data;
+
+    s.data = p + 1;
+    s.len = value[1].data + value[1].len - s.data;
+
+    size = ngx_parse_size(&s);
+
+    if (name.len == 0 || size == NGX_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid zone \"%V\"", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    if (size < (ssize_t) (8 * ngx_pagesize)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "zone \"%V\" is too small", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    z = ngx_pcalloc(cf->pool, sizeof(ngx_http_agent_zone_t));
+    if (z == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    shm_zone = ngx_shared_memory_add(cf, &name, size, &ngx_http_agent_module);
+    if (shm_zone == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (shm_zone->data) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "zone \"%V\" is already used", &name);
+        return NGX_CONF_ERROR;
+    }
+
+    shm_zone->init = ngx_http_agent_zone_init;
+    shm_zone->data = z;
+
+    z->shm_zone = shm_zone;
+    amcf->zone = z;
+
+    return NGX_CONF_OK;
+}
+
+
+/* on reload the old zone is taken over as it is: conversations survive */
+
+static ngx_int_t
+ngx_http_agent_zone_init(ngx_shm_zone_t *shm_zone, void *data)
+{
+    ngx_http_agent_zone_t  *oz = data;
+
+    size_t                  len;
+    ngx_http_agent_zone_t  *z;
+
+    z = shm_zone->data;
+
+    if (oz) {
+        z->sh = oz->sh;
+        z->shpool = oz->shpool;
+        return NGX_OK;
+    }
+
+    z->shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
+
+    if (shm_zone->shm.exists) {
+        z->sh = z->shpool->data;
+        return NGX_OK;
+    }
+
+    z->sh = ngx_slab_alloc(z->shpool, sizeof(ngx_http_agent_sh_t));
+    if (z->sh == NULL) {
+        return NGX_ERROR;
+    }
+
+    z->shpool->data = z->sh;
+
+    ngx_rbtree_init(&z->sh->rbtree, &z->sh->sentinel,
+                    ngx_http_agent_rbtree_insert_value);
+    ngx_queue_init(&z->sh->lru);
+
+    len = sizeof(" in agent zone \"\"") + shm_zone->shm.name.len;
+
+    z->shpool->log_ctx = ngx_slab_alloc(z->shpool, len);
+    if (z->shpool->log_ctx == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_sprintf(z->shpool->log_ctx, " in agent zone \"%V\"%Z",
+                &shm_zone->shm.name);
+
+    /* a full zone is answered with 503 and logged once per request */
+    z->shpool->log_nomem = 0;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_agent_rbtree_insert_value(ngx_rbtree_node_t *temp,
+    ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel)
+{
+    ngx_rbtree_node_t      **p;
+    ngx_http_agent_conv_t   *c, *ct;
+
+    for ( ;; ) {
+
+        if (node->key < temp->key) {
+            p = &temp->left;
+
+        } else if (node->key > temp->key) {
+            p = &temp->right;
+
+        } else { /* node->key == temp->key */
+
+            c = (ngx_http_agent_conv_t *) node;
+            ct = (ngx_http_agent_conv_t *) temp;
+
+            p = (ngx_memn2cmp(c->id, ct->id, c->id_len, ct->id_len) < 0)
+                ? &temp->left : &temp->right;
+        }
+
+        if (*p == sentinel) {
+            break;
+        }
+
+        temp = *p;
+    }
+
+    *p = node;
+    node->parent = temp;
+    node->left = sentinel;
+    node->right = sentinel;
+    ngx_rbt_red(node);
+}
+
+
+ngx_http_agent_conv_t *
+ngx_http_agent_conv_find_locked(ngx_http_agent_zone_t *z, ngx_str_t *id)
+{
+    uint32_t                hash;
+    ngx_int_t               rc;
+    ngx_rbtree_node_t      *node, *sentinel;
+    ngx_http_agent_conv_t  *conv;
+
+    hash = ngx_crc32_short(id->data, id->len);
+
+    node = z->sh->rbtree.root;
+    sentinel = z->sh->rbtree.sentinel;
+
+    while (node != sentinel) {
+
+        if (hash < node->key) {
+            node = node->left;
+            continue;
+        }
+
+        if (hash > node->key) {
+            node = node->right;
+            continue;
+        }
+
+        conv = (ngx_http_agent_conv_t *) node;
+
+        rc = ngx_memn2cmp(id->data, conv->id, id->len, conv->id_len);
+
+        if (rc == 0) {
+            ngx_queue_remove(&conv->lru);
+            ngx_queue_insert_tail(&z->sh->lru, &conv->lru);
+            return conv;
+        }
+
+        node = (rc < 0) ? node->left : node->right;
+    }
+
+    return NULL;
+}
+
+
+ngx_http_agent_conv_t *
+ngx_http_agent_conv_create_locked(ngx_http_agent_zone_t *z, ngx_str_t *id)
+{
+    ngx_http_agent_conv_t  *conv;
+
+    if (id->len > NGX_HTTP_AGENT_ID_LEN) {
+        return NULL;
+    }
+
+    conv = ngx_http_agent_alloc_locked(z, sizeof(ngx_http_agent_conv_t));
+    if (conv == NULL) {
+        return NULL;
+    }
+
+    ngx_memzero(conv, sizeof(ngx_http_agent_conv_t));
+
+    conv->node.key = ngx_crc32_short(id->data, id->len);
+    ngx_memcpy(conv->id, id->data, id->len);
+    conv->id_len = id->len;
+    conv->state = NGX_HTTP_AGENT_IDLE;
+    conv->updated = ngx_current_msec;
+
+    ngx_queue_init(&conv->log);
+
+    ngx_rbtree_insert(&z->sh->rbtree, &conv->node);
+    ngx_queue_insert_tail(&z->sh->lru, &conv->lru);
+    z->sh->count++;
+
+    return conv;
+}
+
+
+/*
+ * An event is stored as the JSON its subscribers get:
+ * {"type":T,"seq":N,"turn":N,"ts":N, <fields>}, where fields is a JSON
+ * object whose members are appended (the caller builds it without the
+ * lock held).  Live events carry no seq and go to the ring.
+ */
+
+ngx_http_agent_event_t *
+ngx_http_agent_event_add_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_uint_t type, ngx_str_t *fields)
+{
+    u_char                  *p;
+    size_t                   len;
+    uint64_t                 seq;
+    ngx_uint_t               canonical, slot;
+    ngx_time_t              *tp;
+    ngx_http_agent_event_t  *ev;
+
+    canonical = ngx_http_agent_event_canonical(type);
+    seq = canonical ? conv->seq + 1 : 0;
+
+    /* fields is "{...}": its members follow ours after a comma */
+
+    len = sizeof("{\"type\":\"\",\"seq\":,\"turn\":,\"ts\":,") - 1
+          + ngx_http_agent_event_names[type].len
+          + 2 * NGX_INT64_LEN + NGX_INT_T_LEN
+          + fields->len;
+
+    ev = ngx_http_agent_alloc_locked(z,
+                                  offsetof(ngx_http_agent_event_t, data) + len);
+    if (ev == NULL) {
+        return NULL;
+    }
+
+    p = ngx_sprintf(ev->data, "{\"type\":\"%V\"",
+                    &ngx_http_agent_event_names[type]);
+
+    if (canonical) {
+        p = ngx_sprintf(p, ",\"seq\":%uL", seq);
+    }
+
+    tp = ngx_timeofday();
+
+    p = ngx_sprintf(p, ",\"turn\":%ui,\"ts\":%uL", conv->turn,
+                    (uint64_t) tp->sec * 1000 + tp->msec);
+
+    if (fields->len > 2) {
+        *p++ = ',';
+        p = ngx_cpymem(p, fields->data + 1, fields->len - 1);
+
+    } else {
+        *p++ = '}';
+    }
+
+    ev->len = p - ev->data;
+    ev->type = type;
+    ev->seq = seq;
+    ev->pos = ++conv->pos;
+
+    conv->updated = ngx_current_msec;
+
+    if (canonical) {
+        conv->seq = seq;
+        ngx_queue_insert_tail(&conv->log, &ev->queue);
+        conv->nlog++;
+        return ev;
+    }
+
+    slot = conv->nlive++ % NGX_HTTP_AGENT_LIVE_RING;
+
+    if (conv->live[slot]) {
+        ngx_slab_free_locked(z->shpool, conv->live[slot]);
+    }
+
+    conv->live[slot] = ev;
+
+    return ev;
+}
+
+
+/*
+ * The real transitions only: a state_changed live event is emitted when
+ * the state changes, never for a transition to the same state.
+ */
+
+ngx_int_t
+ngx_http_agent_state_set_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_http_agent_state_e state)
+{
+    u_char                   buf[128];
+    ngx_str_t                fields;
+    ngx_http_agent_state_e   from;
+
+    if (conv->state == state) {
+        return NGX_DECLINED;
+    }
+
+    from = conv->state;
+    conv->state = state;
+
+    fields.data = buf;
+    fields.len = ngx_sprintf(buf, "{\"from\":\"%V\",\"to\":\"%V\"}",
+                             &ngx_http_agent_state_names[from],
+                             &ngx_http_agent_state_names[state])
+                 - buf;
+
+    /* the transition stands even if its live event finds no room */
+    (void) ngx_http_agent_event_add_locked(z, conv,
+                                           NGX_HTTP_AGENT_EV_STATE_CHANGED,
+                                           &fields);
+    return NGX_OK;
+}
+
+
+ngx_uint_t
+ngx_http_agent_events_after_locked(ngx_http_agent_conv_t *conv, uint64_t pos,
+    ngx_http_agent_event_t **out, ngx_uint_t max)
+{
+    ngx_uint_t               n, i, first, nlive, j;
+    ngx_queue_t             *q;
+    ngx_http_agent_event_t  *ev, *lev;
+
+    /* the log events after pos: walk back from the tail, then forward */
+
+    q = ngx_queue_last(&conv->log);
+
+    while (q != ngx_queue_sentinel(&conv->log)) {
+        ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+        if (ev->pos <= pos) {
+            break;
+        }
+
+        q = ngx_queue_prev(q);
+    }
+
+    q = ngx_queue_next(q);
+
+    /* the ring, oldest first */
+
+    nlive = ngx_min(conv->nlive, NGX_HTTP_AGENT_LIVE_RING);
+    first = conv->nlive - nlive;
+    j = 0;
+
+    /* merge both by pos */
+
+    n = 0;
+
+    while (n < max) {
+        ev = NULL;
+
+        if (q != ngx_queue_sentinel(&conv->log)) {
+            ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+        }
+
+        lev = NULL;
+
+        while (j < nlive) {
+            i = (first + j) % NGX_HTTP_AGENT_LIVE_RING;
+
+            if (conv->live[i] && conv->live[i]->pos > pos) {
+                lev = conv->live[i];
+                break;
+            }
+
+            j++;
+        }
+
+        if (ev == NULL && lev == NULL) {
+            break;
+        }
+
+        if (lev == NULL || (ev && ev->pos < lev->pos)) {
+            out[n++] = ev;
+            q = ngx_queue_next(q);
+
+        } else {
+            out[n++] = lev;
+            j++;
+        }
+    }
+
+    return n;
+}
+
+
+ngx_uint_t
+ngx_http_agent_log_after_locked(ngx_http_agent_conv_t *conv, uint64_t seq,
+    ngx_http_agent_event_t **out, ngx_uint_t max)
+{
+    ngx_uint_t               n;
+    ngx_queue_t             *q;
+    ngx_http_agent_event_t  *ev;
+
+    n = 0;
+
+    for (q = ngx_queue_head(&conv->log);
+         q != ngx_queue_sentinel(&conv->log) && n < max;
+         q = ngx_queue_next(q))
+    {
+        ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+        if (ev->seq > seq) {
+            out[n++] = ev;
+        }
+    }
+
+    return n;
+}
+
+
+ngx_int_t
+ngx_http_agent_sub_add_locked(ngx_http_agent_conv_t *conv, ngx_pid_t pid)
+{
+    ngx_uint_t  i, free;
+
+    free = NGX_HTTP_AGENT_SUB_WORKERS;
+
+    for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
+
+        if (conv->subs[i].pid == pid) {
+            conv->subs[i].count++;
+            return NGX_OK;
+        }
+
+        if (conv->subs[i].count == 0 && free == NGX_HTTP_AGENT_SUB_WORKERS) {
+            free = i;
+        }
+    }
+
+    if (free == NGX_HTTP_AGENT_SUB_WORKERS) {
+        return NGX_DECLINED;
+    }
+
+    conv->subs[free].pid = pid;
+    conv->subs[free].count = 1;
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_agent_sub_remove_locked(ngx_http_agent_conv_t *conv, ngx_pid_t pid)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
+
+        if (conv->subs[i].pid == pid && conv->subs[i].count) {
+            if (--conv->subs[i].count == 0) {
+                conv->subs[i].pid = 0;
+            }
+
+            return;
+        }
+    }
+}
+
+
+ngx_uint_t
+ngx_http_agent_sub_pids_locked(ngx_http_agent_conv_t *conv, ngx_pid_t *pids)
+{
+    ngx_uint_t  i, n;
+
+    n = 0;
+
+    for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
+        if (conv->subs[i].count) {
+            pids[n++] = conv->subs[i].pid;
+        }
+    }
+
+    return n;
+}
+
+
+/*
+ * Allocation failure frees what can go without loss, least recently used
+ * conversation first, and tries again: the live events of conversations
+ * at rest (deltas nobody can be waiting for).  Conversations themselves
+ * leave the zone only once the durable store holds them.
+ */
+
+static void *
+ngx_http_agent_alloc_locked(ngx_http_agent_zone_t *z, size_t size)
+{
+    void  *p;
+
+    for ( ;; ) {
+        p = ngx_slab_alloc_locked(z->shpool, size);
+
+        if (p != NULL) {
+            return p;
+        }
+
+        if (ngx_http_agent_expire_locked(z) == 0) {
+            ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                          "agent zone \"%V\" is full",
+                          &z->shm_zone->shm.name);
+            return NULL;
+        }
+    }
+}
+
+
+static ngx_uint_t
+ngx_http_agent_expire_locked(ngx_http_agent_zone_t *z)
+{
+    ngx_uint_t              i, freed;
+    ngx_queue_t            *q;
+    ngx_http_agent_conv_t  *conv;
+
+    freed = 0;
+
+    for (q = ngx_queue_head(&z->sh->lru);
+         q != ngx_queue_sentinel(&z->sh->lru) && freed == 0;
+         q = ngx_queue_next(q))
+    {
+        conv = ngx_queue_data(q, ngx_http_agent_conv_t, lru);
+
+        if (conv->state != NGX_HTTP_AGENT_IDLE || conv->lease) {
+            continue;
+        }
+
+        for (i = 0; i < NGX_HTTP_AGENT_LIVE_RING; i++) {
+            if (conv->live[i]) {
+                ngx_slab_free_locked(z->shpool, conv->live[i]);
+                conv->live[i] = NULL;
+                freed++;
+            }
+        }
+    }
+
+    return freed;
+}

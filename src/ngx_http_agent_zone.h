@@ -1,0 +1,169 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#ifndef _NGX_HTTP_AGENT_ZONE_H_INCLUDED_
+#define _NGX_HTTP_AGENT_ZONE_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_module.h"
+
+
+#define NGX_HTTP_AGENT_ID_LEN            64
+#define NGX_HTTP_AGENT_LIVE_RING         64
+#define NGX_HTTP_AGENT_SUB_WORKERS       16
+#define NGX_HTTP_AGENT_SOURCE_IDS        16
+
+
+/* conversation states; only idle and awaiting_input are at rest */
+typedef enum {
+    NGX_HTTP_AGENT_IDLE = 0,
+    NGX_HTTP_AGENT_PREPARING,
+    NGX_HTTP_AGENT_STREAMING,
+    NGX_HTTP_AGENT_EXECUTING_TOOLS,
+    NGX_HTTP_AGENT_AWAITING_INPUT
+} ngx_http_agent_state_e;
+
+
+/*
+ * An event in the zone: canonical ones (seq > 0) are the log, live ones
+ * (seq == 0) sit in a bounded ring.  pos orders both kinds together, so a
+ * subscriber that has seen pos N needs exactly the events after N.
+ * data is the event as JSON, as sent to subscribers.
+ */
+
+typedef struct {
+    ngx_queue_t                   queue;      /* in the log */
+    uint64_t                      pos;
+    uint64_t                      seq;
+    ngx_uint_t                    type;
+    size_t                        len;
+    u_char                        data[1];
+} ngx_http_agent_event_t;
+
+
+/* a worker with subscribers of the conversation, to wake */
+typedef struct {
+    ngx_pid_t                     pid;
+    ngx_uint_t                    count;
+} ngx_http_agent_sub_worker_t;
+
+
+typedef struct {
+    uint32_t                      hash;
+    ngx_uint_t                    turn;
+    uint64_t                      seq;
+} ngx_http_agent_source_t;
+
+
+typedef struct {
+    ngx_rbtree_node_t             node;       /* key: crc32 of the id */
+    ngx_queue_t                   lru;
+
+    u_char                        id[NGX_HTTP_AGENT_ID_LEN];
+    size_t                        id_len;
+
+    ngx_http_agent_state_e        state;
+
+    uint64_t                      seq;        /* last canonical seq */
+    uint64_t                      pos;        /* last event position */
+    ngx_uint_t                    turn;       /* turns started */
+
+    /* the worker running the turn, 0 when none */
+    ngx_pid_t                     lease;
+
+    ngx_queue_t                   log;        /* ngx_http_agent_event_t */
+    ngx_uint_t                    nlog;
+
+    ngx_http_agent_event_t       *live[NGX_HTTP_AGENT_LIVE_RING];
+    ngx_uint_t                    nlive;      /* live events ever added */
+
+    ngx_http_agent_sub_worker_t   subs[NGX_HTTP_AGENT_SUB_WORKERS];
+
+    /* recent client source ids, so that a resent message is taken once */
+    ngx_http_agent_source_t       sources[NGX_HTTP_AGENT_SOURCE_IDS];
+    ngx_uint_t                    nsources;
+
+    ngx_msec_t                    updated;
+} ngx_http_agent_conv_t;
+
+
+typedef struct {
+    ngx_rbtree_t                  rbtree;
+    ngx_rbtree_node_t             sentinel;
+    ngx_queue_t                   lru;        /* least recently used first */
+    ngx_uint_t                    count;
+} ngx_http_agent_sh_t;
+
+
+struct ngx_http_agent_zone_s {
+    ngx_http_agent_sh_t          *sh;
+    ngx_slab_pool_t              *shpool;
+    ngx_shm_zone_t               *shm_zone;
+};
+
+
+/* event types: canonical first, then live */
+#define NGX_HTTP_AGENT_EV_USER_MSG          0
+#define NGX_HTTP_AGENT_EV_ASSISTANT_MSG     1
+#define NGX_HTTP_AGENT_EV_TOOL_CALL         2
+#define NGX_HTTP_AGENT_EV_TOOL_RESULT       3
+#define NGX_HTTP_AGENT_EV_SUSPENSION        4
+#define NGX_HTTP_AGENT_EV_RESOLUTION        5
+#define NGX_HTTP_AGENT_EV_TURN_COMPLETED    6
+#define NGX_HTTP_AGENT_EV_TURN_FAILED       7
+#define NGX_HTTP_AGENT_EV_CANCELLED         8
+#define NGX_HTTP_AGENT_EV_TURN_STARTED      9
+#define NGX_HTTP_AGENT_EV_STATE_CHANGED     10
+#define NGX_HTTP_AGENT_EV_TEXT_DELTA        11
+#define NGX_HTTP_AGENT_EV_THINKING_DELTA    12
+#define NGX_HTTP_AGENT_EV_TOOL_CALL_DELTA   13
+#define NGX_HTTP_AGENT_EV_TOOL_PROGRESS     14
+#define NGX_HTTP_AGENT_EV_TURN_ENDED        15
+
+#define ngx_http_agent_event_canonical(type)                                 \
+    ((type) < NGX_HTTP_AGENT_EV_TURN_STARTED)
+
+
+extern ngx_str_t  ngx_http_agent_event_names[];
+extern ngx_str_t  ngx_http_agent_state_names[];
+
+
+char *ngx_http_agent_zone_directive(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+#define ngx_http_agent_zone_lock(z)    ngx_shmtx_lock(&(z)->shpool->mutex)
+#define ngx_http_agent_zone_unlock(z)  ngx_shmtx_unlock(&(z)->shpool->mutex)
+
+/* all of these run with the zone locked */
+ngx_http_agent_conv_t *ngx_http_agent_conv_find_locked(
+    ngx_http_agent_zone_t *z, ngx_str_t *id);
+ngx_http_agent_conv_t *ngx_http_agent_conv_create_locked(
+    ngx_http_agent_zone_t *z, ngx_str_t *id);
+ngx_http_agent_event_t *ngx_http_agent_event_add_locked(
+    ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv, ngx_uint_t type,
+    ngx_str_t *fields);
+ngx_int_t ngx_http_agent_state_set_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_http_agent_state_e state);
+ngx_int_t ngx_http_agent_sub_add_locked(ngx_http_agent_conv_t *conv,
+    ngx_pid_t pid);
+void ngx_http_agent_sub_remove_locked(ngx_http_agent_conv_t *conv,
+    ngx_pid_t pid);
+ngx_uint_t ngx_http_agent_sub_pids_locked(ngx_http_agent_conv_t *conv,
+    ngx_pid_t *pids);
+
+/* the events after pos, canonical and live, in pos order */
+ngx_uint_t ngx_http_agent_events_after_locked(ngx_http_agent_conv_t *conv,
+    uint64_t pos, ngx_http_agent_event_t **out, ngx_uint_t max);
+/* the canonical events after seq, in seq order */
+ngx_uint_t ngx_http_agent_log_after_locked(ngx_http_agent_conv_t *conv,
+    uint64_t seq, ngx_http_agent_event_t **out, ngx_uint_t max);
+
+
+#endif /* _NGX_HTTP_AGENT_ZONE_H_INCLUDED_ */

@@ -1,0 +1,158 @@
+package Test::Agent::Engine;
+
+# What the conversation tests share: an nginx.conf with one agent whose
+# provider is the mock, and calls of the conversation API.
+#
+#   my $t = Test::Agent->new;
+#   my $mock = Test::Agent::MockProvider->new;
+#   $t->write_file_expand('nginx.conf', engine_conf($mock));
+#   $t->run;
+#   my $r = send_message($t, 'c1', 'hello');
+#   my $c = wait_state($t, 'c1', 'idle');
+
+use strict;
+use warnings;
+
+use Exporter qw(import);
+use JSON::PP;
+use Time::HiRes qw(time sleep);
+
+use Test::Agent::HTTP;
+
+our @EXPORT = qw(engine_conf send_message inspect wait_state log_types
+                 events_request);
+
+# %opts: workers, zone (size), http (more http-level lines), server (more
+# server-level lines), provider (lines in the provider location), agent
+# (more lines in the agent block), tools (agent_tool blocks)
+
+sub engine_conf {
+    my ($mock, %opts) = @_;
+
+    my $workers = $opts{workers} // 1;
+    my $port = $mock->port;
+    my $http = $opts{http} // '';
+    my $server = $opts{server} // '';
+    my $provider = $opts{provider} // '';
+    my $agent = $opts{agent} // '';
+    my $tools = $opts{tools} // '';
+    my $zone = $opts{zone} // '1m';
+
+    return <<"EOF";
+%%TEST_GLOBALS%%
+
+worker_processes $workers;
+
+events {
+}
+
+http {
+    %%TEST_GLOBALS_HTTP%%
+
+    agent_zone zone=agents:$zone;
+    $http
+
+    $tools
+
+    agent chat {
+        provider openai_chat /internal/llm;
+        model gpt-test;
+        system "You are terse.";
+        retry attempts=3 base=50ms cap=200ms;
+        $agent
+    }
+
+    server {
+        listen 127.0.0.1:%%PORT_8080%%;
+
+        location ~ ^/c/(?<cid>[^/]+)/messages\$ {
+            agent chat;
+            agent_conversation \$cid;
+            agent_message;
+        }
+
+        location ~ ^/c/(?<cid>[^/]+)/events\$ {
+            agent chat;
+            agent_conversation \$cid;
+            agent_events;
+        }
+
+        location ~ ^/c/(?<cid>[^/]+)\$ {
+            agent chat;
+            agent_conversation \$cid;
+            agent_inspect;
+        }
+
+        location = /internal/llm {
+            internal;
+            proxy_pass http://127.0.0.1:$port/v1/chat/completions;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            $provider
+        }
+
+        $server
+    }
+}
+EOF
+}
+
+sub send_message {
+    my ($t, $cid, $content, %opts) = @_;
+
+    my $body = exists $opts{body} ? $opts{body}
+        : encode_json({ content => $content,
+                        $opts{source_id} ? (source_id => $opts{source_id})
+                                         : () });
+
+    my $r = http_post("/c/$cid/messages", $body, port => $t->port(8080),
+                      headers => { 'Content-Type' => 'application/json',
+                                   %{$opts{headers} || {}} });
+
+    $r->{json} = eval { decode_json($r->{body}) } if $r;
+    return $r;
+}
+
+sub inspect {
+    my ($t, $cid, $args) = @_;
+
+    my $r = http_get("/c/$cid" . ($args ? "?$args" : ''),
+                     port => $t->port(8080));
+    $r->{json} = eval { decode_json($r->{body}) } if $r;
+    return $r;
+}
+
+# polls inspect until the conversation is in the state with no turn
+# running; returns its JSON (the last seen, if the state never came)
+
+sub wait_state {
+    my ($t, $cid, $state, $timeout) = @_;
+
+    my $deadline = time + ($timeout // 10);
+    my $c;
+
+    while (time < $deadline) {
+        my $r = inspect($t, $cid);
+        $c = $r->{json} if $r && $r->{status} == 200;
+        return $c if $c && $c->{state} eq $state && !defined $c->{lease};
+        sleep 0.05;
+    }
+
+    return $c;
+}
+
+sub log_types {
+    my ($c) = @_;
+    return join ' ', map { $_->{type} } @{$c->{messages}};
+}
+
+sub events_request {
+    my ($cid, %headers) = @_;
+
+    my $req = "GET /c/$cid/events HTTP/1.1\r\nHost: localhost\r\n";
+    $req .= "$_: $headers{$_}\r\n" for sort keys %headers;
+    return $req . "\r\n";
+}
+
+1;
