@@ -12,7 +12,7 @@
 #include "ngx_http_agent_provider.h"
 
 
-static ngx_str_t  ngx_http_agent_input_schema = ngx_string("input_schema");
+static ngx_str_t  ngx_http_agent_schema = ngx_string("input_schema");
 
 
 /* Anthropic Messages */
@@ -66,8 +66,7 @@ ngx_http_agent_anthropic_render_tools(yajl_gen g, ngx_http_agent_t *agent)
 
         failed |= yajl_gen_map_open(g);
 
-        failed |= ngx_http_agent_provider_function(g, tool,
-                                                    &ngx_http_agent_input_schema);
+        failed |= ngx_http_agent_provider_function(g, tool, &ngx_http_agent_schema);
 
         failed |= yajl_gen_map_close(g);
     }

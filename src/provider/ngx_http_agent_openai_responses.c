@@ -12,7 +12,7 @@
 #include "ngx_http_agent_provider.h"
 
 
-static ngx_str_t  ngx_http_agent_parameters_key = ngx_string("parameters");
+static ngx_str_t  ngx_http_agent_params = ngx_string("parameters");
 
 
 /* OpenAI Responses */
@@ -71,8 +71,7 @@ ngx_http_agent_openai_responses_render_tools(yajl_gen g,
         failed |= ngx_http_agent_json_key(g, "type");
         failed |= ngx_http_agent_json_key(g, "function");
 
-        failed |= ngx_http_agent_provider_function(g, tool,
-                                                    &ngx_http_agent_parameters_key);
+        failed |= ngx_http_agent_provider_function(g, tool, &ngx_http_agent_params);
 
         failed |= yajl_gen_map_close(g);
     }
