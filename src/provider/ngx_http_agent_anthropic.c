@@ -66,7 +66,8 @@ ngx_http_agent_anthropic_render_tools(yajl_gen g, ngx_http_agent_t *agent)
 
         failed |= yajl_gen_map_open(g);
 
-        failed |= ngx_http_agent_provider_function(g, tool, &ngx_http_agent_schema);
+        failed |= ngx_http_agent_provider_function(g, tool,
+                                                   &ngx_http_agent_schema);
 
         failed |= yajl_gen_map_close(g);
     }

@@ -71,7 +71,8 @@ ngx_http_agent_openai_responses_render_tools(yajl_gen g,
         failed |= ngx_http_agent_json_key(g, "type");
         failed |= ngx_http_agent_json_key(g, "function");
 
-        failed |= ngx_http_agent_provider_function(g, tool, &ngx_http_agent_params);
+        failed |= ngx_http_agent_provider_function(g, tool,
+                                                   &ngx_http_agent_params);
 
         failed |= yajl_gen_map_close(g);
     }
