@@ -345,6 +345,11 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
                                          &msg->fields);
     if (ev == NULL) {
         conv->turn--;
+
+        if (conv->seq == 0) {
+            ngx_http_agent_conv_delete_locked(z, conv);
+        }
+
         ngx_http_agent_zone_unlock(z);
         return ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
                                          "zone_full",

@@ -298,6 +298,28 @@ ngx_http_agent_conv_create_locked(ngx_http_agent_zone_t *z, ngx_str_t *id)
 }
 
 
+/* a conversation that never took an event, as if it had not been made */
+
+void
+ngx_http_agent_conv_delete_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < NGX_HTTP_AGENT_LIVE_RING; i++) {
+        if (conv->live[i]) {
+            ngx_slab_free_locked(z->shpool, conv->live[i]);
+        }
+    }
+
+    ngx_queue_remove(&conv->lru);
+    ngx_rbtree_delete(&z->sh->rbtree, &conv->node);
+    z->sh->count--;
+
+    ngx_slab_free_locked(z->shpool, conv);
+}
+
+
 /*
  * An event is stored as the JSON its subscribers get:
  * {"type":T,"seq":N,"turn":N,"ts":N, <fields>}, where fields is a JSON

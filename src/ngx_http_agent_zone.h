@@ -146,6 +146,8 @@ ngx_http_agent_conv_t *ngx_http_agent_conv_find_locked(
     ngx_http_agent_zone_t *z, ngx_str_t *id);
 ngx_http_agent_conv_t *ngx_http_agent_conv_create_locked(
     ngx_http_agent_zone_t *z, ngx_str_t *id);
+void ngx_http_agent_conv_delete_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv);
 ngx_http_agent_event_t *ngx_http_agent_event_add_locked(
     ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv, ngx_uint_t type,
     ngx_str_t *fields);
