@@ -87,7 +87,7 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       NULL },
 
     { ngx_string("agent_conversation"),
-      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_set_complex_value_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_agent_loc_conf_t, conversation),
