@@ -15,6 +15,7 @@
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_provider.h"
+#include "ngx_http_agent_tools.h"
 
 
 /* how much of a provider's error body is kept for the turn_failed event */
@@ -28,60 +29,16 @@ typedef enum {
 } ngx_http_agent_call_e;
 
 
-/*
- * A turn in this worker.  It lives in the pool of its detached request's
- * connection; each model call has a pool of its own, destroyed when the
- * call ends, so a long turn does not grow.
- */
-
-typedef struct {
-    ngx_http_request_t           *request;
-    ngx_http_agent_t             *agent;
-    ngx_http_agent_zone_t        *zone;
-
-    u_char                        id_data[NGX_HTTP_AGENT_ID_LEN];
-    ngx_str_t                     id;
-    ngx_uint_t                    turn;
-
-    ngx_uint_t                    model_calls;
-    ngx_uint_t                    attempt;
-
-    /* the model call in progress */
-    ngx_pool_t                   *pool;
-    ngx_http_agent_reply_t       *reply;
-    ngx_http_request_t           *sr;
-    ngx_int_t                     rc;
-    ngx_uint_t                    status;
-    time_t                        retry_after;
-    ngx_http_agent_bytes_t        error_body;
-    ngx_uint_t                    delta_seq;
-    u_char                        message_id[32];
-    size_t                        message_id_len;
-    unsigned                      parse_error:1;
-    unsigned                      sr_done:1;
-
-    /* the JSON of a live delta, reused for every one */
-    ngx_http_agent_bytes_t        scratch;
-
-    ngx_event_t                   event;
-    ngx_log_t                     log;
-
-    /* nginx takes a request's log data for an ngx_http_log_ctx_t */
-    ngx_http_log_ctx_t            log_ctx;
-} ngx_http_agent_turn_t;
-
-
 static ngx_int_t ngx_http_agent_turn_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_agent_turn_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 static void ngx_http_agent_turn_model_call(ngx_event_t *ev);
 static ngx_int_t ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t,
     ngx_str_t *body);
-static ngx_int_t ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t,
-    ngx_str_t *body);
 static ngx_int_t ngx_http_agent_turn_post_subrequest(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
 static void ngx_http_agent_turn_call_done(ngx_event_t *ev);
+static void ngx_http_agent_turn_batch_done(ngx_event_t *ev);
 static ngx_http_agent_call_e ngx_http_agent_turn_outcome(
     ngx_http_agent_turn_t *t, ngx_str_t *reason);
 static ngx_msec_t ngx_http_agent_turn_backoff(ngx_http_agent_turn_t *t);
@@ -140,15 +97,22 @@ ngx_http_agent_turn_header_filter(ngx_http_request_t *r)
     ngx_uint_t              i;
     ngx_list_part_t        *part;
     ngx_table_elt_t        *h;
+    ngx_http_agent_sub_t   *sub;
     ngx_http_agent_turn_t  *t;
 
-    t = ngx_http_get_module_ctx(r, ngx_http_agent_module);
+    sub = ngx_http_get_module_ctx(r, ngx_http_agent_module);
 
-    if (t == NULL || r != t->sr) {
+    if (sub == NULL || r != sub->sr) {
         return ngx_http_next_header_filter(r);
     }
 
     r->header_sent = 1;
+
+    if (sub->kind == NGX_HTTP_AGENT_SUB_TOOL) {
+        return ngx_http_agent_tools_header(r, sub);
+    }
+
+    t = (ngx_http_agent_turn_t *) sub;
     t->status = r->headers_out.status;
 
     part = &r->headers_out.headers.part;
@@ -196,15 +160,21 @@ ngx_http_agent_turn_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     size_t                   n;
     ngx_buf_t               *b;
     ngx_chain_t             *cl;
+    ngx_http_agent_sub_t    *sub;
     ngx_http_agent_turn_t   *t;
     ngx_http_agent_reply_t  *reply;
 
-    t = ngx_http_get_module_ctx(r, ngx_http_agent_module);
+    sub = ngx_http_get_module_ctx(r, ngx_http_agent_module);
 
-    if (t == NULL || r != t->sr) {
+    if (sub == NULL || r != sub->sr) {
         return ngx_http_next_body_filter(r, in);
     }
 
+    if (sub->kind == NGX_HTTP_AGENT_SUB_TOOL) {
+        return ngx_http_agent_tools_body(r, sub, in);
+    }
+
+    t = (ngx_http_agent_turn_t *) sub;
     reply = t->reply;
 
     for (cl = in; cl; cl = cl->next) {
@@ -381,6 +351,14 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
     ngx_str_t               body;
     ngx_http_agent_reply_t *reply;
 
+    /* the previous call's pool: its reply and tool calls are logged */
+    if (t->pool) {
+        ngx_destroy_pool(t->pool);
+    }
+
+    t->running = 0;
+    t->suspended = 0;
+
     t->pool = ngx_create_pool(4096, &t->log);
     if (t->pool == NULL) {
         goto failed;
@@ -430,7 +408,14 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
         goto failed;
     }
 
-    if (ngx_http_agent_turn_subrequest(t, &body) != NGX_OK) {
+    t->sub.kind = NGX_HTTP_AGENT_SUB_PROVIDER;
+
+    if (ngx_http_agent_turn_subrequest(t, &t->sub,
+                                       &t->agent->provider_location, &body,
+                                       NULL, 0,
+                                       ngx_http_agent_turn_post_subrequest, t)
+        != NGX_OK)
+    {
         goto failed;
     }
 
@@ -514,14 +499,25 @@ ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t, ngx_str_t *body)
 }
 
 
-static ngx_int_t
-ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t, ngx_str_t *body)
+/*
+ * A POST subrequest of the turn's request with a JSON body and headers
+ * of its own (not its parent's), whose output the filters take: sub is
+ * its ctx.
+ */
+
+ngx_int_t
+ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t,
+    ngx_http_agent_sub_t *sub, ngx_str_t *uri, ngx_str_t *body,
+    ngx_keyval_t *headers, ngx_uint_t nheaders,
+    ngx_http_post_subrequest_pt handler, void *data)
 {
     ngx_buf_t                    *b;
+    ngx_uint_t                    i;
     ngx_chain_t                  *cl;
     ngx_table_elt_t              *h;
     ngx_http_request_t           *sr;
     ngx_http_request_body_t      *rb;
+    ngx_http_core_main_conf_t    *cmcf;
     ngx_http_post_subrequest_t   *ps;
 
     ps = ngx_palloc(t->request->pool, sizeof(ngx_http_post_subrequest_t));
@@ -529,11 +525,11 @@ ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t, ngx_str_t *body)
         return NGX_ERROR;
     }
 
-    ps->handler = ngx_http_agent_turn_post_subrequest;
-    ps->data = t;
+    ps->handler = handler;
+    ps->data = data;
 
-    if (ngx_http_subrequest(t->request, &t->agent->provider_location, NULL,
-                            &sr, ps, NGX_HTTP_SUBREQUEST_BACKGROUND)
+    if (ngx_http_subrequest(t->request, uri, NULL, &sr, ps,
+                            NGX_HTTP_SUBREQUEST_BACKGROUND)
         != NGX_OK)
     {
         return NGX_ERROR;
@@ -563,10 +559,8 @@ ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t, ngx_str_t *body)
     sr->method_name = ngx_http_agent_post_method;
     sr->header_only = 0;
 
-    /* the subrequest gets headers of its own, not its parent's */
-
-    if (ngx_list_init(&sr->headers_in.headers, t->request->pool, 2,
-                      sizeof(ngx_table_elt_t))
+    if (ngx_list_init(&sr->headers_in.headers, t->request->pool,
+                      nheaders + 1, sizeof(ngx_table_elt_t))
         != NGX_OK)
     {
         return NGX_ERROR;
@@ -588,9 +582,43 @@ ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t, ngx_str_t *body)
     sr->headers_in.content_length_n = body->len;
     sr->headers_in.content_length = NULL;
 
-    ngx_http_set_ctx(sr, t, ngx_http_agent_module);
+    for (i = 0; i < nheaders; i++) {
+        h = ngx_list_push(&sr->headers_in.headers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
 
-    t->sr = sr;
+        ngx_memzero(h, sizeof(ngx_table_elt_t));
+
+        h->hash = 1;
+        h->key = headers[i].key;
+        h->value = headers[i].value;
+
+        h->lowcase_key = ngx_pnalloc(t->request->pool, h->key.len);
+        if (h->lowcase_key == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_strlow(h->lowcase_key, h->key.data, h->key.len);
+    }
+
+    /*
+     * variables of its own: a subrequest shares its parent's cache, and
+     * calls running side by side must not see each other's $http_... or
+     * $request_body
+     */
+
+    cmcf = ngx_http_get_module_main_conf(sr, ngx_http_core_module);
+
+    sr->variables = ngx_pcalloc(t->request->pool,
+                                cmcf->variables.nelts
+                                * sizeof(ngx_http_variable_value_t));
+    if (sr->variables == NULL) {
+        return NGX_ERROR;
+    }
+
+    sub->sr = sr;
+    ngx_http_set_ctx(sr, sub, ngx_http_agent_module);
 
     return NGX_OK;
 }
@@ -641,7 +669,7 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
     ngx_msec_t              delay;
     ngx_http_agent_call_e   outcome;
 
-    t->sr = NULL;
+    t->sub.sr = NULL;
 
     if (t->status >= NGX_HTTP_OK && t->status < NGX_HTTP_SPECIAL_RESPONSE
         && !t->parse_error
@@ -699,14 +727,73 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
     }
 
     if (t->reply->calls.nelts) {
-        /* the calls are logged; their execution waits in executing_tools */
-        ngx_http_agent_turn_end(t, 0, NULL, NGX_HTTP_AGENT_EXECUTING_TOOLS);
-        return;
+        switch (ngx_http_agent_tools_dispatch(t)) {
+
+        case NGX_OK:
+            /* the tool subrequests call ngx_http_agent_turn_tools_done() */
+            ngx_http_run_posted_requests(t->request->connection);
+            return;
+
+        case NGX_DONE:
+            ngx_http_agent_turn_tools_done(t);
+            return;
+
+        default:
+            ngx_str_set(&reason, "{\"reason\":\"the tool calls could not "
+                                 "be dispatched\"}");
+            ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_EV_TURN_FAILED, &reason,
+                                    NGX_HTTP_AGENT_IDLE);
+            return;
+        }
     }
 
     ngx_str_set(&reason, "{}");
     ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_EV_TURN_COMPLETED, &reason,
                             NGX_HTTP_AGENT_IDLE);
+}
+
+
+/*
+ * Every call of the batch has its result, or is suspended.  Called from a
+ * tool subrequest's end, so the turn goes on from a posted event, once
+ * nginx is done with that subrequest.
+ */
+
+void
+ngx_http_agent_turn_tools_done(ngx_http_agent_turn_t *t)
+{
+    t->event.handler = ngx_http_agent_turn_batch_done;
+    ngx_post_event(&t->event, &ngx_posted_events);
+}
+
+
+/*
+ * The next model call, unless a call waits for outside input or the turn
+ * has had all the model calls it may make.
+ */
+
+static void
+ngx_http_agent_turn_batch_done(ngx_event_t *ev)
+{
+    ngx_http_agent_turn_t  *t = ev->data;
+
+    ngx_str_t  reason;
+
+    if (t->suspended) {
+        ngx_http_agent_turn_end(t, 0, NULL, NGX_HTTP_AGENT_AWAITING_INPUT);
+        return;
+    }
+
+    if (t->model_calls >= (ngx_uint_t) t->agent->max_model_calls) {
+        ngx_str_set(&reason, "{\"reason\":\"the turn reached "
+                             "max_model_calls\"}");
+        ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_EV_TURN_FAILED, &reason,
+                                NGX_HTTP_AGENT_IDLE);
+        return;
+    }
+
+    t->attempt = 0;
+    ngx_http_agent_turn_model_call(&t->event);
 }
 
 

@@ -14,6 +14,71 @@
 
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_provider.h"
+
+
+#define NGX_HTTP_AGENT_SUB_PROVIDER  0
+#define NGX_HTTP_AGENT_SUB_TOOL      1
+
+
+/* the ctx of a turn's subrequest, first in what it belongs to */
+typedef struct {
+    ngx_uint_t                    kind;
+    ngx_http_request_t           *sr;
+} ngx_http_agent_sub_t;
+
+
+typedef struct ngx_http_agent_turn_s  ngx_http_agent_turn_t;
+
+/*
+ * A turn in this worker.  It lives in the pool of its detached request's
+ * connection; each model call has a pool of its own, destroyed when the
+ * call ends, so a long turn does not grow.
+ */
+
+struct ngx_http_agent_turn_s {
+    /* first: what the filters see of a subrequest's ctx */
+    ngx_http_agent_sub_t          sub;
+
+    ngx_http_request_t           *request;
+    ngx_http_agent_t             *agent;
+    ngx_http_agent_zone_t        *zone;
+
+    u_char                        id_data[NGX_HTTP_AGENT_ID_LEN];
+    ngx_str_t                     id;
+    ngx_uint_t                    turn;
+
+    ngx_uint_t                    model_calls;
+    ngx_uint_t                    attempt;
+
+    /* the model call in progress */
+    ngx_pool_t                   *pool;
+    ngx_http_agent_reply_t       *reply;
+    ngx_int_t                     rc;
+    ngx_uint_t                    status;
+    time_t                        retry_after;
+    ngx_http_agent_bytes_t        error_body;
+    ngx_uint_t                    delta_seq;
+    u_char                        message_id[32];
+    size_t                        message_id_len;
+    unsigned                      parse_error:1;
+    unsigned                      sr_done:1;
+
+    /* the JSON of a live delta, reused for every one */
+    ngx_http_agent_bytes_t        scratch;
+
+    ngx_event_t                   event;
+    ngx_log_t                     log;
+
+    /* tool calls of the batch still running, and suspended */
+    ngx_uint_t                    running;
+    ngx_uint_t                    suspended;
+
+    /* nginx takes a request's log data for an ngx_http_log_ctx_t */
+    ngx_http_log_ctx_t            log_ctx;
+};
+
+
 
 
 ngx_int_t ngx_http_agent_turn_init_filters(ngx_conf_t *cf);
@@ -26,6 +91,14 @@ ngx_int_t ngx_http_agent_turn_init_filters(ngx_conf_t *cf);
 ngx_int_t ngx_http_agent_turn_start(ngx_http_request_t *r,
     ngx_http_agent_t *agent, ngx_http_agent_zone_t *zone, ngx_str_t *id,
     ngx_uint_t turn);
+
+ngx_int_t ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t,
+    ngx_http_agent_sub_t *sub, ngx_str_t *uri, ngx_str_t *body,
+    ngx_keyval_t *headers, ngx_uint_t nheaders,
+    ngx_http_post_subrequest_pt handler, void *data);
+
+/* the batch of tool calls is done: the next model call, or a stop */
+void ngx_http_agent_turn_tools_done(ngx_http_agent_turn_t *t);
 
 /* appends an event built from fields and wakes the subscribers */
 ngx_int_t ngx_http_agent_emit(ngx_http_agent_zone_t *zone, ngx_str_t *id,

@@ -1,0 +1,495 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_conf.h"
+#include "ngx_http_agent_json.h"
+#include "ngx_http_agent_turn.h"
+#include "ngx_http_agent_tools.h"
+
+#include <yajl/yajl_tree.h>
+
+
+/* the largest result a tool location may answer */
+#define NGX_HTTP_AGENT_RESULT_MAX  (1024 * 1024)
+
+
+/* a tool call of the batch; lives in the model call's pool */
+
+typedef struct {
+    ngx_http_agent_sub_t          sub;        /* first: the filters' view */
+
+    ngx_http_agent_turn_t        *turn;
+    ngx_http_agent_tool_t        *tool;
+
+    ngx_str_t                     id;
+    ngx_str_t                     name;
+    ngx_str_t                     arguments;
+
+    ngx_uint_t                    status;
+    ngx_http_agent_bytes_t        body;
+
+    unsigned                      too_large:1;
+    unsigned                      done:1;
+} ngx_http_agent_call_t;
+
+
+static ngx_http_agent_tool_t *ngx_http_agent_tools_find(
+    ngx_http_agent_t *agent, ngx_str_t *name);
+static ngx_int_t ngx_http_agent_tools_run(ngx_http_agent_call_t *call);
+static ngx_int_t ngx_http_agent_tools_done(ngx_http_request_t *r,
+    void *data, ngx_int_t rc);
+static ngx_int_t ngx_http_agent_tools_suspend(ngx_http_agent_call_t *call);
+static ngx_int_t ngx_http_agent_tools_result(ngx_http_agent_call_t *call,
+    ngx_str_t *result, char *error);
+
+
+ngx_int_t
+ngx_http_agent_tools_dispatch(ngx_http_agent_turn_t *t)
+{
+    u_char                       *p;
+    ngx_str_t                     err;
+    ngx_uint_t                    i;
+    ngx_http_agent_call_t        *call;
+    ngx_http_agent_reply_call_t  *rc;
+
+    rc = t->reply->calls.elts;
+
+    t->running = 0;
+    t->suspended = 0;
+
+    for (i = 0; i < t->reply->calls.nelts; i++) {
+
+        call = ngx_pcalloc(t->pool, sizeof(ngx_http_agent_call_t));
+        if (call == NULL) {
+            return NGX_ERROR;
+        }
+
+        call->sub.kind = NGX_HTTP_AGENT_SUB_TOOL;
+        call->turn = t;
+        call->id.data = rc[i].id.data;
+        call->id.len = rc[i].id.len;
+        call->name.data = rc[i].name.data;
+        call->name.len = rc[i].name.len;
+        call->arguments.data = rc[i].arguments.data;
+        call->arguments.len = rc[i].arguments.len;
+
+        call->tool = ngx_http_agent_tools_find(t->agent, &call->name);
+
+        if (call->tool == NULL) {
+            p = ngx_pnalloc(t->pool, call->name.len + 32);
+            if (p == NULL) {
+                return NGX_ERROR;
+            }
+
+            ngx_sprintf(p, "unknown tool \"%V\"%Z", &call->name);
+
+            if (ngx_http_agent_tools_result(call, NULL, (char *) p)
+                != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+
+            continue;
+        }
+
+        if (call->arguments.len == 0) {
+            ngx_str_set(&call->arguments, "{}");
+        }
+
+        switch (ngx_http_agent_json_object(t->pool, &call->arguments, &err)) {
+
+        case NGX_OK:
+            break;
+
+        case NGX_DECLINED:
+            p = ngx_pnalloc(t->pool, err.len + 32);
+            if (p == NULL) {
+                return NGX_ERROR;
+            }
+
+            ngx_sprintf(p, "the arguments %V%Z", &err);
+
+            if (ngx_http_agent_tools_result(call, NULL, (char *) p)
+                != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+
+            continue;
+
+        default:
+            return NGX_ERROR;
+        }
+
+        if (call->tool->executor == NGX_HTTP_AGENT_EXECUTOR_SERVER
+            && call->tool->approval == NGX_HTTP_AGENT_APPROVAL_AUTO)
+        {
+            if (ngx_http_agent_tools_run(call) != NGX_OK) {
+                return NGX_ERROR;
+            }
+
+            t->running++;
+            continue;
+        }
+
+        if (call->tool->executor == NGX_HTTP_AGENT_EXECUTOR_PROVIDER) {
+            /* the provider runs it: a call of it to run here is an error */
+            if (ngx_http_agent_tools_result(call, NULL,
+                                            "the provider did not run "
+                                            "its own tool")
+                != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+
+            continue;
+        }
+
+        if (ngx_http_agent_tools_suspend(call) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        t->suspended++;
+    }
+
+    return t->running ? NGX_OK : NGX_DONE;
+}
+
+
+static ngx_http_agent_tool_t *
+ngx_http_agent_tools_find(ngx_http_agent_t *agent, ngx_str_t *name)
+{
+    ngx_uint_t                  i;
+    ngx_http_agent_tool_ref_t  *ref;
+
+    ref = agent->tools.elts;
+
+    for (i = 0; i < agent->tools.nelts; i++) {
+        if (ref[i].tool->name.len == name->len
+            && ngx_strncmp(ref[i].tool->name.data, name->data, name->len)
+               == 0)
+        {
+            return ref[i].tool;
+        }
+    }
+
+    return NULL;
+}
+
+
+/*
+ * A server call: POST of the arguments to the tool's location, with the
+ * conversation, the tool and the tool_call_id (the key a side-effecting
+ * tool should make its work idempotent on) in headers.
+ */
+
+static ngx_int_t
+ngx_http_agent_tools_run(ngx_http_agent_call_t *call)
+{
+    ngx_keyval_t            headers[3];
+    ngx_http_agent_turn_t  *t;
+
+    t = call->turn;
+
+    ngx_str_set(&headers[0].key, "X-Agent-Conversation");
+    headers[0].value = t->id;
+    ngx_str_set(&headers[1].key, "X-Agent-Tool");
+    headers[1].value = call->name;
+    ngx_str_set(&headers[2].key, "Idempotency-Key");
+    headers[2].value = call->id;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, &t->log, 0,
+                   "agent tool call \"%V\" to \"%V\"",
+                   &call->id, &call->tool->location);
+
+    return ngx_http_agent_turn_subrequest(t, &call->sub,
+                                          &call->tool->location,
+                                          &call->arguments, headers, 3,
+                                          ngx_http_agent_tools_done, call);
+}
+
+
+ngx_int_t
+ngx_http_agent_tools_header(ngx_http_request_t *r, ngx_http_agent_sub_t *sub)
+{
+    ngx_http_agent_call_t  *call = (ngx_http_agent_call_t *) sub;
+
+    call->status = r->headers_out.status;
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_agent_tools_body(ngx_http_request_t *r, ngx_http_agent_sub_t *sub,
+    ngx_chain_t *in)
+{
+    ngx_http_agent_call_t  *call = (ngx_http_agent_call_t *) sub;
+
+    size_t        n;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    for (cl = in; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (!ngx_buf_in_memory(b)) {
+            /* a file-backed body: the location must answer from memory */
+            if (ngx_buf_size(b)) {
+                call->too_large = 1;
+                b->file_pos = b->file_last;
+            }
+
+            continue;
+        }
+
+        n = b->last - b->pos;
+
+        if (call->done || call->too_large || n == 0) {
+            b->pos = b->last;
+            continue;
+        }
+
+        if (call->body.len + n > NGX_HTTP_AGENT_RESULT_MAX) {
+            call->too_large = 1;
+            b->pos = b->last;
+            continue;
+        }
+
+        if (ngx_http_agent_bytes_append(call->turn->pool, &call->body,
+                                        b->pos, n)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        b->pos = b->last;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The tool subrequest ended: a 2xx body is the result, anything else an
+ * error the model can read.  The last call of the batch moves the turn
+ * on, from a posted event.
+ */
+
+static ngx_int_t
+ngx_http_agent_tools_done(ngx_http_request_t *r, void *data, ngx_int_t rc)
+{
+    ngx_http_agent_call_t  *call = data;
+
+    u_char                 *p;
+    ngx_str_t               result;
+    ngx_uint_t              status;
+    ngx_http_agent_turn_t  *t;
+
+    if (call->done) {
+        return rc;
+    }
+
+    t = call->turn;
+
+    status = call->status;
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE || status == 0) {
+        status = (rc >= NGX_HTTP_SPECIAL_RESPONSE) ? (ngx_uint_t) rc : 0;
+    }
+
+    if (rc == NGX_ERROR) {
+        status = 0;
+    }
+
+    call->done = 1;
+
+    if (status >= NGX_HTTP_OK && status < NGX_HTTP_SPECIAL_RESPONSE) {
+
+        if (call->too_large) {
+            (void) ngx_http_agent_tools_result(call, NULL,
+                                               "the tool's result is too "
+                                               "large");
+
+        } else if (ngx_http_agent_bytes_append(t->pool, &call->body,
+                                               (u_char *) "", 1)
+                   == NGX_OK)
+        {
+            /* NUL-terminated for yajl_tree_parse(), not counted */
+            result.data = call->body.data;
+            result.len = call->body.len - 1;
+            (void) ngx_http_agent_tools_result(call, &result, NULL);
+        }
+
+    } else {
+        p = ngx_pnalloc(t->pool, 128);
+
+        if (p != NULL) {
+            if (status) {
+                ngx_sprintf(p, "the tool failed: its location answered "
+                            "%ui%Z", status);
+
+            } else {
+                ngx_sprintf(p, "the tool failed: its location did not "
+                            "answer (timed out or unreachable)%Z");
+            }
+        }
+
+        (void) ngx_http_agent_tools_result(call, NULL,
+                                           p ? (char *) p : "the tool "
+                                                            "failed");
+    }
+
+    if (--t->running == 0) {
+        ngx_http_agent_turn_tools_done(t);
+    }
+
+    /* an error of a tool call ends that call, never the turn's request */
+
+    if (rc == NGX_ERROR || rc == NGX_HTTP_CLIENT_CLOSED_REQUEST
+        || rc == NGX_HTTP_REQUEST_TIME_OUT)
+    {
+        return NGX_OK;
+    }
+
+    return rc;
+}
+
+
+/*
+ * A call that waits for outside input: a person's answer (human), the
+ * browser (client), or approval first (gated).  Its deadline goes with
+ * it.
+ */
+
+static ngx_int_t
+ngx_http_agent_tools_suspend(ngx_http_agent_call_t *call)
+{
+    yajl_gen                g;
+    ngx_str_t               fields, *kind, *executor;
+    ngx_uint_t              failed, k;
+    ngx_msec_t              timeout;
+    ngx_time_t             *tp;
+    ngx_http_agent_turn_t  *t;
+
+    t = call->turn;
+
+    k = ngx_http_agent_tool_pending_kind(call->tool,
+                      call->tool->approval == NGX_HTTP_AGENT_APPROVAL_REQUIRED
+                      ? NGX_HTTP_AGENT_PHASE_APPROVAL
+                      : NGX_HTTP_AGENT_PHASE_EXEC);
+    kind = &ngx_http_agent_pending_kinds[k];
+    executor = &ngx_http_agent_executors[call->tool->executor].name;
+
+    timeout = call->tool->timeout;
+
+    if (timeout == NGX_CONF_UNSET_MSEC) {
+        timeout = t->agent->suspend_timeout;
+    }
+
+    tp = ngx_timeofday();
+
+    g = ngx_http_agent_json_gen(t->pool);
+    if (g == NULL) {
+        return NGX_ERROR;
+    }
+
+    failed = yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "tool_call_id");
+    failed |= ngx_http_agent_json_str(g, &call->id);
+    failed |= ngx_http_agent_json_key(g, "name");
+    failed |= ngx_http_agent_json_str(g, &call->name);
+    failed |= ngx_http_agent_json_key(g, "executor");
+    failed |= ngx_http_agent_json_str(g, executor);
+    failed |= ngx_http_agent_json_key(g, "kind");
+    failed |= ngx_http_agent_json_str(g, kind);
+    failed |= ngx_http_agent_json_key(g, "arguments");
+    failed |= ngx_http_agent_json_verbatim(g, &call->arguments);
+    failed |= ngx_http_agent_json_key(g, "deadline");
+    failed |= yajl_gen_integer(g, (long long) tp->sec * 1000 + tp->msec
+                                  + timeout);
+    failed |= yajl_gen_map_close(g);
+
+    if (ngx_http_agent_json_result(g, failed, &fields) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_agent_emit(t->zone, &t->id, NGX_HTTP_AGENT_EV_SUSPENSION,
+                               &fields);
+}
+
+
+/*
+ * The tool_result event: {"ok":true,"result":R} with the location's body
+ * as R when it is JSON (a string otherwise), or {"ok":false,"error":E}.
+ * A JSON body is written anew, not spliced: the event must hold no raw
+ * line break, and the body is not a schema the provider must see as is.
+ */
+
+static ngx_int_t
+ngx_http_agent_tools_result(ngx_http_agent_call_t *call, ngx_str_t *result,
+    char *error)
+{
+    yajl_gen                g;
+    yajl_val                v;
+    ngx_str_t               fields, e;
+    ngx_uint_t              failed;
+    ngx_http_agent_turn_t  *t;
+
+    t = call->turn;
+
+    g = ngx_http_agent_json_gen(t->pool);
+    if (g == NULL) {
+        return NGX_ERROR;
+    }
+
+    failed = yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "tool_call_id");
+    failed |= ngx_http_agent_json_str(g, &call->id);
+    failed |= ngx_http_agent_json_key(g, "name");
+    failed |= ngx_http_agent_json_str(g, &call->name);
+    failed |= ngx_http_agent_json_key(g, "ok");
+    failed |= yajl_gen_bool(g, error == NULL);
+
+    if (error == NULL) {
+        failed |= ngx_http_agent_json_key(g, "result");
+
+        v = NULL;
+
+        if (result->len && ngx_strlen(result->data) == result->len) {
+            v = yajl_tree_parse((char *) result->data, NULL, 0);
+        }
+
+        if (v != NULL) {
+            failed |= ngx_http_agent_provider_value(g, v);
+            yajl_tree_free(v);
+
+        } else {
+            failed |= ngx_http_agent_json_str(g, result);
+        }
+
+    } else {
+        e.data = (u_char *) error;
+        e.len = ngx_strlen(error);
+
+        failed |= ngx_http_agent_json_key(g, "error");
+        failed |= ngx_http_agent_json_str(g, &e);
+    }
+
+    failed |= yajl_gen_map_close(g);
+
+    if (ngx_http_agent_json_result(g, failed, &fields) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_agent_emit(t->zone, &t->id,
+                               NGX_HTTP_AGENT_EV_TOOL_RESULT, &fields);
+}
