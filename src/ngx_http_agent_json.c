@@ -399,3 +399,56 @@ ngx_http_agent_json_method(ngx_http_request_t *r, char *allow)
     return ngx_http_agent_json_error(r, NGX_HTTP_NOT_ALLOWED,
                                      "method_not_allowed", (char *) msg);
 }
+
+
+/*
+ * A request's JSON body, NUL-terminated for yajl_tree_parse().  It must
+ * fit in client_body_buffer_size: it is kept in memory, and one that nginx had to write to a file is too large
+ * (NGX_ABORT).  NGX_DECLINED: there is no body.
+ */
+
+ngx_int_t
+ngx_http_agent_json_body(ngx_http_request_t *r, ngx_str_t *body)
+{
+    u_char       *p;
+    size_t        len;
+    ngx_chain_t  *cl;
+
+    if (r->request_body == NULL || r->request_body->bufs == NULL) {
+        return NGX_DECLINED;
+    }
+
+    if (r->request_body->temp_file) {
+        return NGX_ABORT;
+    }
+
+    len = 0;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        len += cl->buf->last - cl->buf->pos;
+    }
+
+    if (len == 0) {
+        return NGX_DECLINED;
+    }
+
+    /* one more byte: yajl_tree_parse() takes a NUL-terminated text */
+
+    body->data = ngx_pnalloc(r->pool, len + 1);
+    if (body->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = body->data;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        if (cl->buf->last != cl->buf->pos) {
+            p = ngx_cpymem(p, cl->buf->pos, cl->buf->last - cl->buf->pos);
+        }
+    }
+
+    *p = '\0';
+    body->len = len;
+
+    return NGX_OK;
+}

@@ -41,6 +41,7 @@ ngx_int_t ngx_http_agent_json_send(ngx_http_request_t *r, ngx_uint_t status,
 ngx_int_t ngx_http_agent_json_error(ngx_http_request_t *r, ngx_uint_t status,
     char *code, char *message);
 ngx_int_t ngx_http_agent_json_method(ngx_http_request_t *r, char *allow);
+ngx_int_t ngx_http_agent_json_body(ngx_http_request_t *r, ngx_str_t *body);
 
 
 #endif /* _NGX_HTTP_AGENT_JSON_H_INCLUDED_ */

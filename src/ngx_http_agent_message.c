@@ -29,8 +29,6 @@ typedef struct {
 
 
 static void ngx_http_agent_message_body(ngx_http_request_t *r);
-static ngx_int_t ngx_http_agent_message_read(ngx_http_request_t *r,
-    ngx_str_t *body);
 static ngx_int_t ngx_http_agent_message_parse(ngx_http_request_t *r,
     ngx_str_t *body, ngx_http_agent_message_t *msg, char **err);
 static ngx_int_t ngx_http_agent_message_accept(ngx_http_request_t *r,
@@ -87,7 +85,7 @@ ngx_http_agent_message_body(ngx_http_request_t *r)
     ngx_str_t                  body, id;
     ngx_http_agent_message_t   msg;
 
-    rc = ngx_http_agent_message_read(r, &body);
+    rc = ngx_http_agent_json_body(r, &body);
 
     if (rc == NGX_DECLINED) {
         ngx_http_finalize_request(r,
@@ -134,53 +132,6 @@ ngx_http_agent_message_body(ngx_http_request_t *r)
     }
 
     ngx_http_finalize_request(r, ngx_http_agent_message_accept(r, &id, &msg));
-}
-
-
-/*
- * The body must fit in client_body_buffer_size: a message is kept in
- * memory, and one that nginx had to write to a file is too large
- * (NGX_ABORT).  NGX_DECLINED: there is no body.
- */
-
-static ngx_int_t
-ngx_http_agent_message_read(ngx_http_request_t *r, ngx_str_t *body)
-{
-    u_char       *p;
-    size_t        len;
-    ngx_chain_t  *cl;
-
-    if (r->request_body == NULL || r->request_body->bufs == NULL) {
-        return NGX_DECLINED;
-    }
-
-    if (r->request_body->temp_file) {
-        return NGX_ABORT;
-    }
-
-    len = 0;
-
-    for (cl = r->request_body->bufs; cl; cl = cl->next) {
-        len += cl->buf->last - cl->buf->pos;
-    }
-
-    /* one more byte: yajl_tree_parse() takes a NUL-terminated text */
-
-    body->data = ngx_pnalloc(r->pool, len + 1);
-    if (body->data == NULL) {
-        return NGX_ERROR;
-    }
-
-    p = body->data;
-
-    for (cl = r->request_body->bufs; cl; cl = cl->next) {
-        p = ngx_cpymem(p, cl->buf->pos, cl->buf->last - cl->buf->pos);
-    }
-
-    *p = '\0';
-    body->len = len;
-
-    return NGX_OK;
 }
 
 
@@ -379,7 +330,7 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
 
     ngx_http_agent_wake(id, pids, n);
 
-    if (ngx_http_agent_turn_start(r, alcf->agent, z, id, turn) != NGX_OK) {
+    if (ngx_http_agent_turn_start(r, alcf->agent, z, id, turn, 0) != NGX_OK) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "agent could not start the turn of \"%V\"", id);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;

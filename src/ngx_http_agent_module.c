@@ -16,6 +16,7 @@
 #include "ngx_http_agent_events.h"
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_wake.h"
+#include "ngx_http_agent_resolve.h"
 
 
 static void *ngx_http_agent_create_main_conf(ngx_conf_t *cf);
@@ -31,6 +32,8 @@ static char *ngx_http_agent_api(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_agent_merge_api(ngx_conf_t *cf,
     ngx_http_agent_loc_conf_t *conf);
+static ngx_int_t ngx_http_agent_id(ngx_http_request_t *r,
+    ngx_http_complex_value_t *cv, ngx_str_t *id);
 static ngx_int_t ngx_http_agent_postconfiguration(ngx_conf_t *cf);
 static ngx_int_t ngx_http_agent_init_process(ngx_cycle_t *cycle);
 static void ngx_http_agent_exit_process(ngx_cycle_t *cycle);
@@ -92,6 +95,20 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_agent_loc_conf_t, conversation),
       NULL },
+
+    { ngx_string("agent_tool_call"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_agent_loc_conf_t, tool_call),
+      NULL },
+
+    { ngx_string("agent_resolve"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_agent_api,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      ngx_http_agent_resolve_handler },
 
     { ngx_string("agent_message"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
@@ -249,6 +266,10 @@ ngx_http_agent_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         conf->conversation = prev->conversation;
     }
 
+    if (conf->tool_call == NULL) {
+        conf->tool_call = prev->tool_call;
+    }
+
     if (conf->api && ngx_http_agent_merge_api(cf, conf) != NGX_CONF_OK) {
         return NGX_CONF_ERROR;
     }
@@ -363,25 +384,54 @@ ngx_http_agent_merge_api(ngx_conf_t *cf, ngx_http_agent_loc_conf_t *conf)
         return NGX_CONF_ERROR;
     }
 
+    if (conf->api == ngx_http_agent_resolve_handler
+        && conf->tool_call == NULL)
+    {
+        ngx_http_agent_conf_error(cf, conf->api_file, conf->api_line,
+                                  "\"%V\" needs an \"agent_tool_call\"",
+                                  &conf->api_name);
+        return NGX_CONF_ERROR;
+    }
+
     return NGX_CONF_OK;
 }
 
 
-/*
- * A conversation id is 1 to 64 bytes of letters, digits, "-", "_", "."
- * and ":", so that it is safe in a path, a header, a log line and a key.
- */
-
 ngx_int_t
 ngx_http_agent_conversation_id(ngx_http_request_t *r, ngx_str_t *id)
 {
-    u_char                     c;
-    ngx_uint_t                 i;
     ngx_http_agent_loc_conf_t  *alcf;
 
     alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
 
-    if (ngx_http_complex_value(r, alcf->conversation, id) != NGX_OK) {
+    return ngx_http_agent_id(r, alcf->conversation, id);
+}
+
+
+ngx_int_t
+ngx_http_agent_tool_call_id(ngx_http_request_t *r, ngx_str_t *id)
+{
+    ngx_http_agent_loc_conf_t  *alcf;
+
+    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
+
+    return ngx_http_agent_id(r, alcf->tool_call, id);
+}
+
+
+/*
+ * An id is 1 to 64 bytes of letters, digits, "-", "_", "." and ":", so
+ * that it is safe in a path, a header, a log line and a key.
+ */
+
+static ngx_int_t
+ngx_http_agent_id(ngx_http_request_t *r, ngx_http_complex_value_t *cv,
+    ngx_str_t *id)
+{
+    u_char      c;
+    ngx_uint_t  i;
+
+    if (ngx_http_complex_value(r, cv, id) != NGX_OK) {
         return NGX_ERROR;
     }
 

@@ -138,6 +138,7 @@ typedef struct {
     ngx_str_t                     api_name;
 
     ngx_http_complex_value_t     *conversation;
+    ngx_http_complex_value_t     *tool_call;
 
     u_char                       *agent_file;
     ngx_uint_t                    agent_line;
@@ -152,6 +153,7 @@ void ngx_http_agent_conf_error(ngx_conf_t *cf, u_char *file, ngx_uint_t line,
     const char *fmt, ...);
 ngx_int_t ngx_http_agent_conversation_id(ngx_http_request_t *r,
     ngx_str_t *id);
+ngx_int_t ngx_http_agent_tool_call_id(ngx_http_request_t *r, ngx_str_t *id);
 
 
 extern ngx_module_t  ngx_http_agent_module;

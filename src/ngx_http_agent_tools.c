@@ -13,6 +13,7 @@
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_tools.h"
+#include "ngx_http_agent_wake.h"
 
 #include <yajl/yajl_tree.h>
 
@@ -41,8 +42,6 @@ typedef struct {
 } ngx_http_agent_call_t;
 
 
-static ngx_http_agent_tool_t *ngx_http_agent_tools_find(
-    ngx_http_agent_t *agent, ngx_str_t *name);
 static ngx_int_t ngx_http_agent_tools_run(ngx_http_agent_call_t *call);
 static ngx_int_t ngx_http_agent_tools_done(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
@@ -164,7 +163,7 @@ ngx_http_agent_tools_dispatch(ngx_http_agent_turn_t *t)
 }
 
 
-static ngx_http_agent_tool_t *
+ngx_http_agent_tool_t *
 ngx_http_agent_tools_find(ngx_http_agent_t *agent, ngx_str_t *name)
 {
     ngx_uint_t                  i;
@@ -182,6 +181,44 @@ ngx_http_agent_tools_find(ngx_http_agent_t *agent, ngx_str_t *name)
     }
 
     return NULL;
+}
+
+
+ngx_int_t
+ngx_http_agent_tools_run_call(ngx_http_agent_turn_t *t, ngx_str_t *id,
+    ngx_str_t *name, ngx_str_t *args)
+{
+    ngx_http_agent_call_t  *call;
+
+    call = ngx_pcalloc(t->pool, sizeof(ngx_http_agent_call_t));
+    if (call == NULL) {
+        return NGX_ERROR;
+    }
+
+    call->sub.kind = NGX_HTTP_AGENT_SUB_TOOL;
+    call->turn = t;
+    call->id = *id;
+    call->name = *name;
+    call->arguments = *args;
+
+    call->tool = ngx_http_agent_tools_find(t->agent, name);
+
+    if (call->tool == NULL
+        || call->tool->executor != NGX_HTTP_AGENT_EXECUTOR_SERVER)
+    {
+        /* the configuration changed under a waiting call */
+        return ngx_http_agent_tools_result(call, NULL,
+                                           "the tool is no longer a server "
+                                           "tool of this agent");
+    }
+
+    if (ngx_http_agent_tools_run(call) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    t->running++;
+
+    return NGX_OK;
 }
 
 
@@ -366,64 +403,127 @@ ngx_http_agent_tools_done(ngx_http_request_t *r, void *data, ngx_int_t rc)
 
 /*
  * A call that waits for outside input: a person's answer (human), the
- * browser (client), or approval first (gated).  Its deadline goes with
- * it.
+ * browser (client), or approval first (gated).  The suspension event and
+ * the pending call are recorded under one lock.
  */
 
 static ngx_int_t
 ngx_http_agent_tools_suspend(ngx_http_agent_call_t *call)
 {
-    yajl_gen                g;
-    ngx_str_t               fields, *kind, *executor;
-    ngx_uint_t              failed, k;
-    ngx_msec_t              timeout;
-    ngx_time_t             *tp;
-    ngx_http_agent_turn_t  *t;
+    ngx_str_t                fields;
+    ngx_uint_t               n, kind;
+    ngx_pid_t                pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    uint64_t                 deadline;
+    ngx_http_agent_turn_t   *t;
+    ngx_http_agent_conv_t   *conv;
 
     t = call->turn;
 
-    k = ngx_http_agent_tool_pending_kind(call->tool,
+    kind = ngx_http_agent_tool_pending_kind(call->tool,
                       call->tool->approval == NGX_HTTP_AGENT_APPROVAL_REQUIRED
                       ? NGX_HTTP_AGENT_PHASE_APPROVAL
                       : NGX_HTTP_AGENT_PHASE_EXEC);
-    kind = &ngx_http_agent_pending_kinds[k];
-    executor = &ngx_http_agent_executors[call->tool->executor].name;
 
-    timeout = call->tool->timeout;
+    if (ngx_http_agent_tools_suspension(t->pool, t->agent, call->tool,
+                                        &call->id, &call->arguments, kind,
+                                        &deadline, &fields)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ngx_http_agent_zone_lock(t->zone);
+
+    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+
+    if (conv == NULL
+        || ngx_http_agent_tools_suspend_locked(t->zone, conv, call->tool,
+                                               &call->id, kind, deadline,
+                                               &fields)
+           != NGX_OK)
+    {
+        ngx_http_agent_zone_unlock(t->zone);
+        return NGX_ERROR;
+    }
+
+    n = ngx_http_agent_sub_pids_locked(conv, pids);
+
+    ngx_http_agent_zone_unlock(t->zone);
+
+    ngx_http_agent_wake(&t->id, pids, n);
+
+    return NGX_OK;
+}
+
+
+/* the fields of a suspension event, and the call's deadline */
+
+ngx_int_t
+ngx_http_agent_tools_suspension(ngx_pool_t *pool, ngx_http_agent_t *agent,
+    ngx_http_agent_tool_t *tool, ngx_str_t *id, ngx_str_t *args,
+    ngx_uint_t kind, uint64_t *deadline, ngx_str_t *fields)
+{
+    yajl_gen     g;
+    ngx_uint_t   failed;
+    ngx_msec_t   timeout;
+    ngx_time_t  *tp;
+
+    timeout = tool->timeout;
 
     if (timeout == NGX_CONF_UNSET_MSEC) {
-        timeout = t->agent->suspend_timeout;
+        timeout = agent->suspend_timeout;
     }
 
     tp = ngx_timeofday();
+    *deadline = (uint64_t) tp->sec * 1000 + tp->msec + timeout;
 
-    g = ngx_http_agent_json_gen(t->pool);
+    g = ngx_http_agent_json_gen(pool);
     if (g == NULL) {
         return NGX_ERROR;
     }
 
     failed = yajl_gen_map_open(g);
     failed |= ngx_http_agent_json_key(g, "tool_call_id");
-    failed |= ngx_http_agent_json_str(g, &call->id);
+    failed |= ngx_http_agent_json_str(g, id);
     failed |= ngx_http_agent_json_key(g, "name");
-    failed |= ngx_http_agent_json_str(g, &call->name);
+    failed |= ngx_http_agent_json_str(g, &tool->name);
     failed |= ngx_http_agent_json_key(g, "executor");
-    failed |= ngx_http_agent_json_str(g, executor);
+    failed |= ngx_http_agent_json_str(g,
+                                &ngx_http_agent_executors[tool->executor].name);
     failed |= ngx_http_agent_json_key(g, "kind");
-    failed |= ngx_http_agent_json_str(g, kind);
+    failed |= ngx_http_agent_json_str(g, &ngx_http_agent_pending_kinds[kind]);
     failed |= ngx_http_agent_json_key(g, "arguments");
-    failed |= ngx_http_agent_json_verbatim(g, &call->arguments);
+    failed |= ngx_http_agent_json_verbatim(g, args);
     failed |= ngx_http_agent_json_key(g, "deadline");
-    failed |= yajl_gen_integer(g, (long long) tp->sec * 1000 + tp->msec
-                                  + timeout);
+    failed |= yajl_gen_integer(g, (long long) *deadline);
     failed |= yajl_gen_map_close(g);
 
-    if (ngx_http_agent_json_result(g, failed, &fields) != NGX_OK) {
+    return ngx_http_agent_json_result(g, failed, fields);
+}
+
+
+ngx_int_t
+ngx_http_agent_tools_suspend_locked(ngx_http_agent_zone_t *zone,
+    ngx_http_agent_conv_t *conv, ngx_http_agent_tool_t *tool, ngx_str_t *id,
+    ngx_uint_t kind, uint64_t deadline, ngx_str_t *fields)
+{
+    ngx_http_agent_pending_t  *p;
+
+    p = ngx_http_agent_pending_add_locked(conv, id, &tool->name,
+                                          tool->executor, kind, deadline);
+    if (p == NULL) {
         return NGX_ERROR;
     }
 
-    return ngx_http_agent_emit(t->zone, &t->id, NGX_HTTP_AGENT_EV_SUSPENSION,
-                               &fields);
+    if (ngx_http_agent_event_add_locked(zone, conv,
+                                        NGX_HTTP_AGENT_EV_SUSPENSION, fields)
+        == NULL)
+    {
+        ngx_http_agent_pending_remove_locked(conv, p);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
 }
 
 

@@ -23,6 +23,19 @@
  */
 ngx_int_t ngx_http_agent_tools_dispatch(ngx_http_agent_turn_t *t);
 
+/* a call approved over HTTP, or resumed: it runs now */
+ngx_int_t ngx_http_agent_tools_run_call(ngx_http_agent_turn_t *t,
+    ngx_str_t *id, ngx_str_t *name, ngx_str_t *args);
+
+ngx_int_t ngx_http_agent_tools_suspension(ngx_pool_t *pool,
+    ngx_http_agent_t *agent, ngx_http_agent_tool_t *tool, ngx_str_t *id,
+    ngx_str_t *args, ngx_uint_t kind, uint64_t *deadline, ngx_str_t *fields);
+ngx_int_t ngx_http_agent_tools_suspend_locked(ngx_http_agent_zone_t *zone,
+    ngx_http_agent_conv_t *conv, ngx_http_agent_tool_t *tool, ngx_str_t *id,
+    ngx_uint_t kind, uint64_t deadline, ngx_str_t *fields);
+ngx_http_agent_tool_t *ngx_http_agent_tools_find(ngx_http_agent_t *agent,
+    ngx_str_t *name);
+
 /* the output of a tool subrequest, from the turn's filters */
 ngx_int_t ngx_http_agent_tools_header(ngx_http_request_t *r,
     ngx_http_agent_sub_t *sub);

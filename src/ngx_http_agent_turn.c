@@ -17,6 +17,8 @@
 #include "ngx_http_agent_provider.h"
 #include "ngx_http_agent_tools.h"
 
+#include <yajl/yajl_tree.h>
+
 
 /* how much of a provider's error body is kept for the turn_failed event */
 #define NGX_HTTP_AGENT_ERROR_BODY  512
@@ -33,6 +35,9 @@ static ngx_int_t ngx_http_agent_turn_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_agent_turn_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 static void ngx_http_agent_turn_model_call(ngx_event_t *ev);
+static void ngx_http_agent_turn_resume(ngx_event_t *ev);
+static ngx_int_t ngx_http_agent_turn_batch(ngx_http_agent_turn_t *t,
+    ngx_str_t *events, ngx_uint_t n);
 static ngx_int_t ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t,
     ngx_str_t *body);
 static ngx_int_t ngx_http_agent_turn_post_subrequest(ngx_http_request_t *r,
@@ -44,7 +49,7 @@ static ngx_http_agent_call_e ngx_http_agent_turn_outcome(
 static ngx_msec_t ngx_http_agent_turn_backoff(ngx_http_agent_turn_t *t);
 static ngx_int_t ngx_http_agent_turn_record(ngx_http_agent_turn_t *t,
     ngx_uint_t status);
-static void ngx_http_agent_turn_end(ngx_http_agent_turn_t *t,
+static ngx_int_t ngx_http_agent_turn_end(ngx_http_agent_turn_t *t,
     ngx_uint_t type, ngx_str_t *reason, ngx_http_agent_state_e state);
 static void ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply,
     ngx_uint_t kind, ngx_uint_t index, ngx_str_t *s);
@@ -230,7 +235,8 @@ ngx_http_agent_turn_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
 ngx_int_t
 ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
-    ngx_http_agent_zone_t *zone, ngx_str_t *id, ngx_uint_t turn)
+    ngx_http_agent_zone_t *zone, ngx_str_t *id, ngx_uint_t turn,
+    ngx_uint_t resume)
 {
     ngx_pool_t              *pool;
     ngx_connection_t        *c;
@@ -331,13 +337,265 @@ ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
         return NGX_ERROR;
     }
 
-    t->event.handler = ngx_http_agent_turn_model_call;
+    t->event.handler = resume ? ngx_http_agent_turn_resume
+                              : ngx_http_agent_turn_model_call;
     t->event.data = t;
     t->event.log = &t->log;
 
     ngx_post_event(&t->event, &ngx_posted_events);
 
     return NGX_OK;
+}
+
+
+/*
+ * A turn resumed after its last waiting call was resolved: the batch of
+ * the last assistant message is read back from the log, the approved
+ * calls without a result run, then the model is called.
+ */
+
+static void
+ngx_http_agent_turn_resume(ngx_event_t *ev)
+{
+    ngx_http_agent_turn_t  *t = ev->data;
+
+    u_char                  *p;
+    ngx_str_t               *events, reason;
+    ngx_uint_t               n, batch;
+    ngx_queue_t             *q;
+    ngx_http_agent_conv_t   *conv;
+    ngx_http_agent_event_t  *e;
+
+    if (t->pool) {
+        ngx_destroy_pool(t->pool);
+    }
+
+    t->model_calls = 0;
+    t->running = 0;
+
+    t->pool = ngx_create_pool(4096, &t->log);
+    if (t->pool == NULL) {
+        goto failed;
+    }
+
+    ngx_http_agent_zone_lock(t->zone);
+
+    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+
+    if (conv == NULL) {
+        ngx_http_agent_zone_unlock(t->zone);
+        goto failed;
+    }
+
+    /* back to the turn's user_msg: its model calls, and the last batch */
+
+    n = 0;
+    batch = 1;
+
+    for (q = ngx_queue_last(&conv->log);
+         q != ngx_queue_sentinel(&conv->log);
+         q = ngx_queue_prev(q))
+    {
+        e = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+        if (e->type == NGX_HTTP_AGENT_EV_USER_MSG) {
+            break;
+        }
+
+        if (e->type == NGX_HTTP_AGENT_EV_ASSISTANT_MSG) {
+            t->model_calls++;
+            batch = 0;
+
+        } else if (batch) {
+            n++;
+        }
+    }
+
+    events = ngx_palloc(t->pool, (n + 1) * sizeof(ngx_str_t));
+    if (events == NULL) {
+        ngx_http_agent_zone_unlock(t->zone);
+        goto failed;
+    }
+
+    n = 0;
+
+    for (q = ngx_queue_last(&conv->log);
+         q != ngx_queue_sentinel(&conv->log);
+         q = ngx_queue_prev(q))
+    {
+        e = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+        if (e->type == NGX_HTTP_AGENT_EV_ASSISTANT_MSG
+            || e->type == NGX_HTTP_AGENT_EV_USER_MSG)
+        {
+            break;
+        }
+
+        /* NUL-terminated for yajl_tree_parse() */
+        p = ngx_pnalloc(t->pool, e->len + 1);
+        if (p == NULL) {
+            ngx_http_agent_zone_unlock(t->zone);
+            goto failed;
+        }
+
+        ngx_memcpy(p, e->data, e->len);
+        p[e->len] = '\0';
+
+        events[n].data = p;
+        events[n].len = e->len;
+        n++;
+    }
+
+    ngx_http_agent_zone_unlock(t->zone);
+
+    if (ngx_http_agent_turn_batch(t, events, n) != NGX_OK) {
+        goto failed;
+    }
+
+    if (t->running) {
+        ngx_http_run_posted_requests(t->request->connection);
+        return;
+    }
+
+    ngx_http_agent_turn_batch_done(&t->event);
+
+    return;
+
+failed:
+
+    ngx_str_set(&reason, "{\"reason\":\"the turn could not be resumed\"}");
+    ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_EV_TURN_FAILED, &reason,
+                            NGX_HTTP_AGENT_IDLE);
+}
+
+
+/*
+ * The batch's events, newest first: each approved call that has no
+ * result yet runs, with the arguments the approver gave if any.
+ */
+
+static ngx_int_t
+ngx_http_agent_turn_batch(ngx_http_agent_turn_t *t, ngx_str_t *events,
+    ngx_uint_t n)
+{
+    yajl_gen    g;
+    ngx_int_t   rc;
+    ngx_str_t   type, id, cid, name, args, decision;
+    ngx_uint_t  i, j, done;
+    yajl_val    v, w, *parsed;
+
+    parsed = ngx_pcalloc(t->pool, (n + 1) * sizeof(yajl_val));
+    g = ngx_http_agent_json_gen(t->pool);
+
+    if (parsed == NULL || g == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < n; i++) {
+        parsed[i] = ngx_http_agent_provider_parse(&t->log, events[i].data,
+                                                  events[i].len, "an event");
+        if (parsed[i] == NULL) {
+            rc = NGX_ERROR;
+            goto done;
+        }
+    }
+
+    rc = NGX_OK;
+
+    for (i = 0; i < n; i++) {
+        v = parsed[i];
+
+        if (ngx_http_agent_provider_string(
+                ngx_http_agent_provider_get(v, "type"), &type) != NGX_OK
+            || type.len != sizeof("tool_call") - 1
+            || ngx_strncmp(type.data, "tool_call", type.len) != 0
+            || ngx_http_agent_provider_string(
+                   ngx_http_agent_provider_get(v, "tool_call_id"), &id)
+               != NGX_OK
+            || ngx_http_agent_provider_string(
+                   ngx_http_agent_provider_get(v, "name"), &name)
+               != NGX_OK
+            || ngx_http_agent_provider_string(
+                   ngx_http_agent_provider_get(v, "arguments"), &args)
+               != NGX_OK)
+        {
+            continue;
+        }
+
+        /* a result, or an approval, of this call: newer events come first */
+
+        done = 0;
+        decision.len = 0;
+
+        for (j = 0; j < i; j++) {
+            w = parsed[j];
+
+            if (ngx_http_agent_provider_string(
+                    ngx_http_agent_provider_get(w, "tool_call_id"), &cid)
+                != NGX_OK
+                || cid.len != id.len
+                || ngx_strncmp(cid.data, id.data, id.len) != 0
+                || ngx_http_agent_provider_string(
+                       ngx_http_agent_provider_get(w, "type"), &type)
+                   != NGX_OK)
+            {
+                continue;
+            }
+
+            if (type.len == sizeof("tool_result") - 1
+                && ngx_strncmp(type.data, "tool_result", type.len) == 0)
+            {
+                done = 1;
+                break;
+            }
+
+            if (type.len == sizeof("resolution") - 1
+                && ngx_strncmp(type.data, "resolution", type.len) == 0
+                && decision.len == 0
+                && ngx_http_agent_provider_string(
+                       ngx_http_agent_provider_get(w, "decision"), &decision)
+                   == NGX_OK
+                && ngx_http_agent_provider_get(w, "args") != NULL)
+            {
+                if (ngx_http_agent_provider_text(g,
+                        ngx_http_agent_provider_get(w, "args"), &args)
+                    != NGX_OK)
+                {
+                    rc = NGX_ERROR;
+                    goto done;
+                }
+            }
+        }
+
+        if (done || decision.len != sizeof("approve") - 1
+            || ngx_strncmp(decision.data, "approve", decision.len) != 0)
+        {
+            continue;
+        }
+
+        /* the strings go with the trees: the call keeps copies */
+
+        id.data = ngx_pstrdup(t->pool, &id);
+        name.data = ngx_pstrdup(t->pool, &name);
+        args.data = ngx_pstrdup(t->pool, &args);
+
+        if (id.data == NULL || name.data == NULL || args.data == NULL
+            || ngx_http_agent_tools_run_call(t, &id, &name, &args) != NGX_OK)
+        {
+            rc = NGX_ERROR;
+            goto done;
+        }
+    }
+
+done:
+
+    for (i = 0; i < n; i++) {
+        if (parsed[i]) {
+            yajl_tree_free(parsed[i]);
+        }
+    }
+
+    return rc;
 }
 
 
@@ -780,7 +1038,17 @@ ngx_http_agent_turn_batch_done(ngx_event_t *ev)
     ngx_str_t  reason;
 
     if (t->suspended) {
-        ngx_http_agent_turn_end(t, 0, NULL, NGX_HTTP_AGENT_AWAITING_INPUT);
+        if (ngx_http_agent_turn_end(t, 0, NULL,
+                                    NGX_HTTP_AGENT_AWAITING_INPUT)
+            != NGX_DECLINED)
+        {
+            return;
+        }
+
+        /* every suspended call was resolved while the batch ran */
+
+        t->suspended = 0;
+        ngx_http_agent_turn_resume(&t->event);
         return;
     }
 
@@ -1055,10 +1323,13 @@ ngx_http_agent_turn_record(ngx_http_agent_turn_t *t, ngx_uint_t status)
 /*
  * The end of the turn in this worker: its terminal event (none when it
  * stops to wait), the state it leaves the conversation in, the lease
- * given back, and turn_ended for the live plane.
+ * given back, and turn_ended for the live plane.  A turn stops to wait
+ * only if a call still waits: NGX_DECLINED, and the turn goes on, when
+ * every one was resolved while the lease was held (the resolver left
+ * the turn to this worker).
  */
 
-static void
+static ngx_int_t
 ngx_http_agent_turn_end(ngx_http_agent_turn_t *t, ngx_uint_t type,
     ngx_str_t *fields, ngx_http_agent_state_e state)
 {
@@ -1074,6 +1345,13 @@ ngx_http_agent_turn_end(ngx_http_agent_turn_t *t, ngx_uint_t type,
     conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
 
     n = 0;
+
+    if (conv && state == NGX_HTTP_AGENT_AWAITING_INPUT
+        && conv->npending == 0)
+    {
+        ngx_http_agent_zone_unlock(t->zone);
+        return NGX_DECLINED;
+    }
 
     if (conv) {
         if (fields
@@ -1098,6 +1376,8 @@ ngx_http_agent_turn_end(ngx_http_agent_turn_t *t, ngx_uint_t type,
     ngx_http_agent_wake(&t->id, pids, n);
 
     ngx_http_agent_turn_close(t);
+
+    return NGX_OK;
 }
 
 

@@ -90,7 +90,7 @@ ngx_int_t ngx_http_agent_turn_init_filters(ngx_conf_t *cf);
  */
 ngx_int_t ngx_http_agent_turn_start(ngx_http_request_t *r,
     ngx_http_agent_t *agent, ngx_http_agent_zone_t *zone, ngx_str_t *id,
-    ngx_uint_t turn);
+    ngx_uint_t turn, ngx_uint_t resume);
 
 ngx_int_t ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t,
     ngx_http_agent_sub_t *sub, ngx_str_t *uri, ngx_str_t *body,

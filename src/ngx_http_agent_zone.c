@@ -531,6 +531,73 @@ ngx_http_agent_log_after_locked(ngx_http_agent_conv_t *conv, uint64_t seq,
 }
 
 
+ngx_http_agent_pending_t *
+ngx_http_agent_pending_add_locked(ngx_http_agent_conv_t *conv, ngx_str_t *id,
+    ngx_str_t *name, ngx_uint_t executor, ngx_uint_t kind, uint64_t deadline)
+{
+    ngx_uint_t                 i;
+    ngx_http_agent_pending_t  *p;
+
+    if (id->len > NGX_HTTP_AGENT_CALL_ID_LEN
+        || name->len > NGX_HTTP_AGENT_TOOL_NAME_LEN)
+    {
+        return NULL;
+    }
+
+    for (i = 0; i < NGX_HTTP_AGENT_PENDING; i++) {
+        p = &conv->pending[i];
+
+        if (p->kind) {
+            continue;
+        }
+
+        ngx_memcpy(p->id, id->data, id->len);
+        p->id_len = id->len;
+        ngx_memcpy(p->name, name->data, name->len);
+        p->name_len = name->len;
+        p->executor = executor;
+        p->kind = kind;
+        p->deadline = deadline;
+
+        conv->npending++;
+
+        return p;
+    }
+
+    return NULL;
+}
+
+
+ngx_http_agent_pending_t *
+ngx_http_agent_pending_find_locked(ngx_http_agent_conv_t *conv,
+    ngx_str_t *id)
+{
+    ngx_uint_t                 i;
+    ngx_http_agent_pending_t  *p;
+
+    for (i = 0; i < NGX_HTTP_AGENT_PENDING; i++) {
+        p = &conv->pending[i];
+
+        if (p->kind && p->id_len == id->len
+            && ngx_memcmp(p->id, id->data, id->len) == 0)
+        {
+            return p;
+        }
+    }
+
+    return NULL;
+}
+
+
+void
+ngx_http_agent_pending_remove_locked(ngx_http_agent_conv_t *conv,
+    ngx_http_agent_pending_t *p)
+{
+    p->kind = 0;
+    conv->npending--;
+}
+
+
 ngx_int_t
 ngx_http_agent_sub_add_locked(ngx_http_agent_conv_t *conv, ngx_pid_t pid)
 {

@@ -19,6 +19,9 @@
 #define NGX_HTTP_AGENT_LIVE_RING         64
 #define NGX_HTTP_AGENT_SUB_WORKERS       16
 #define NGX_HTTP_AGENT_SOURCE_IDS        16
+#define NGX_HTTP_AGENT_PENDING           16
+#define NGX_HTTP_AGENT_CALL_ID_LEN       64
+#define NGX_HTTP_AGENT_TOOL_NAME_LEN     64
 
 
 /* conversation states; only idle and awaiting_input are at rest */
@@ -62,6 +65,23 @@ typedef struct {
 } ngx_http_agent_source_t;
 
 
+/*
+ * A call that waits for outside input: the persisted "pending" of the
+ * seeds, {tool_call_id => {executor, kind}}, with its deadline.  kind 0
+ * marks a free slot.
+ */
+
+typedef struct {
+    u_char                        id[NGX_HTTP_AGENT_CALL_ID_LEN];
+    size_t                        id_len;
+    u_char                        name[NGX_HTTP_AGENT_TOOL_NAME_LEN];
+    size_t                        name_len;
+    ngx_uint_t                    kind;
+    ngx_uint_t                    executor;
+    uint64_t                      deadline;
+} ngx_http_agent_pending_t;
+
+
 typedef struct {
     ngx_rbtree_node_t             node;       /* key: crc32 of the id */
     ngx_queue_t                   lru;
@@ -85,6 +105,9 @@ typedef struct {
     ngx_uint_t                    nlive;      /* live events ever added */
 
     ngx_http_agent_sub_worker_t   subs[NGX_HTTP_AGENT_SUB_WORKERS];
+
+    ngx_http_agent_pending_t      pending[NGX_HTTP_AGENT_PENDING];
+    ngx_uint_t                    npending;
 
     /* recent client source ids, so that a resent message is taken once */
     ngx_http_agent_source_t       sources[NGX_HTTP_AGENT_SOURCE_IDS];
@@ -159,6 +182,14 @@ void ngx_http_agent_sub_remove_locked(ngx_http_agent_conv_t *conv,
     ngx_pid_t pid);
 ngx_uint_t ngx_http_agent_sub_pids_locked(ngx_http_agent_conv_t *conv,
     ngx_pid_t *pids);
+
+ngx_http_agent_pending_t *ngx_http_agent_pending_add_locked(
+    ngx_http_agent_conv_t *conv, ngx_str_t *id, ngx_str_t *name,
+    ngx_uint_t executor, ngx_uint_t kind, uint64_t deadline);
+ngx_http_agent_pending_t *ngx_http_agent_pending_find_locked(
+    ngx_http_agent_conv_t *conv, ngx_str_t *id);
+void ngx_http_agent_pending_remove_locked(ngx_http_agent_conv_t *conv,
+    ngx_http_agent_pending_t *p);
 
 /* the events after pos, canonical and live, in pos order */
 ngx_uint_t ngx_http_agent_events_after_locked(ngx_http_agent_conv_t *conv,

@@ -20,7 +20,7 @@ use Time::HiRes qw(time sleep);
 use Test::Agent::HTTP;
 
 our @EXPORT = qw(engine_conf send_message inspect wait_state log_types
-                 events_request);
+                 events_request resolve);
 
 # %opts: workers, zone (size), http (more http-level lines), server (more
 # server-level lines), provider (lines in the provider location), agent
@@ -77,6 +77,13 @@ http {
             agent_events;
         }
 
+        location ~ ^/c/(?<cid>[^/]+)/calls/(?<tcid>[^/]+)\$ {
+            agent chat;
+            agent_conversation \$cid;
+            agent_tool_call \$tcid;
+            agent_resolve;
+        }
+
         location ~ ^/c/(?<cid>[^/]+)\$ {
             agent chat;
             agent_conversation \$cid;
@@ -109,6 +116,21 @@ sub send_message {
     my $r = http_post("/c/$cid/messages", $body, port => $t->port(8080),
                       headers => { 'Content-Type' => 'application/json',
                                    %{$opts{headers} || {}} });
+
+    $r->{json} = eval { decode_json($r->{body}) } if $r;
+    return $r;
+}
+
+# POST a resolution of a pending call; body is a Perl structure or, with
+# raw => 1, bytes
+
+sub resolve {
+    my ($t, $cid, $tcid, $body, %opts) = @_;
+
+    $body = encode_json($body) unless $opts{raw};
+
+    my $r = http_post("/c/$cid/calls/$tcid", $body, port => $t->port(8080),
+                      headers => { 'Content-Type' => 'application/json' });
 
     $r->{json} = eval { decode_json($r->{body}) } if $r;
     return $r;

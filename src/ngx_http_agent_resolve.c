@@ -1,0 +1,634 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <yajl/yajl_tree.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_conf.h"
+#include "ngx_http_agent_json.h"
+#include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_turn.h"
+#include "ngx_http_agent_tools.h"
+#include "ngx_http_agent_wake.h"
+#include "ngx_http_agent_resolve.h"
+
+
+/* what a resolution says, as JSON texts of its own */
+
+typedef struct {
+    ngx_str_t                 conv;
+    ngx_str_t                 call;
+
+    ngx_str_t                 result;     /* any JSON value */
+    ngx_str_t                 decision;
+    ngx_str_t                 reason;
+    ngx_str_t                 args;       /* a JSON object */
+
+    unsigned                  has_result:1;
+    unsigned                  approve:1;
+} ngx_http_agent_resolution_t;
+
+
+static void ngx_http_agent_resolve_body(ngx_http_request_t *r);
+static ngx_int_t ngx_http_agent_resolve_parse(ngx_http_request_t *r,
+    ngx_str_t *body, ngx_http_agent_resolution_t *res, char **err);
+static ngx_int_t ngx_http_agent_resolve_accept(ngx_http_request_t *r,
+    ngx_http_agent_resolution_t *res);
+static ngx_int_t ngx_http_agent_resolve_record_locked(ngx_http_request_t *r,
+    ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv,
+    ngx_http_agent_pending_t *p, ngx_http_agent_resolution_t *res,
+    uint64_t *seq);
+static ngx_int_t ngx_http_agent_resolve_result_locked(ngx_http_request_t *r,
+    ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv,
+    ngx_http_agent_resolution_t *res, ngx_str_t *name, char *error);
+static ngx_int_t ngx_http_agent_resolve_args_locked(ngx_http_request_t *r,
+    ngx_http_agent_conv_t *conv, ngx_str_t *id, ngx_str_t *args);
+
+
+/* POST a resolution of a waiting call */
+
+ngx_int_t
+ngx_http_agent_resolve_handler(ngx_http_request_t *r)
+{
+    ngx_int_t  rc;
+    ngx_str_t  id;
+
+    if (r->method != NGX_HTTP_POST) {
+        return ngx_http_agent_json_method(r, "POST");
+    }
+
+    rc = ngx_http_agent_conversation_id(r, &id);
+
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                                         "invalid_conversation",
+                                         "the conversation id is missing or "
+                                         "invalid");
+    }
+
+    r->request_body_in_single_buf = 1;
+
+    rc = ngx_http_read_client_request_body(r, ngx_http_agent_resolve_body);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_agent_resolve_body(ngx_http_request_t *r)
+{
+    char                         *err;
+    ngx_int_t                     rc;
+    ngx_str_t                     body;
+    ngx_http_agent_resolution_t   res;
+
+    ngx_memzero(&res, sizeof(ngx_http_agent_resolution_t));
+    err = NULL;
+
+    if (ngx_http_agent_conversation_id(r, &res.conv) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    rc = ngx_http_agent_tool_call_id(r, &res.call);
+
+    if (rc == NGX_ERROR) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    if (rc == NGX_DECLINED) {
+        ngx_http_finalize_request(r,
+            ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                                         "invalid_tool_call",
+                                         "the tool call id is missing or "
+                                         "invalid"));
+        return;
+    }
+
+    rc = ngx_http_agent_json_body(r, &body);
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_agent_resolve_parse(r, &body, &res, &err);
+
+    } else if (rc == NGX_DECLINED) {
+        err = "the request has no body";
+
+    } else if (rc == NGX_ABORT) {
+        ngx_http_finalize_request(r,
+            ngx_http_agent_json_error(r,
+                                         NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                                         "too_large",
+                                         "the resolution is larger than "
+                                         "client_body_buffer_size"));
+        return;
+    }
+
+    if (rc == NGX_ERROR) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    if (err) {
+        ngx_http_finalize_request(r,
+            ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                                         "invalid_resolution", err));
+        return;
+    }
+
+    ngx_http_finalize_request(r, ngx_http_agent_resolve_accept(r, &res));
+}
+
+
+/*
+ * {"result": ANY} or {"decision": "approve"|"reject", "reason": STRING,
+ * "args": OBJECT}; which one the call takes is known under the lock.
+ */
+
+static ngx_int_t
+ngx_http_agent_resolve_parse(ngx_http_request_t *r, ngx_str_t *body,
+    ngx_http_agent_resolution_t *res, char **err)
+{
+    yajl_gen     g;
+    ngx_int_t    rc;
+    ngx_str_t    s;
+    yajl_val     root, v;
+
+    if (ngx_strlen(body->data) != body->len) {
+        *err = "the body holds a NUL byte";
+        return NGX_OK;
+    }
+
+    root = yajl_tree_parse((const char *) body->data, NULL, 0);
+
+    if (root == NULL || !YAJL_IS_OBJECT(root)) {
+        *err = "the body is not a JSON object";
+        goto done;
+    }
+
+    g = ngx_http_agent_json_gen(r->pool);
+    if (g == NULL) {
+        rc = NGX_ERROR;
+        goto failed;
+    }
+
+    v = ngx_http_agent_provider_get(root, "result");
+
+    if (v != NULL) {
+        if (ngx_http_agent_provider_text(g, v, &s) != NGX_OK
+            || (res->result.data = ngx_pstrdup(r->pool, &s)) == NULL)
+        {
+            rc = NGX_ERROR;
+            goto failed;
+        }
+
+        res->result.len = s.len;
+        res->has_result = 1;
+    }
+
+    v = ngx_http_agent_provider_get(root, "decision");
+
+    if (v != NULL) {
+        if (ngx_http_agent_provider_string(v, &s) != NGX_OK
+            || !((s.len == 7 && ngx_strncmp(s.data, "approve", 7) == 0)
+                 || (s.len == 6 && ngx_strncmp(s.data, "reject", 6) == 0)))
+        {
+            *err = "\"decision\" must be \"approve\" or \"reject\"";
+            goto done;
+        }
+
+        res->approve = (s.len == 7);
+        ngx_str_set(&res->decision, "reject");
+
+        if (res->approve) {
+            ngx_str_set(&res->decision, "approve");
+        }
+    }
+
+    v = ngx_http_agent_provider_get(root, "reason");
+
+    if (v != NULL) {
+        if (ngx_http_agent_provider_string(v, &s) != NGX_OK
+            || (res->reason.data = ngx_pstrdup(r->pool, &s)) == NULL)
+        {
+            *err = "\"reason\" must be a string";
+            goto done;
+        }
+
+        res->reason.len = s.len;
+    }
+
+    v = ngx_http_agent_provider_get(root, "args");
+
+    if (v != NULL) {
+        if (!YAJL_IS_OBJECT(v)) {
+            *err = "\"args\" must be a JSON object";
+            goto done;
+        }
+
+        if (ngx_http_agent_provider_text(g, v, &s) != NGX_OK
+            || (res->args.data = ngx_pstrdup(r->pool, &s)) == NULL)
+        {
+            rc = NGX_ERROR;
+            goto failed;
+        }
+
+        res->args.len = s.len;
+    }
+
+done:
+
+    rc = NGX_OK;
+
+failed:
+
+    if (root) {
+        yajl_tree_free(root);
+    }
+
+    return rc;
+}
+
+
+/*
+ * Under the zone lock: the call must be waiting, in this conversation,
+ * for what the body gives.  The resolution is recorded and answered at
+ * once; when it was the last waiting call and no turn holds the lease,
+ * this worker takes it and the turn goes on, after the answer.
+ */
+
+static ngx_int_t
+ngx_http_agent_resolve_accept(ngx_http_request_t *r,
+    ngx_http_agent_resolution_t *res)
+{
+    u_char                      *p;
+    uint64_t                     seq;
+    ngx_str_t                    json;
+    ngx_uint_t                   n, turn, resume;
+    ngx_pid_t                    pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_http_agent_zone_t       *z;
+    ngx_http_agent_conv_t       *conv;
+    ngx_http_agent_pending_t    *pend;
+    ngx_http_agent_loc_conf_t   *alcf;
+    ngx_http_agent_main_conf_t  *amcf;
+
+    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
+    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
+    z = amcf->zone;
+
+    ngx_http_agent_zone_lock(z);
+
+    conv = ngx_http_agent_conv_find_locked(z, &res->conv);
+
+    if (conv == NULL) {
+        ngx_http_agent_zone_unlock(z);
+        return ngx_http_agent_json_error(r, NGX_HTTP_NOT_FOUND,
+                                            "not_found",
+                                            "no such conversation");
+    }
+
+    pend = ngx_http_agent_pending_find_locked(conv, &res->call);
+
+    if (pend == NULL) {
+        ngx_http_agent_zone_unlock(z);
+        return ngx_http_agent_json_error(r, NGX_HTTP_CONFLICT, "stale",
+                                            "the call is not waiting: "
+                                            "unknown, resolved, expired or "
+                                            "still running");
+    }
+
+    if (pend->kind == NGX_HTTP_AGENT_PENDING_APPROVAL
+        ? res->decision.len == 0 : !res->has_result)
+    {
+        ngx_http_agent_zone_unlock(z);
+        return ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                   "invalid_resolution",
+                   pend->kind == NGX_HTTP_AGENT_PENDING_APPROVAL
+                   ? "the call waits for approval: send \"decision\""
+                   : "the call waits for its result: send \"result\"");
+    }
+
+    if (ngx_http_agent_resolve_record_locked(r, z, conv, pend, res, &seq)
+        != NGX_OK)
+    {
+        ngx_http_agent_zone_unlock(z);
+        return ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                            "zone_full",
+                                            "the resolution could not be "
+                                            "recorded");
+    }
+
+    resume = 0;
+    turn = conv->turn;
+
+    if (conv->npending == 0 && conv->lease == 0) {
+        (void) ngx_http_agent_state_set_locked(z, conv,
+                                               NGX_HTTP_AGENT_EXECUTING_TOOLS);
+        conv->lease = ngx_pid;
+        resume = 1;
+    }
+
+    n = ngx_http_agent_sub_pids_locked(conv, pids);
+
+    ngx_http_agent_zone_unlock(z);
+
+    ngx_http_agent_wake(&res->conv, pids, n);
+
+    if (resume
+        && ngx_http_agent_turn_start(r, alcf->agent, z, &res->conv, turn, 1)
+           != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "agent could not resume the turn of \"%V\"",
+                      &res->conv);
+    }
+
+    p = ngx_pnalloc(r->pool, res->conv.len + res->call.len + 96);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    json.data = p;
+    json.len = ngx_sprintf(p, "{\"conversation\":\"%V\",\"tool_call_id\":"
+                           "\"%V\",\"seq\":%uL}",
+                           &res->conv, &res->call, seq)
+               - p;
+
+    return ngx_http_agent_json_send(r, NGX_HTTP_OK, &json);
+}
+
+
+/*
+ * The resolution event, then what it settles: a result (an answer, a
+ * client's result, a denial), a second suspension (an approved client
+ * call now waits for the browser), or nothing yet (an approved server
+ * call runs when the turn goes on).
+ */
+
+static ngx_int_t
+ngx_http_agent_resolve_record_locked(ngx_http_request_t *r,
+    ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv,
+    ngx_http_agent_pending_t *p, ngx_http_agent_resolution_t *res,
+    uint64_t *seq)
+{
+    u_char                  *e;
+    yajl_gen                 g;
+    uint64_t                 deadline;
+    ngx_str_t                fields, name, args, source;
+    ngx_uint_t               failed, kind, executor;
+    ngx_http_agent_tool_t   *tool;
+    ngx_http_agent_event_t  *ev;
+    ngx_http_agent_loc_conf_t  *alcf;
+
+    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
+
+    name.data = ngx_pnalloc(r->pool, p->name_len);
+    if (name.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(name.data, p->name, p->name_len);
+    name.len = p->name_len;
+
+    kind = p->kind;
+    executor = p->executor;
+
+    if (kind == NGX_HTTP_AGENT_PENDING_CLIENT_EXEC) {
+        ngx_str_set(&source, "client");
+
+    } else {
+        ngx_str_set(&source, "human");
+    }
+
+    g = ngx_http_agent_json_gen(r->pool);
+    if (g == NULL) {
+        return NGX_ERROR;
+    }
+
+    failed = yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "tool_call_id");
+    failed |= ngx_http_agent_json_str(g, &res->call);
+    failed |= ngx_http_agent_json_key(g, "name");
+    failed |= ngx_http_agent_json_str(g, &name);
+    failed |= ngx_http_agent_json_key(g, "kind");
+    failed |= ngx_http_agent_json_str(g, &ngx_http_agent_pending_kinds[kind]);
+
+    if (kind == NGX_HTTP_AGENT_PENDING_APPROVAL) {
+        failed |= ngx_http_agent_json_key(g, "decision");
+        failed |= ngx_http_agent_json_str(g, &res->decision);
+
+        if (res->reason.data) {
+            failed |= ngx_http_agent_json_key(g, "reason");
+            failed |= ngx_http_agent_json_str(g, &res->reason);
+        }
+
+        if (res->approve && res->args.data) {
+            failed |= ngx_http_agent_json_key(g, "args");
+            failed |= ngx_http_agent_json_verbatim(g, &res->args);
+        }
+
+    } else {
+        failed |= ngx_http_agent_json_key(g, "result");
+        failed |= ngx_http_agent_json_verbatim(g, &res->result);
+    }
+
+    failed |= ngx_http_agent_json_key(g, "source");
+    failed |= ngx_http_agent_json_str(g, &source);
+    failed |= yajl_gen_map_close(g);
+
+    if (ngx_http_agent_json_result(g, failed, &fields) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ev = ngx_http_agent_event_add_locked(z, conv,
+                                         NGX_HTTP_AGENT_EV_RESOLUTION,
+                                         &fields);
+    if (ev == NULL) {
+        return NGX_ERROR;
+    }
+
+    *seq = ev->seq;
+
+    ngx_http_agent_pending_remove_locked(conv, p);
+
+    if (kind != NGX_HTTP_AGENT_PENDING_APPROVAL) {
+        return ngx_http_agent_resolve_result_locked(r, z, conv, res, &name,
+                                                    NULL);
+    }
+
+    if (!res->approve) {
+        e = ngx_pnalloc(r->pool, res->reason.len + 32);
+        if (e == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (res->reason.len) {
+            ngx_sprintf(e, "denied by approver: %V%Z", &res->reason);
+
+        } else {
+            ngx_sprintf(e, "denied by approver%Z");
+        }
+
+        return ngx_http_agent_resolve_result_locked(r, z, conv, res, &name,
+                                                    (char *) e);
+    }
+
+    if (executor != NGX_HTTP_AGENT_EXECUTOR_CLIENT) {
+        return NGX_OK;
+    }
+
+    /* approved: the client call now waits for the browser */
+
+    tool = ngx_http_agent_tools_find(alcf->agent, &name);
+
+    if (tool == NULL) {
+        return ngx_http_agent_resolve_result_locked(r, z, conv, res, &name,
+                                                    "the tool is no longer "
+                                                    "declared");
+    }
+
+    args = res->args;
+
+    if (args.data == NULL
+        && ngx_http_agent_resolve_args_locked(r, conv, &res->call, &args)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_agent_tools_suspension(r->pool, alcf->agent, tool,
+                                        &res->call, &args,
+                                        NGX_HTTP_AGENT_PENDING_CLIENT_EXEC,
+                                        &deadline, &fields)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_agent_tools_suspend_locked(z, conv, tool, &res->call,
+                                          NGX_HTTP_AGENT_PENDING_CLIENT_EXEC,
+                                          deadline, &fields);
+}
+
+
+static ngx_int_t
+ngx_http_agent_resolve_result_locked(ngx_http_request_t *r,
+    ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv,
+    ngx_http_agent_resolution_t *res, ngx_str_t *name, char *error)
+{
+    yajl_gen    g;
+    ngx_str_t   fields, e;
+    ngx_uint_t  failed;
+
+    g = ngx_http_agent_json_gen(r->pool);
+    if (g == NULL) {
+        return NGX_ERROR;
+    }
+
+    failed = yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "tool_call_id");
+    failed |= ngx_http_agent_json_str(g, &res->call);
+    failed |= ngx_http_agent_json_key(g, "name");
+    failed |= ngx_http_agent_json_str(g, name);
+    failed |= ngx_http_agent_json_key(g, "ok");
+    failed |= yajl_gen_bool(g, error == NULL);
+
+    if (error == NULL) {
+        failed |= ngx_http_agent_json_key(g, "result");
+        failed |= ngx_http_agent_json_verbatim(g, &res->result);
+
+    } else {
+        e.data = (u_char *) error;
+        e.len = ngx_strlen(error);
+        failed |= ngx_http_agent_json_key(g, "error");
+        failed |= ngx_http_agent_json_str(g, &e);
+    }
+
+    failed |= yajl_gen_map_close(g);
+
+    if (ngx_http_agent_json_result(g, failed, &fields) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_agent_event_add_locked(z, conv,
+                                        NGX_HTTP_AGENT_EV_TOOL_RESULT,
+                                        &fields)
+        == NULL)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* the arguments of the call as the model gave them, from its tool_call */
+
+static ngx_int_t
+ngx_http_agent_resolve_args_locked(ngx_http_request_t *r,
+    ngx_http_agent_conv_t *conv, ngx_str_t *id, ngx_str_t *args)
+{
+    u_char                  *p;
+    ngx_str_t                s;
+    ngx_queue_t             *q;
+    yajl_val                 v;
+    ngx_http_agent_event_t  *e;
+
+    for (q = ngx_queue_last(&conv->log);
+         q != ngx_queue_sentinel(&conv->log);
+         q = ngx_queue_prev(q))
+    {
+        e = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+        if (e->type != NGX_HTTP_AGENT_EV_TOOL_CALL) {
+            continue;
+        }
+
+        p = ngx_pnalloc(r->pool, e->len + 1);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(p, e->data, e->len);
+        p[e->len] = '\0';
+
+        v = yajl_tree_parse((char *) p, NULL, 0);
+        if (v == NULL) {
+            continue;
+        }
+
+        if (ngx_http_agent_provider_string(
+                ngx_http_agent_provider_get(v, "tool_call_id"), &s) == NGX_OK
+            && s.len == id->len && ngx_strncmp(s.data, id->data, s.len) == 0
+            && ngx_http_agent_provider_string(
+                   ngx_http_agent_provider_get(v, "arguments"), &s) == NGX_OK)
+        {
+            args->data = ngx_pstrdup(r->pool, &s);
+            args->len = s.len;
+            yajl_tree_free(v);
+
+            return args->data ? NGX_OK : NGX_ERROR;
+        }
+
+        yajl_tree_free(v);
+    }
+
+    ngx_str_set(args, "{}");
+
+    return NGX_OK;
+}
