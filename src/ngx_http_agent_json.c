@@ -403,8 +403,9 @@ ngx_http_agent_json_method(ngx_http_request_t *r, char *allow)
 
 /*
  * A request's JSON body, NUL-terminated for yajl_tree_parse().  It must
- * fit in client_body_buffer_size: it is kept in memory, and one that nginx had to write to a file is too large
- * (NGX_ABORT).  NGX_DECLINED: there is no body.
+ * fit in client_body_buffer_size: it is kept in memory, and one that
+ * nginx had to write to a file is too large (NGX_ABORT).  NGX_DECLINED:
+ * there is no body.
  */
 
 ngx_int_t
