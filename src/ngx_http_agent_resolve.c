@@ -279,7 +279,7 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
     u_char                      *p;
     uint64_t                     seq;
     ngx_str_t                    json;
-    ngx_uint_t                   n, turn, resume;
+    ngx_uint_t                   n, turn, resume, run;
     ngx_pid_t                    pids[NGX_HTTP_AGENT_SUB_WORKERS];
     ngx_http_agent_zone_t       *z;
     ngx_http_agent_conv_t       *conv;
@@ -323,6 +323,11 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
                    : "the call waits for its result: send \"result\"");
     }
 
+    /* an approved server call runs now, whatever else still waits */
+
+    run = (pend->kind == NGX_HTTP_AGENT_PENDING_APPROVAL && res->approve
+           && pend->executor == NGX_HTTP_AGENT_EXECUTOR_SERVER);
+
     if (ngx_http_agent_resolve_record_locked(r, z, conv, pend, res, &seq)
         != NGX_OK)
     {
@@ -336,9 +341,11 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
     resume = 0;
     turn = conv->turn;
 
-    if (conv->npending == 0 && conv->lease == 0) {
+    if ((conv->npending == 0 || run) && conv->lease == 0) {
         (void) ngx_http_agent_state_set_locked(z, conv,
-                                               NGX_HTTP_AGENT_EXECUTING_TOOLS);
+                                     conv->npending
+                                     ? NGX_HTTP_AGENT_AWAITING_INPUT
+                                     : NGX_HTTP_AGENT_EXECUTING_TOOLS);
         conv->lease = ngx_pid;
         resume = 1;
     }

@@ -42,6 +42,8 @@ typedef struct {
 } ngx_http_agent_call_t;
 
 
+static void ngx_http_agent_tools_state(ngx_http_agent_turn_t *t,
+    ngx_http_agent_state_e state);
 static ngx_int_t ngx_http_agent_tools_run(ngx_http_agent_call_t *call);
 static ngx_int_t ngx_http_agent_tools_done(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
@@ -159,7 +161,38 @@ ngx_http_agent_tools_dispatch(ngx_http_agent_turn_t *t)
         t->suspended++;
     }
 
+    if (t->suspended) {
+        /* awaiting input while any call waits, even with others running */
+        ngx_http_agent_tools_state(t, NGX_HTTP_AGENT_AWAITING_INPUT);
+    }
+
     return t->running ? NGX_OK : NGX_DONE;
+}
+
+
+static void
+ngx_http_agent_tools_state(ngx_http_agent_turn_t *t,
+    ngx_http_agent_state_e state)
+{
+    ngx_uint_t              n;
+    ngx_pid_t               pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_http_agent_conv_t  *conv;
+
+    n = 0;
+
+    ngx_http_agent_zone_lock(t->zone);
+
+    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+
+    if (conv && ngx_http_agent_state_set_locked(t->zone, conv, state)
+                == NGX_OK)
+    {
+        n = ngx_http_agent_sub_pids_locked(conv, pids);
+    }
+
+    ngx_http_agent_zone_unlock(t->zone);
+
+    ngx_http_agent_wake(&t->id, pids, n);
 }
 
 

@@ -349,9 +349,10 @@ ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
 
 
 /*
- * A turn resumed after its last waiting call was resolved: the batch of
- * the last assistant message is read back from the log, the approved
- * calls without a result run, then the model is called.
+ * The batch of the last assistant message, read back from the log: its
+ * approved calls without a result run, and when nothing runs the turn
+ * waits or goes on.  A turn comes here after each batch, and a resolver
+ * starts one here, so an approval made at any moment is acted on.
  */
 
 static void
@@ -993,7 +994,7 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
             return;
 
         case NGX_DONE:
-            ngx_http_agent_turn_tools_done(t);
+            ngx_http_agent_turn_resume(&t->event);
             return;
 
         default:
@@ -1020,14 +1021,15 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
 void
 ngx_http_agent_turn_tools_done(ngx_http_agent_turn_t *t)
 {
-    t->event.handler = ngx_http_agent_turn_batch_done;
+    t->event.handler = ngx_http_agent_turn_resume;
     ngx_post_event(&t->event, &ngx_posted_events);
 }
 
 
 /*
- * The next model call, unless a call waits for outside input or the turn
- * has had all the model calls it may make.
+ * Nothing of the batch runs: the turn stops while a call waits for
+ * outside input, and otherwise calls the model again, unless it has had
+ * all the model calls it may make.
  */
 
 static void
@@ -1037,18 +1039,9 @@ ngx_http_agent_turn_batch_done(ngx_event_t *ev)
 
     ngx_str_t  reason;
 
-    if (t->suspended) {
-        if (ngx_http_agent_turn_end(t, 0, NULL,
-                                    NGX_HTTP_AGENT_AWAITING_INPUT)
-            != NGX_DECLINED)
-        {
-            return;
-        }
-
-        /* every suspended call was resolved while the batch ran */
-
-        t->suspended = 0;
-        ngx_http_agent_turn_resume(&t->event);
+    if (ngx_http_agent_turn_end(t, 0, NULL, NGX_HTTP_AGENT_AWAITING_INPUT)
+        != NGX_DECLINED)
+    {
         return;
     }
 

@@ -292,8 +292,12 @@ is(resolve($t, 'r2', 'a2', { decision => 'reject',
                              reason => 'too risky' })->{status}, 200,
    'reject: 200');
 
-$c = wait_for('r2', sub { one_of($_[0], 'tool_result', 'a2') });
+$c = wait_for('r2', sub { one_of($_[0], 'tool_result', 'a2')
+                          && one_of($_[0], 'tool_result', 'a1')
+                          && !defined $_[0]{lease} });
 ok(one_of($c, 'tool_result', 'a2'), 'reject: its result at once');
+ok(one_of($c, 'tool_result', 'a1'),
+   'approve: the tool ran at once, with a call still undecided');
 is($c->{state}, 'awaiting_input', 'still awaiting the third call');
 is(scalar @{$mock->requests}, 1, 'no model call while one is undecided');
 
