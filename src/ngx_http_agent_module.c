@@ -89,6 +89,13 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       offsetof(ngx_http_agent_main_conf_t, heartbeat),
       NULL },
 
+    { ngx_string("agent_client_grace"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_agent_main_conf_t, client_grace),
+      NULL },
+
     { ngx_string("agent_conversation"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_set_complex_value_slot,
@@ -190,6 +197,7 @@ ngx_http_agent_create_main_conf(ngx_conf_t *cf)
     }
 
     amcf->heartbeat = NGX_CONF_UNSET_MSEC;
+    amcf->client_grace = NGX_CONF_UNSET_MSEC;
 
     return amcf;
 }
@@ -203,6 +211,7 @@ ngx_http_agent_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_http_agent_main_conf_t  *amcf = conf;
 
     ngx_conf_init_msec_value(amcf->heartbeat, 15000);
+    ngx_conf_init_msec_value(amcf->client_grace, 5000);
 
     return ngx_http_agent_conf_resolve(cf, amcf);
 }

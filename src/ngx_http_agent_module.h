@@ -124,6 +124,7 @@ typedef struct {
 
     ngx_http_agent_zone_t        *zone;
     ngx_msec_t                    heartbeat;
+    ngx_msec_t                    client_grace;
 } ngx_http_agent_main_conf_t;
 
 

@@ -540,12 +540,33 @@ ngx_http_agent_tools_suspend_locked(ngx_http_agent_zone_t *zone,
     ngx_http_agent_conv_t *conv, ngx_http_agent_tool_t *tool, ngx_str_t *id,
     ngx_uint_t kind, uint64_t deadline, ngx_str_t *fields)
 {
-    ngx_http_agent_pending_t  *p;
+    ngx_uint_t                   i, subs;
+    ngx_time_t                  *tp;
+    ngx_http_agent_pending_t    *p;
+    ngx_http_agent_main_conf_t  *amcf;
 
-    p = ngx_http_agent_pending_add_locked(conv, id, &tool->name,
+    p = ngx_http_agent_pending_add_locked(zone, conv, id, &tool->name,
                                           tool->executor, kind, deadline);
     if (p == NULL) {
         return NGX_ERROR;
+    }
+
+    if (kind == NGX_HTTP_AGENT_PENDING_CLIENT_EXEC) {
+        subs = 0;
+
+        for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
+            subs += conv->subs[i].count;
+        }
+
+        if (subs == 0) {
+            /* no browser to run it: it fails fast unless one comes */
+
+            amcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                                       ngx_http_agent_module);
+            tp = ngx_timeofday();
+            p->grace = (uint64_t) tp->sec * 1000 + tp->msec
+                       + amcf->client_grace;
+        }
     }
 
     if (ngx_http_agent_event_add_locked(zone, conv,

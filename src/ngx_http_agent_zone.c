@@ -167,6 +167,7 @@ ngx_http_agent_zone_init(ngx_shm_zone_t *shm_zone, void *data)
     ngx_rbtree_init(&z->sh->rbtree, &z->sh->sentinel,
                     ngx_http_agent_rbtree_insert_value);
     ngx_queue_init(&z->sh->lru);
+    ngx_queue_init(&z->sh->waiting);
 
     len = sizeof(" in agent zone \"\"") + shm_zone->shm.name.len;
 
@@ -532,8 +533,9 @@ ngx_http_agent_log_after_locked(ngx_http_agent_conv_t *conv, uint64_t seq,
 
 
 ngx_http_agent_pending_t *
-ngx_http_agent_pending_add_locked(ngx_http_agent_conv_t *conv, ngx_str_t *id,
-    ngx_str_t *name, ngx_uint_t executor, ngx_uint_t kind, uint64_t deadline)
+ngx_http_agent_pending_add_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_str_t *id, ngx_str_t *name,
+    ngx_uint_t executor, ngx_uint_t kind, uint64_t deadline)
 {
     ngx_uint_t                 i;
     ngx_http_agent_pending_t  *p;
@@ -558,8 +560,11 @@ ngx_http_agent_pending_add_locked(ngx_http_agent_conv_t *conv, ngx_str_t *id,
         p->executor = executor;
         p->kind = kind;
         p->deadline = deadline;
+        p->grace = 0;
 
-        conv->npending++;
+        if (conv->npending++ == 0) {
+            ngx_queue_insert_tail(&z->sh->waiting, &conv->waiting);
+        }
 
         return p;
     }
@@ -594,7 +599,10 @@ ngx_http_agent_pending_remove_locked(ngx_http_agent_conv_t *conv,
     ngx_http_agent_pending_t *p)
 {
     p->kind = 0;
-    conv->npending--;
+
+    if (--conv->npending == 0) {
+        ngx_queue_remove(&conv->waiting);
+    }
 }
 
 

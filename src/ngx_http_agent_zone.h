@@ -79,6 +79,9 @@ typedef struct {
     ngx_uint_t                    kind;
     ngx_uint_t                    executor;
     uint64_t                      deadline;
+
+    /* a client call with no subscriber to run it fails at this time */
+    uint64_t                      grace;
 } ngx_http_agent_pending_t;
 
 
@@ -109,6 +112,13 @@ typedef struct {
     ngx_http_agent_pending_t      pending[NGX_HTTP_AGENT_PENDING];
     ngx_uint_t                    npending;
 
+    /* in the zone's queue of conversations with waiting calls */
+    ngx_queue_t                   waiting;
+
+    /* the agent that runs the conversation's turns */
+    u_char                        agent[NGX_HTTP_AGENT_TOOL_NAME_LEN];
+    size_t                        agent_len;
+
     /* recent client source ids, so that a resent message is taken once */
     ngx_http_agent_source_t       sources[NGX_HTTP_AGENT_SOURCE_IDS];
     ngx_uint_t                    nsources;
@@ -121,6 +131,8 @@ typedef struct {
     ngx_rbtree_t                  rbtree;
     ngx_rbtree_node_t             sentinel;
     ngx_queue_t                   lru;        /* least recently used first */
+    ngx_queue_t                   waiting;    /* conversations with calls
+                                                 waiting, for expiry */
     ngx_uint_t                    count;
 } ngx_http_agent_sh_t;
 
@@ -184,8 +196,8 @@ ngx_uint_t ngx_http_agent_sub_pids_locked(ngx_http_agent_conv_t *conv,
     ngx_pid_t *pids);
 
 ngx_http_agent_pending_t *ngx_http_agent_pending_add_locked(
-    ngx_http_agent_conv_t *conv, ngx_str_t *id, ngx_str_t *name,
-    ngx_uint_t executor, ngx_uint_t kind, uint64_t deadline);
+    ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv, ngx_str_t *id,
+    ngx_str_t *name, ngx_uint_t executor, ngx_uint_t kind, uint64_t deadline);
 ngx_http_agent_pending_t *ngx_http_agent_pending_find_locked(
     ngx_http_agent_conv_t *conv, ngx_str_t *id);
 void ngx_http_agent_pending_remove_locked(ngx_http_agent_conv_t *conv,
