@@ -317,6 +317,12 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
 
     conv->lease = ngx_pid;
 
+    if (conv->agent_len == 0) {
+        conv->agent_len = ngx_min(alcf->agent->name.len,
+                                  NGX_HTTP_AGENT_TOOL_NAME_LEN);
+        ngx_memcpy(conv->agent, alcf->agent->name.data, conv->agent_len);
+    }
+
     if (hash) {
         src = &conv->sources[conv->nsources++ % NGX_HTTP_AGENT_SOURCE_IDS];
         src->hash = hash;

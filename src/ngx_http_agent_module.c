@@ -17,6 +17,7 @@
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_resolve.h"
+#include "ngx_http_agent_expire.h"
 
 
 static void *ngx_http_agent_create_main_conf(ngx_conf_t *cf);
@@ -269,6 +270,18 @@ ngx_http_agent_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                                       &conf->agent_name);
             return NGX_CONF_ERROR;
         }
+
+        /* cf->ctx is the location's while it merges: a copy is kept */
+
+        if (conf->agent->conf_ctx == NULL) {
+            conf->agent->conf_ctx = ngx_palloc(cf->pool,
+                                               sizeof(ngx_http_conf_ctx_t));
+            if (conf->agent->conf_ctx == NULL) {
+                return NGX_CONF_ERROR;
+            }
+
+            *conf->agent->conf_ctx = *(ngx_http_conf_ctx_t *) cf->ctx;
+        }
     }
 
     if (conf->conversation == NULL) {
@@ -481,6 +494,10 @@ ngx_http_agent_init_process(ngx_cycle_t *cycle)
 
     if (amcf == NULL || amcf->zone == NULL) {
         return NGX_OK;
+    }
+
+    if (ngx_http_agent_expire_init_process(cycle) != NGX_OK) {
+        return NGX_ERROR;
     }
 
     return ngx_http_agent_wake_init_process(cycle);

@@ -110,6 +110,10 @@ typedef struct {
     ngx_msec_t                    retry_base;
     ngx_msec_t                    retry_cap;
 
+    /* the configuration of a location that serves the agent: where a
+       turn started by the module itself (not by a request) runs */
+    ngx_http_conf_ctx_t          *conf_ctx;
+
     u_char                       *file;
     ngx_uint_t                    line;
 } ngx_http_agent_t;

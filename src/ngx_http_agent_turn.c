@@ -228,7 +228,9 @@ ngx_http_agent_turn_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
 /*
  * A fake connection (no socket) and a request on it, as njs's
- * js_periodic builds them.  fd -1 would make nginx try socket calls, so
+ * js_periodic builds them, with the configuration of the request that
+ * started the turn, or of the agent's location when the module starts it
+ * (r == NULL).  fd -1 would make nginx try socket calls, so
  * the events are marked active (nothing to register), and tcp_nodelay
  * is marked as already handled.
  */
@@ -243,6 +245,7 @@ ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
     ngx_http_request_t      *tr;
     ngx_http_connection_t   *hc;
     ngx_http_conf_ctx_t     *ctx;
+    struct sockaddr_in      *sin;
     ngx_http_agent_turn_t   *t;
 
     pool = ngx_create_pool(4096, ngx_cycle->log);
@@ -253,8 +256,9 @@ ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
     t = ngx_pcalloc(pool, sizeof(ngx_http_agent_turn_t));
     hc = ngx_pcalloc(pool, sizeof(ngx_http_connection_t));
     ctx = ngx_pcalloc(pool, sizeof(ngx_http_conf_ctx_t));
+    sin = ngx_pcalloc(pool, sizeof(struct sockaddr_in));
 
-    if (t == NULL || hc == NULL || ctx == NULL) {
+    if (t == NULL || hc == NULL || ctx == NULL || sin == NULL) {
         ngx_destroy_pool(pool);
         return NGX_ERROR;
     }
@@ -286,12 +290,20 @@ ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
     c->log_error = NGX_ERROR_INFO;
     c->number = ngx_atomic_fetch_add(ngx_connection_counter, 1);
     c->tcp_nodelay = NGX_TCP_NODELAY_DISABLED;
-    c->sockaddr = r->connection->sockaddr;
-    c->socklen = r->connection->socklen;
-    c->addr_text = r->connection->addr_text;
-    c->listening = r->connection->listening;
-    c->local_sockaddr = r->connection->local_sockaddr;
-    c->local_socklen = r->connection->local_socklen;
+
+    /*
+     * the turn is the module's own, not the sender's, whose connection may
+     * be gone long before the turn ends: it comes from the loopback
+     */
+
+    sin->sin_family = AF_INET;
+    sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+
+    c->sockaddr = (struct sockaddr *) sin;
+    c->socklen = sizeof(struct sockaddr_in);
+    c->local_sockaddr = (struct sockaddr *) sin;
+    c->local_socklen = sizeof(struct sockaddr_in);
+    ngx_str_set(&c->addr_text, "127.0.0.1");
 
     c->read->log = &t->log;
     c->write->log = &t->log;
@@ -299,9 +311,15 @@ ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
     c->write->active = 1;
     c->write->ready = 1;
 
-    ctx->main_conf = r->main_conf;
-    ctx->srv_conf = r->srv_conf;
-    ctx->loc_conf = r->loc_conf;
+    if (r) {
+        ctx->main_conf = r->main_conf;
+        ctx->srv_conf = r->srv_conf;
+        ctx->loc_conf = r->loc_conf;
+
+    } else {
+        *ctx = *agent->conf_ctx;
+    }
+
     hc->conf_ctx = ctx;
 
     c->data = hc;

@@ -1,0 +1,298 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_conf.h"
+#include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_turn.h"
+#include "ngx_http_agent_wake.h"
+#include "ngx_http_agent_expire.h"
+
+
+/*
+ * Every worker looks for waiting calls past their deadline, so that the
+ * deadline holds whichever worker suspended the call, even a dead one.
+ * The zone's lock makes each expiry happen once.
+ */
+
+#define NGX_HTTP_AGENT_EXPIRE_INTERVAL  250
+
+/* conversations whose turn an expiry lets go on, per round */
+#define NGX_HTTP_AGENT_EXPIRE_RESUME    16
+
+
+typedef struct {
+    u_char                        id[NGX_HTTP_AGENT_ID_LEN];
+    size_t                        id_len;
+    u_char                        agent[NGX_HTTP_AGENT_TOOL_NAME_LEN];
+    size_t                        agent_len;
+    ngx_uint_t                    turn;
+    ngx_pid_t                     pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_uint_t                    npids;
+    unsigned                      resume:1;
+} ngx_http_agent_expired_t;
+
+
+static void ngx_http_agent_expire_handler(ngx_event_t *ev);
+static ngx_uint_t ngx_http_agent_expire_conv_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, uint64_t now);
+static ngx_int_t ngx_http_agent_expire_call_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_http_agent_pending_t *p, char *reason);
+static void ngx_http_agent_expire_resume(ngx_http_agent_main_conf_t *amcf,
+    ngx_http_agent_expired_t *e);
+
+
+static ngx_event_t  ngx_http_agent_expire_event;
+
+
+ngx_int_t
+ngx_http_agent_expire_init_process(ngx_cycle_t *cycle)
+{
+    ngx_event_t  *ev;
+
+    ev = &ngx_http_agent_expire_event;
+
+    ngx_memzero(ev, sizeof(ngx_event_t));
+
+    ev->handler = ngx_http_agent_expire_handler;
+    ev->log = cycle->log;
+    ev->data = cycle;
+    ev->cancelable = 1;
+
+    ngx_add_timer(ev, NGX_HTTP_AGENT_EXPIRE_INTERVAL);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_agent_expire_handler(ngx_event_t *ev)
+{
+    ngx_cycle_t *cycle = ev->data;
+
+    uint64_t                     now;
+    ngx_uint_t                   n, i, k;
+    ngx_time_t                  *tp;
+    ngx_queue_t                 *q, *next;
+    ngx_http_agent_zone_t       *z;
+    ngx_http_agent_conv_t       *conv;
+    ngx_http_agent_expired_t     expired[NGX_HTTP_AGENT_EXPIRE_RESUME];
+    ngx_http_agent_main_conf_t  *amcf;
+
+    if (ngx_exiting || ngx_terminate || ngx_quit) {
+        return;
+    }
+
+    amcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_agent_module);
+    z = amcf->zone;
+
+    tp = ngx_timeofday();
+    now = (uint64_t) tp->sec * 1000 + tp->msec;
+
+    n = 0;
+
+    ngx_http_agent_zone_lock(z);
+
+    for (q = ngx_queue_head(&z->sh->waiting);
+         q != ngx_queue_sentinel(&z->sh->waiting)
+         && n < NGX_HTTP_AGENT_EXPIRE_RESUME;
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        conv = ngx_queue_data(q, ngx_http_agent_conv_t, waiting);
+
+        k = ngx_http_agent_expire_conv_locked(z, conv, now);
+
+        if (k == 0) {
+            continue;
+        }
+
+        ngx_memcpy(expired[n].id, conv->id, conv->id_len);
+        expired[n].id_len = conv->id_len;
+        ngx_memcpy(expired[n].agent, conv->agent, conv->agent_len);
+        expired[n].agent_len = conv->agent_len;
+        expired[n].turn = conv->turn;
+        expired[n].resume = 0;
+
+        /* the last waiting call is gone and no turn runs: this one goes on */
+
+        if (conv->npending == 0 && conv->lease == 0) {
+            (void) ngx_http_agent_state_set_locked(z, conv,
+                                               NGX_HTTP_AGENT_EXECUTING_TOOLS);
+            conv->lease = ngx_pid;
+            expired[n].resume = 1;
+        }
+
+        expired[n].npids = ngx_http_agent_sub_pids_locked(conv,
+                                                          expired[n].pids);
+        n++;
+    }
+
+    ngx_http_agent_zone_unlock(z);
+
+    for (i = 0; i < n; i++) {
+        ngx_http_agent_expire_resume(amcf, &expired[i]);
+    }
+
+    ngx_add_timer(ev, NGX_HTTP_AGENT_EXPIRE_INTERVAL);
+}
+
+
+static ngx_uint_t
+ngx_http_agent_expire_conv_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, uint64_t now)
+{
+    ngx_uint_t                 i, j, subs, n;
+    ngx_http_agent_pending_t  *p;
+
+    n = 0;
+
+    for (i = 0; i < NGX_HTTP_AGENT_PENDING; i++) {
+        p = &conv->pending[i];
+
+        if (p->kind == 0) {
+            continue;
+        }
+
+        if (p->grace && now >= p->grace) {
+            subs = 0;
+
+            for (j = 0; j < NGX_HTTP_AGENT_SUB_WORKERS; j++) {
+                subs += conv->subs[j].count;
+            }
+
+            if (subs) {
+                /* a browser came: the call waits until its deadline */
+                p->grace = 0;
+                continue;
+            }
+
+            if (ngx_http_agent_expire_call_locked(z, conv, p,
+                                   "no client was connected to run the call")
+                == NGX_OK)
+            {
+                n++;
+            }
+
+            continue;
+        }
+
+        if (now < p->deadline) {
+            continue;
+        }
+
+        if (ngx_http_agent_expire_call_locked(z, conv, p,
+                                   p->kind == NGX_HTTP_AGENT_PENDING_APPROVAL
+                                   ? "the approver did not respond before "
+                                     "the deadline"
+                                   : "the user did not respond before the "
+                                     "deadline")
+            == NGX_OK)
+        {
+            n++;
+        }
+    }
+
+    return n;
+}
+
+
+/*
+ * The call resolves to an error the model can recover from: a resolution
+ * marked expired, and its tool_result.  The fields are built on the
+ * stack: a round that expires nothing allocates nothing.
+ */
+
+static ngx_int_t
+ngx_http_agent_expire_call_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_http_agent_pending_t *p, char *reason)
+{
+    u_char     buf[1024], *b;
+    ngx_str_t  fields;
+
+    b = ngx_cpymem(buf, "{\"tool_call_id\":\"",
+                   sizeof("{\"tool_call_id\":\"") - 1);
+    b = (u_char *) ngx_escape_json(b, p->id, p->id_len);
+    b = ngx_cpymem(b, "\",\"name\":\"", sizeof("\",\"name\":\"") - 1);
+    b = (u_char *) ngx_escape_json(b, p->name, p->name_len);
+
+    b = ngx_sprintf(b, "\",\"kind\":\"%V\",\"expired\":true,"
+                    "\"source\":\"deadline\"}",
+                    &ngx_http_agent_pending_kinds[p->kind]);
+
+    fields.data = buf;
+    fields.len = b - buf;
+
+    if (ngx_http_agent_event_add_locked(z, conv,
+                                        NGX_HTTP_AGENT_EV_RESOLUTION,
+                                        &fields)
+        == NULL)
+    {
+        return NGX_ERROR;
+    }
+
+    /* the same call and name, then the result */
+
+    b = buf + sizeof("{\"tool_call_id\":\"") - 1;
+    b = (u_char *) ngx_escape_json(b, p->id, p->id_len);
+    b = ngx_cpymem(b, "\",\"name\":\"", sizeof("\",\"name\":\"") - 1);
+    b = (u_char *) ngx_escape_json(b, p->name, p->name_len);
+    b = ngx_sprintf(b, "\",\"ok\":false,\"error\":\"%s\"}", reason);
+
+    fields.len = b - buf;
+
+    ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
+                  "agent call \"%*s\" of \"%*s\" expired: %s",
+                  p->id_len, p->id, conv->id_len, conv->id, reason);
+
+    ngx_http_agent_pending_remove_locked(conv, p);
+
+    if (ngx_http_agent_event_add_locked(z, conv,
+                                        NGX_HTTP_AGENT_EV_TOOL_RESULT,
+                                        &fields)
+        == NULL)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_agent_expire_resume(ngx_http_agent_main_conf_t *amcf,
+    ngx_http_agent_expired_t *e)
+{
+    ngx_str_t          id, name;
+    ngx_http_agent_t  *agent;
+
+    id.data = e->id;
+    id.len = e->id_len;
+
+    ngx_http_agent_wake(&id, e->pids, e->npids);
+
+    if (!e->resume) {
+        return;
+    }
+
+    name.data = e->agent;
+    name.len = e->agent_len;
+
+    agent = ngx_http_agent_find(amcf, &name);
+
+    if (agent == NULL || agent->conf_ctx == NULL
+        || ngx_http_agent_turn_start(NULL, agent, amcf->zone, &id, e->turn, 1)
+           != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "agent could not resume the turn of \"%V\" after "
+                      "an expiry", &id);
+    }
+}
