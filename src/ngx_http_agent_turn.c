@@ -49,6 +49,7 @@ static ngx_http_agent_call_e ngx_http_agent_turn_outcome(
 static ngx_msec_t ngx_http_agent_turn_backoff(ngx_http_agent_turn_t *t);
 static ngx_int_t ngx_http_agent_turn_record(ngx_http_agent_turn_t *t,
     ngx_uint_t status);
+static ngx_int_t ngx_http_agent_turn_record_hosted(ngx_http_agent_turn_t *t);
 static ngx_int_t ngx_http_agent_turn_end(ngx_http_agent_turn_t *t,
     ngx_uint_t type, ngx_str_t *reason, ngx_http_agent_state_e state);
 static void ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply,
@@ -1224,6 +1225,19 @@ ngx_http_agent_turn_record(ngx_http_agent_turn_t *t, ngx_uint_t status)
                                   reply->thinking.len);
     }
 
+    if (reply->signature.len) {
+        failed |= ngx_http_agent_json_key(g, "thinking_signature");
+        failed |= yajl_gen_string(g, reply->signature.data,
+                                  reply->signature.len);
+    }
+
+    if (reply->raw_content.len) {
+        s.data = reply->raw_content.data;
+        s.len = reply->raw_content.len;
+        failed |= ngx_http_agent_json_key(g, "provider_content");
+        failed |= ngx_http_agent_json_verbatim(g, &s);
+    }
+
     if (status == NGX_HTTP_AGENT_MSG_COMPLETE && reply->calls.nelts) {
         failed |= ngx_http_agent_json_key(g, "tool_calls");
         failed |= yajl_gen_array_open(g);
@@ -1278,6 +1292,10 @@ ngx_http_agent_turn_record(ngx_http_agent_turn_t *t, ngx_uint_t status)
         return NGX_OK;
     }
 
+    if (ngx_http_agent_turn_record_hosted(t) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     ref = t->agent->tools.elts;
 
     for (i = 0; i < reply->calls.nelts; i++) {
@@ -1324,6 +1342,85 @@ ngx_http_agent_turn_record(ngx_http_agent_turn_t *t, ngx_uint_t status)
             != NGX_OK)
         {
             return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Each tool the provider ran itself, logged as a tool_call and its
+ * tool_result, both marked provider_executed: paired like any other, and
+ * never dispatched.
+ */
+
+static ngx_int_t
+ngx_http_agent_turn_record_hosted(ngx_http_agent_turn_t *t)
+{
+    yajl_gen                        g;
+    ngx_str_t                       fields, s;
+    ngx_uint_t                      i, k, failed;
+    ngx_http_agent_reply_hosted_t  *h;
+
+    static ngx_uint_t  types[] = {
+        NGX_HTTP_AGENT_EV_TOOL_CALL,
+        NGX_HTTP_AGENT_EV_TOOL_RESULT
+    };
+
+    if (t->reply->hosted.elts == NULL) {
+        return NGX_OK;
+    }
+
+    h = t->reply->hosted.elts;
+
+    for (i = 0; i < t->reply->hosted.nelts; i++) {
+
+        for (k = 0; k < 2; k++) {
+            g = ngx_http_agent_json_gen(t->pool);
+            if (g == NULL) {
+                return NGX_ERROR;
+            }
+
+            failed = yajl_gen_map_open(g);
+            failed |= ngx_http_agent_json_key(g, "tool_call_id");
+            failed |= yajl_gen_string(g, h[i].id.data, h[i].id.len);
+            failed |= ngx_http_agent_json_key(g, "name");
+            failed |= yajl_gen_string(g, h[i].name.data, h[i].name.len);
+
+            if (k == 0) {
+                failed |= ngx_http_agent_json_key(g, "arguments");
+                failed |= yajl_gen_string(g, h[i].input.data,
+                                          h[i].input.len);
+                failed |= ngx_http_agent_json_key(g, "executor");
+                failed |= yajl_gen_string(g, (u_char *) "provider", 8);
+
+            } else {
+                failed |= ngx_http_agent_json_key(g, "ok");
+                failed |= yajl_gen_bool(g, 1);
+                failed |= ngx_http_agent_json_key(g, "result");
+
+                s.data = h[i].result.data;
+                s.len = h[i].result.len;
+
+                if (s.len) {
+                    failed |= ngx_http_agent_json_verbatim(g, &s);
+
+                } else {
+                    failed |= yajl_gen_null(g);
+                }
+            }
+
+            failed |= ngx_http_agent_json_key(g, "provider_executed");
+            failed |= yajl_gen_bool(g, 1);
+            failed |= yajl_gen_map_close(g);
+
+            if (ngx_http_agent_json_result(g, failed, &fields) != NGX_OK
+                || ngx_http_agent_emit(t->zone, &t->id, types[k], &fields)
+                   != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
         }
     }
 

@@ -41,6 +41,18 @@ typedef struct {
 
 
 /*
+ * A tool the provider ran itself (a hosted web search): its call and its
+ * result arrive in the stream.  input and result are JSON texts.
+ */
+typedef struct {
+    ngx_http_agent_bytes_t        id;
+    ngx_http_agent_bytes_t        name;
+    ngx_http_agent_bytes_t        input;
+    ngx_http_agent_bytes_t        result;
+} ngx_http_agent_reply_hosted_t;
+
+
+/*
  * One model call's reply, assembled by the adapter from the stream.  It
  * lives in a pool of its own that is destroyed when the model call ends,
  * so nothing of it outlives the call.
@@ -57,6 +69,17 @@ struct ngx_http_agent_reply_s {
     ngx_http_agent_bytes_t        signature;
 
     ngx_array_t                   calls;      /* ngx_http_agent_reply_call_t */
+
+    /* ngx_http_agent_reply_hosted_t, in stream order; may be uninit */
+    ngx_array_t                   hosted;
+
+    /*
+     * the reply's content as the API must get it back in later requests
+     * (thinking with its signature, hosted tool blocks, citations), a
+     * JSON text written by the adapter with yajl_gen, logged verbatim
+     * with the assistant message as "provider_content"; empty if none
+     */
+    ngx_http_agent_bytes_t        raw_content;
 
     ngx_http_agent_bytes_t        finish_reason;
     ngx_http_agent_bytes_t        response_id;
