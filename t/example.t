@@ -42,5 +42,7 @@ is($r->{status}, 200, 'describe answers');
 my $d = decode_json($r->{body});
 is($d->{agent}, 'assistant', 'the example agent');
 is($d->{provider}, 'openai_chat', 'its provider');
+is_deeply([map { $_->{name} } @{$d->{tools}}],
+          [qw(get_time send_note ask_user)], 'its tools');
 
 $t->done;
