@@ -56,4 +56,34 @@ for my $i (1, $n - 1) {
 }
 
 $mock->stop;
-$t->done;
+$t->done(more => 1);
+
+# live events are what gives way under pressure: the deltas of finished
+# turns make room for new conversations, and nothing canonical is lost
+
+my $t2 = Test::Agent->new;
+my $mock2 = Test::Agent::MockProvider->new(default => sub {
+    return { text => 'abcd' x 64, chunks => 64 };
+});
+
+# a conversation takes about two pages (its record and its log) and its
+# ring of deltas four more: without the deltas giving way, about ten
+# would fit
+
+$t2->write_file_expand('nginx.conf', engine_conf($mock2, zone => '256k'));
+$t2->run;
+
+for my $i (1 .. 16) {
+    my $r = send_message($t2, "l$i", 'go');
+    is($r->{status}, 202, "conversation $i taken while old deltas fill up");
+    my $c = wait_state($t2, "l$i", 'idle');
+    is($c->{messages}[1]{content}, 'abcd' x 64, "conversation $i complete");
+}
+
+for my $i (1 .. 16) {
+    is(log_types(inspect($t2, "l$i")->{json}),
+       'user_msg assistant_msg turn_completed', "conversation $i log kept");
+}
+
+$mock2->stop;
+$t2->done;
