@@ -43,8 +43,6 @@ typedef struct {
 static void ngx_http_agent_expire_handler(ngx_event_t *ev);
 static ngx_uint_t ngx_http_agent_expire_conv_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv, uint64_t now);
-static ngx_int_t ngx_http_agent_expire_call_locked(ngx_http_agent_zone_t *z,
-    ngx_http_agent_conv_t *conv, ngx_http_agent_pending_t *p, char *reason);
 static void ngx_http_agent_expire_resume(ngx_http_agent_main_conf_t *amcf,
     ngx_http_agent_expired_t *e);
 
@@ -89,6 +87,9 @@ ngx_http_agent_expire_handler(ngx_event_t *ev)
     if (ngx_exiting || ngx_terminate || ngx_quit) {
         return;
     }
+
+    /* a cancel whose wake-up was lost is seen here */
+    ngx_http_agent_turn_cancel_check();
 
     amcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_agent_module);
     z = amcf->zone;
@@ -174,7 +175,8 @@ ngx_http_agent_expire_conv_locked(ngx_http_agent_zone_t *z,
                 continue;
             }
 
-            if (ngx_http_agent_expire_call_locked(z, conv, p,
+            if (ngx_http_agent_pending_settle_locked(z, conv, p,
+                                   NGX_HTTP_AGENT_SETTLE_EXPIRED,
                                    "no client was connected to run the call")
                 == NGX_OK)
             {
@@ -188,7 +190,8 @@ ngx_http_agent_expire_conv_locked(ngx_http_agent_zone_t *z,
             continue;
         }
 
-        if (ngx_http_agent_expire_call_locked(z, conv, p,
+        if (ngx_http_agent_pending_settle_locked(z, conv, p,
+                                   NGX_HTTP_AGENT_SETTLE_EXPIRED,
                                    p->kind == NGX_HTTP_AGENT_PENDING_APPROVAL
                                    ? "the approver did not respond before "
                                      "the deadline"
@@ -206,13 +209,14 @@ ngx_http_agent_expire_conv_locked(ngx_http_agent_zone_t *z,
 
 /*
  * The call resolves to an error the model can recover from: a resolution
- * marked expired, and its tool_result.  The fields are built on the
- * stack: a round that expires nothing allocates nothing.
+ * marked expired (or cancelled), and its tool_result.  The fields are
+ * built on the stack: a round that expires nothing allocates nothing.
  */
 
-static ngx_int_t
-ngx_http_agent_expire_call_locked(ngx_http_agent_zone_t *z,
-    ngx_http_agent_conv_t *conv, ngx_http_agent_pending_t *p, char *reason)
+ngx_int_t
+ngx_http_agent_pending_settle_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_http_agent_pending_t *p,
+    ngx_uint_t how, char *reason)
 {
     u_char     buf[1024], *b;
     ngx_str_t  fields;
@@ -223,9 +227,11 @@ ngx_http_agent_expire_call_locked(ngx_http_agent_zone_t *z,
     b = ngx_cpymem(b, "\",\"name\":\"", sizeof("\",\"name\":\"") - 1);
     b = (u_char *) ngx_escape_json(b, p->name, p->name_len);
 
-    b = ngx_sprintf(b, "\",\"kind\":\"%V\",\"expired\":true,"
-                    "\"source\":\"deadline\"}",
-                    &ngx_http_agent_pending_kinds[p->kind]);
+    b = ngx_sprintf(b, "\",\"kind\":\"%V\",%s}",
+                    &ngx_http_agent_pending_kinds[p->kind],
+                    how == NGX_HTTP_AGENT_SETTLE_EXPIRED
+                    ? "\"expired\":true,\"source\":\"deadline\""
+                    : "\"cancelled\":true,\"source\":\"cancel\"");
 
     fields.data = buf;
     fields.len = b - buf;
@@ -249,7 +255,7 @@ ngx_http_agent_expire_call_locked(ngx_http_agent_zone_t *z,
     fields.len = b - buf;
 
     ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
-                  "agent call \"%*s\" of \"%*s\" expired: %s",
+                  "agent call \"%*s\" of \"%*s\" settled: %s",
                   p->id_len, p->id, conv->id_len, conv->id, reason);
 
     ngx_http_agent_pending_remove_locked(conv, p);

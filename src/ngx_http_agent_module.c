@@ -18,6 +18,7 @@
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_resolve.h"
 #include "ngx_http_agent_expire.h"
+#include "ngx_http_agent_cancel.h"
 
 
 static void *ngx_http_agent_create_main_conf(ngx_conf_t *cf);
@@ -117,6 +118,13 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       ngx_http_agent_resolve_handler },
+
+    { ngx_string("agent_cancel"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_agent_api,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      ngx_http_agent_cancel_handler },
 
     { ngx_string("agent_message"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,

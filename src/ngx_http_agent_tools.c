@@ -279,8 +279,9 @@ ngx_http_agent_tools_run_call(ngx_http_agent_turn_t *t, ngx_str_t *id,
 static ngx_int_t
 ngx_http_agent_tools_run(ngx_http_agent_call_t *call)
 {
-    ngx_keyval_t            headers[3];
-    ngx_http_agent_turn_t  *t;
+    ngx_keyval_t             headers[3];
+    ngx_http_agent_call_t  **cp;
+    ngx_http_agent_turn_t   *t;
 
     t = call->turn;
 
@@ -295,10 +296,71 @@ ngx_http_agent_tools_run(ngx_http_agent_call_t *call)
                    "agent tool call \"%V\" to \"%V\"",
                    &call->id, &call->tool->location);
 
+    if (t->calls == NULL) {
+        t->calls = ngx_array_create(t->pool, 4,
+                                    sizeof(ngx_http_agent_call_t *));
+        if (t->calls == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    cp = ngx_array_push(t->calls);
+    if (cp == NULL) {
+        return NGX_ERROR;
+    }
+
+    *cp = call;
+
     return ngx_http_agent_turn_subrequest(t, &call->sub,
                                           &call->tool->location,
                                           &call->arguments, headers, 3,
                                           ngx_http_agent_tools_done, call);
+}
+
+
+void
+ngx_http_agent_tools_cancel(ngx_http_agent_turn_t *t)
+{
+    ngx_uint_t               i;
+    ngx_http_agent_call_t  **calls;
+
+    if (t->calls == NULL) {
+        return;
+    }
+
+    calls = t->calls->elts;
+
+    for (i = 0; i < t->calls->nelts; i++) {
+
+        if (calls[i]->done) {
+            continue;
+        }
+
+        calls[i]->done = 1;
+
+        if (calls[i]->sub.sr) {
+            ngx_http_agent_subrequest_abort(calls[i]->sub.sr);
+        }
+
+        (void) ngx_http_agent_tools_result(calls[i], NULL, "[cancelled]");
+    }
+
+    t->running = 0;
+}
+
+
+/*
+ * The upstream's own cleanup, which a request's termination would run:
+ * it closes the connection to the backend and ends the subrequest
+ * without its post_subrequest handler.
+ */
+
+void
+ngx_http_agent_subrequest_abort(ngx_http_request_t *sr)
+{
+    if (sr->upstream && sr->upstream->cleanup && *sr->upstream->cleanup) {
+        (*sr->upstream->cleanup)(sr);
+    }
 }
 
 

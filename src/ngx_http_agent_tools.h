@@ -36,6 +36,12 @@ ngx_int_t ngx_http_agent_tools_suspend_locked(ngx_http_agent_zone_t *zone,
 ngx_http_agent_tool_t *ngx_http_agent_tools_find(ngx_http_agent_t *agent,
     ngx_str_t *name);
 
+/* a cancel: the running calls are aborted, each with a [cancelled] result */
+void ngx_http_agent_tools_cancel(ngx_http_agent_turn_t *t);
+
+/* a subrequest's upstream torn down, as when its request is terminated */
+void ngx_http_agent_subrequest_abort(ngx_http_request_t *sr);
+
 /* the output of a tool subrequest, from the turn's filters */
 ngx_int_t ngx_http_agent_tools_header(ngx_http_request_t *r,
     ngx_http_agent_sub_t *sub);

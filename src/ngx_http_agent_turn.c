@@ -16,6 +16,7 @@
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_provider.h"
 #include "ngx_http_agent_tools.h"
+#include "ngx_http_agent_expire.h"
 
 #include <yajl/yajl_tree.h>
 
@@ -55,6 +56,7 @@ static ngx_int_t ngx_http_agent_turn_end(ngx_http_agent_turn_t *t,
 static void ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply,
     ngx_uint_t kind, ngx_uint_t index, ngx_str_t *s);
 static void ngx_http_agent_turn_close(ngx_http_agent_turn_t *t);
+static void ngx_http_agent_turn_abort(ngx_http_agent_turn_t *t);
 static u_char *ngx_http_agent_turn_log_error(ngx_log_t *log, u_char *buf,
     size_t len);
 
@@ -75,6 +77,11 @@ static ngx_str_t  ngx_http_agent_status_names[] = {
 
 #define NGX_HTTP_AGENT_MSG_COMPLETE      0
 #define NGX_HTTP_AGENT_MSG_INTERRUPTED   1
+#define NGX_HTTP_AGENT_MSG_CANCELLED     2
+
+
+/* the turns this worker runs, for a cancel to find */
+static ngx_queue_t  ngx_http_agent_turns;
 
 
 ngx_int_t
@@ -356,6 +363,12 @@ ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
         return NGX_ERROR;
     }
 
+    if (ngx_http_agent_turns.next == NULL) {
+        ngx_queue_init(&ngx_http_agent_turns);
+    }
+
+    ngx_queue_insert_tail(&ngx_http_agent_turns, &t->queue);
+
     t->event.handler = resume ? ngx_http_agent_turn_resume
                               : ngx_http_agent_turn_model_call;
     t->event.data = t;
@@ -392,6 +405,8 @@ ngx_http_agent_turn_resume(ngx_event_t *ev)
 
     t->model_calls = 0;
     t->running = 0;
+    t->calls = NULL;
+    t->reply = NULL;
 
     t->pool = ngx_create_pool(4096, &t->log);
     if (t->pool == NULL) {
@@ -636,6 +651,8 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
 
     t->running = 0;
     t->suspended = 0;
+    t->calls = NULL;
+    t->recorded = 0;
 
     t->pool = ngx_create_pool(4096, &t->log);
     if (t->pool == NULL) {
@@ -969,6 +986,7 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
 
         ngx_destroy_pool(t->pool);
         t->pool = NULL;
+        t->reply = NULL;
 
         t->event.handler = ngx_http_agent_turn_model_call;
         ngx_add_timer(&t->event, delay);
@@ -1205,6 +1223,8 @@ ngx_http_agent_turn_record(ngx_http_agent_turn_t *t, ngx_uint_t status)
 
     reply = t->reply;
     call = reply->calls.elts;
+
+    t->recorded = 1;
 
     g = ngx_http_agent_json_gen(t->pool);
     if (g == NULL) {
@@ -1475,6 +1495,7 @@ ngx_http_agent_turn_end(ngx_http_agent_turn_t *t, ngx_uint_t type,
                                                NGX_HTTP_AGENT_EV_TURN_ENDED,
                                                &ended);
         conv->lease = 0;
+        conv->cancel = 0;
 
         n = ngx_http_agent_sub_pids_locked(conv, pids);
     }
@@ -1484,6 +1505,148 @@ ngx_http_agent_turn_end(ngx_http_agent_turn_t *t, ngx_uint_t type,
     ngx_http_agent_wake(&t->id, pids, n);
 
     ngx_http_agent_turn_close(t);
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_agent_turn_cancel(ngx_str_t *id)
+{
+    ngx_queue_t            *q, *next;
+    ngx_http_agent_turn_t  *t;
+
+    if (ngx_http_agent_turns.next == NULL) {
+        return;
+    }
+
+    for (q = ngx_queue_head(&ngx_http_agent_turns);
+         q != ngx_queue_sentinel(&ngx_http_agent_turns);
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        t = ngx_queue_data(q, ngx_http_agent_turn_t, queue);
+
+        if (id == NULL
+            || (t->id.len == id->len
+                && ngx_memcmp(t->id.data, id->data, id->len) == 0))
+        {
+            ngx_http_agent_turn_abort(t);
+        }
+    }
+}
+
+
+void
+ngx_http_agent_turn_cancel_check(void)
+{
+    ngx_http_agent_turn_cancel(NULL);
+}
+
+
+/*
+ * A cancel of this turn was asked for, if the zone says so: the provider
+ * call is aborted (its connection closes) and its partial reply kept,
+ * marked cancelled; running tool calls are aborted with a [cancelled]
+ * result each; waiting calls resolve as cancelled; then the terminal
+ * cancelled event, idle, and the lease given back.
+ */
+
+static void
+ngx_http_agent_turn_abort(ngx_http_agent_turn_t *t)
+{
+    ngx_str_t               ended;
+    ngx_uint_t              n, cancel;
+    ngx_pid_t               pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_http_agent_conv_t  *conv;
+
+    if (t->cancelling) {
+        return;
+    }
+
+    ngx_http_agent_zone_lock(t->zone);
+    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+    cancel = conv && conv->cancel;
+    ngx_http_agent_zone_unlock(t->zone);
+
+    if (!cancel) {
+        return;
+    }
+
+    t->cancelling = 1;
+
+    ngx_log_error(NGX_LOG_INFO, &t->log, 0, "agent turn cancelled");
+
+    if (t->sub.sr && !t->sr_done) {
+        t->sr_done = 1;
+        ngx_http_agent_subrequest_abort(t->sub.sr);
+        t->sub.sr = NULL;
+    }
+
+    if (t->pool && t->reply && !t->recorded && t->reply->text.len
+        && ngx_http_agent_turn_record(t, NGX_HTTP_AGENT_MSG_CANCELLED)
+           != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, &t->log, 0,
+                      "agent turn could not record the cancelled reply");
+    }
+
+    ngx_http_agent_tools_cancel(t);
+
+    ngx_str_set(&ended, "{}");
+    n = 0;
+
+    ngx_http_agent_zone_lock(t->zone);
+
+    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+
+    if (conv) {
+        (void) ngx_http_agent_cancel_locked(t->zone, conv);
+        (void) ngx_http_agent_event_add_locked(t->zone, conv,
+                                               NGX_HTTP_AGENT_EV_TURN_ENDED,
+                                               &ended);
+        conv->lease = 0;
+        conv->cancel = 0;
+        n = ngx_http_agent_sub_pids_locked(conv, pids);
+    }
+
+    ngx_http_agent_zone_unlock(t->zone);
+
+    ngx_http_agent_wake(&t->id, pids, n);
+
+    ngx_http_agent_turn_close(t);
+}
+
+
+ngx_int_t
+ngx_http_agent_cancel_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv)
+{
+    ngx_str_t                 fields;
+    ngx_uint_t                i;
+    ngx_http_agent_event_t   *ev;
+
+    for (i = 0; i < NGX_HTTP_AGENT_PENDING; i++) {
+        if (conv->pending[i].kind) {
+            (void) ngx_http_agent_pending_settle_locked(z, conv,
+                                                &conv->pending[i],
+                                                NGX_HTTP_AGENT_SETTLE_CANCELLED,
+                                                "user cancelled");
+        }
+    }
+
+    ngx_str_set(&fields, "{\"reason\":\"cancelled by the user\"}");
+
+    ev = ngx_http_agent_event_add_locked(z, conv,
+                                         NGX_HTTP_AGENT_EV_CANCELLED,
+                                         &fields);
+    if (ev == NULL) {
+        return NGX_ERROR;
+    }
+
+    conv->cancelled = ev->seq;
+
+    (void) ngx_http_agent_state_set_locked(z, conv, NGX_HTTP_AGENT_IDLE);
 
     return NGX_OK;
 }
@@ -1606,9 +1769,20 @@ ngx_http_agent_turn_close(ngx_http_agent_turn_t *t)
         t->pool = NULL;
     }
 
+    if (t->queue.next) {
+        ngx_queue_remove(&t->queue);
+        t->queue.next = NULL;
+    }
+
     r = t->request;
     c = r->connection;
     pool = c->pool;
+
+    /*
+     * a subrequest still running is torn down by its cleanup as the
+     * request is freed; its end must not free the request again
+     */
+    r->count++;
 
     ngx_http_free_request(r, 0);
 

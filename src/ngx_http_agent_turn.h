@@ -74,6 +74,14 @@ struct ngx_http_agent_turn_s {
     ngx_uint_t                    running;
     ngx_uint_t                    suspended;
 
+    /* the calls dispatched in this batch (ngx_http_agent_call_t *) */
+    ngx_array_t                  *calls;
+
+    /* in the worker's list of turns */
+    ngx_queue_t                   queue;
+    unsigned                      cancelling:1;
+    unsigned                      recorded:1;
+
     /* nginx takes a request's log data for an ngx_http_log_ctx_t */
     ngx_http_log_ctx_t            log_ctx;
 };
@@ -99,6 +107,18 @@ ngx_int_t ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t,
 
 /* the batch of tool calls is done: the next model call, or a stop */
 void ngx_http_agent_turn_tools_done(ngx_http_agent_turn_t *t);
+
+/*
+ * A cancel of the conversation was asked for: its turn, if this worker
+ * runs it, is taken down.  check_all looks at every turn of the worker.
+ */
+void ngx_http_agent_turn_cancel(ngx_str_t *id);
+void ngx_http_agent_turn_cancel_check(void);
+
+/* under the lock: the waiting calls resolved as cancelled, the turn's
+   terminal cancelled event, idle */
+ngx_int_t ngx_http_agent_cancel_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv);
 
 /* appends an event built from fields and wakes the subscribers */
 ngx_int_t ngx_http_agent_emit(ngx_http_agent_zone_t *zone, ngx_str_t *id,

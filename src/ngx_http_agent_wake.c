@@ -12,6 +12,7 @@
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_events.h"
 #include "ngx_http_agent_wake.h"
+#include "ngx_http_agent_turn.h"
 
 
 /*
@@ -356,6 +357,9 @@ ngx_http_agent_wake_read_handler(ngx_event_t *rev)
                        "agent wake: \"%V\"", &id);
 
         ngx_http_agent_events_deliver(&id);
+
+        /* a cancel of a turn this worker runs comes as a wake-up too */
+        ngx_http_agent_turn_cancel(&id);
     }
 }
 

@@ -101,6 +101,10 @@ typedef struct {
     /* the worker running the turn, 0 when none */
     ngx_pid_t                     lease;
 
+    /* a cancel waits for that worker to take the turn down */
+    ngx_uint_t                    cancel;
+    uint64_t                      cancelled;  /* seq of the last cancel */
+
     ngx_queue_t                   log;        /* ngx_http_agent_event_t */
     ngx_uint_t                    nlog;
 

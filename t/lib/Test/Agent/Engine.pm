@@ -20,11 +20,18 @@ use Time::HiRes qw(time sleep);
 use Test::Agent::HTTP;
 
 our @EXPORT = qw(engine_conf send_message inspect wait_state log_types
-                 events_request resolve);
+                 events_request resolve cancel);
 
 # %opts: workers, zone (size), http (more http-level lines), server (more
 # server-level lines), provider (lines in the provider location), agent
-# (more lines in the agent block), tools (agent_tool blocks)
+# (more lines in the agent block), tools (agent_tool blocks), adapter (the
+# agent's provider adapter, which also picks the mock's API path)
+
+my %API_PATH = (
+    openai_chat      => '/v1/chat/completions',
+    openai_responses => '/v1/responses',
+    anthropic_messages => '/v1/messages',
+);
 
 sub engine_conf {
     my ($mock, %opts) = @_;
@@ -37,6 +44,8 @@ sub engine_conf {
     my $agent = $opts{agent} // '';
     my $tools = $opts{tools} // '';
     my $zone = $opts{zone} // '1m';
+    my $adapter = $opts{adapter} // 'openai_chat';
+    my $path = $API_PATH{$adapter} // die "unknown adapter $adapter";
 
     return <<"EOF";
 %%TEST_GLOBALS%%
@@ -55,7 +64,7 @@ http {
     $tools
 
     agent chat {
-        provider openai_chat /internal/llm;
+        provider $adapter /internal/llm;
         model gpt-test;
         system "You are terse.";
         retry attempts=3 base=50ms cap=200ms;
@@ -77,6 +86,12 @@ http {
             agent_events;
         }
 
+        location ~ ^/c/(?<cid>[^/]+)/cancel\$ {
+            agent chat;
+            agent_conversation \$cid;
+            agent_cancel;
+        }
+
         location ~ ^/c/(?<cid>[^/]+)/calls/(?<tcid>[^/]+)\$ {
             agent chat;
             agent_conversation \$cid;
@@ -92,7 +107,7 @@ http {
 
         location = /internal/llm {
             internal;
-            proxy_pass http://127.0.0.1:$port/v1/chat/completions;
+            proxy_pass http://127.0.0.1:$port$path;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
             proxy_buffering off;
@@ -132,6 +147,14 @@ sub resolve {
     my $r = http_post("/c/$cid/calls/$tcid", $body, port => $t->port(8080),
                       headers => { 'Content-Type' => 'application/json' });
 
+    $r->{json} = eval { decode_json($r->{body}) } if $r;
+    return $r;
+}
+
+sub cancel {
+    my ($t, $cid) = @_;
+
+    my $r = http_post("/c/$cid/cancel", '', port => $t->port(8080));
     $r->{json} = eval { decode_json($r->{body}) } if $r;
     return $r;
 }
