@@ -13,6 +13,7 @@
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_wake.h"
+#include "ngx_http_agent_message.h"
 #include "ngx_http_agent_cancel.h"
 
 
@@ -49,8 +50,9 @@ ngx_http_agent_cancel_handler(ngx_http_request_t *r)
     ngx_int_t                    rc;
     ngx_str_t                    id;
     ngx_pid_t                    lease, pids[NGX_HTTP_AGENT_SUB_WORKERS];
-    uint64_t                     seq;
-    ngx_uint_t                   n;
+    uint64_t                     seq, nseq;
+    ngx_uint_t                   n, next, turn;
+    ngx_http_agent_loc_conf_t   *alcf;
     ngx_pool_cleanup_t          *cln;
     ngx_http_agent_zone_t       *z;
     ngx_http_agent_conv_t       *conv;
@@ -104,11 +106,22 @@ ngx_http_agent_cancel_handler(ngx_http_request_t *r)
 
         rc = ngx_http_agent_cancel_locked(z, conv);
         seq = conv->cancelled;
+
+        /* a message that waited runs now */
+        next = (rc == NGX_OK
+                && ngx_http_agent_message_next_locked(z, conv, &turn, &nseq)
+                   == NGX_OK);
+
         n = ngx_http_agent_sub_pids_locked(conv, pids);
 
         ngx_http_agent_zone_unlock(z);
 
         ngx_http_agent_wake(&id, pids, n);
+
+        if (next) {
+            alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
+            ngx_http_agent_turn_next(alcf->agent, z, &id, turn);
+        }
 
         if (rc != NGX_OK) {
             return ngx_http_agent_json_error(r,

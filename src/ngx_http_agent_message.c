@@ -38,6 +38,9 @@ static ngx_int_t ngx_http_agent_message_answer(ngx_http_request_t *r,
     ngx_uint_t duplicate);
 static ngx_int_t ngx_http_agent_message_busy(ngx_http_request_t *r,
     ngx_http_agent_state_e state);
+static ngx_int_t ngx_http_agent_message_busy_locked(ngx_http_request_t *r,
+    ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv,
+    ngx_http_agent_message_t *msg, uint32_t hash);
 
 
 /* POST {"content": "...", "source_id": "..."} */
@@ -223,6 +226,211 @@ declined:
 
 
 /*
+ * The user_msg that starts a turn, the turn counter, preparing, and the
+ * lease for this worker.
+ */
+
+ngx_int_t
+ngx_http_agent_message_start_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_str_t *fields, uint32_t hash,
+    ngx_uint_t *turn, uint64_t *seq)
+{
+    ngx_str_t                 empty;
+    ngx_http_agent_event_t   *ev;
+    ngx_http_agent_source_t  *src;
+
+    ngx_str_set(&empty, "{}");
+
+    conv->turn++;
+
+    ev = ngx_http_agent_event_add_locked(z, conv, NGX_HTTP_AGENT_EV_USER_MSG,
+                                         fields);
+    if (ev == NULL) {
+        conv->turn--;
+        return NGX_ERROR;
+    }
+
+    *turn = conv->turn;
+    *seq = ev->seq;
+
+    (void) ngx_http_agent_event_add_locked(z, conv,
+                                           NGX_HTTP_AGENT_EV_TURN_STARTED,
+                                           &empty);
+    (void) ngx_http_agent_state_set_locked(z, conv, NGX_HTTP_AGENT_PREPARING);
+
+    conv->lease = ngx_pid;
+
+    if (hash) {
+        src = &conv->sources[conv->nsources++ % NGX_HTTP_AGENT_SOURCE_IDS];
+        src->hash = hash;
+        src->turn = *turn;
+        src->seq = *seq;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * A message for a conversation that is not idle, by the location's
+ * policy.  reject: 409 with the state.  queue: taken, to run after the
+ * turn, in order.  interrupt: taken to run next, and the turn cancelled
+ * (at once when no turn runs, as in awaiting_input).  The zone is locked
+ * on entry and unlocked on return.
+ */
+
+static ngx_int_t
+ngx_http_agent_message_busy_locked(ngx_http_request_t *r,
+    ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv,
+    ngx_http_agent_message_t *msg, uint32_t hash)
+{
+    u_char                     *p;
+    uint64_t                    seq;
+    ngx_str_t                   json, id;
+    ngx_pid_t                   lease, pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_uint_t                  n, turn, start, position;
+    ngx_queue_t                *q;
+    ngx_http_agent_queued_t    *m;
+    ngx_http_agent_loc_conf_t  *alcf;
+
+    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
+
+    if (alcf->busy == NGX_HTTP_AGENT_BUSY_REJECT) {
+        ngx_http_agent_zone_unlock(z);
+        return ngx_http_agent_message_busy(r, conv->state);
+    }
+
+    for (q = ngx_queue_head(&conv->queued);
+         hash && q != ngx_queue_sentinel(&conv->queued);
+         q = ngx_queue_next(q))
+    {
+        m = ngx_queue_data(q, ngx_http_agent_queued_t, queue);
+
+        if (m->hash == hash) {
+            ngx_http_agent_zone_unlock(z);
+            ngx_str_set(&json, "{\"queued\":true,\"duplicate\":true}");
+            return ngx_http_agent_json_send(r, NGX_HTTP_OK, &json);
+        }
+    }
+
+    if (conv->nqueued >= NGX_HTTP_AGENT_QUEUE_MAX) {
+        ngx_http_agent_zone_unlock(z);
+        return ngx_http_agent_json_error(r, NGX_HTTP_CONFLICT, "queue_full",
+                                         "too many messages wait for "
+                                         "their turn");
+    }
+
+    if (ngx_http_agent_queue_add_locked(z, conv, &msg->fields, hash,
+                                        alcf->busy
+                                        == NGX_HTTP_AGENT_BUSY_INTERRUPT)
+        == NULL)
+    {
+        ngx_http_agent_zone_unlock(z);
+        return ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                         "zone_full",
+                                         "no room for the message");
+    }
+
+    position = conv->nqueued;
+    start = 0;
+    lease = 0;
+
+    if (alcf->busy == NGX_HTTP_AGENT_BUSY_INTERRUPT) {
+        position = 1;
+
+        if (conv->lease == 0) {
+            (void) ngx_http_agent_cancel_locked(z, conv);
+            start = (ngx_http_agent_message_next_locked(z, conv, &turn,
+                                                        &seq)
+                     == NGX_OK);
+
+        } else {
+            conv->cancel = 1;
+            lease = conv->lease;
+        }
+    }
+
+    n = ngx_http_agent_sub_pids_locked(conv, pids);
+
+    ngx_http_agent_zone_unlock(z);
+
+    if (ngx_http_agent_conversation_id(r, &id) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_http_agent_wake(&id, pids, n);
+
+    if (start) {
+        if (ngx_http_agent_turn_start(r, alcf->agent, z, &id, turn, 0)
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_agent_message_answer(r, NGX_HTTP_ACCEPTED, &id,
+                                             turn, seq, 0);
+    }
+
+    if (lease == ngx_pid) {
+        ngx_http_agent_turn_cancel(&id);
+
+    } else if (lease) {
+        ngx_http_agent_wake(&id, &lease, 1);
+    }
+
+    p = ngx_pnalloc(r->pool, id.len + 96);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    json.data = p;
+    json.len = ngx_sprintf(p, "{\"conversation\":\"%V\",\"queued\":true,"
+                           "\"position\":%ui%s}", &id, position,
+                           lease ? ",\"interrupting\":true" : "")
+               - p;
+
+    return ngx_http_agent_json_send(r, NGX_HTTP_ACCEPTED, &json);
+}
+
+
+/*
+ * The conversation is at rest: the first message that waited for its
+ * turn starts it, in this worker.  NGX_DECLINED: nothing to start.
+ */
+
+ngx_int_t
+ngx_http_agent_message_next_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_uint_t *turn, uint64_t *seq)
+{
+    ngx_str_t                 fields;
+    ngx_http_agent_queued_t  *m;
+
+    if (conv->state != NGX_HTTP_AGENT_IDLE || conv->lease
+        || conv->nqueued == 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    m = ngx_queue_data(ngx_queue_head(&conv->queued),
+                       ngx_http_agent_queued_t, queue);
+
+    fields.data = m->data;
+    fields.len = m->len;
+
+    if (ngx_http_agent_message_start_locked(z, conv, &fields, m->hash, turn,
+                                            seq)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ngx_http_agent_queue_free_locked(z, conv, m);
+
+    return NGX_OK;
+}
+
+
+/*
  * Under the zone lock: a message is taken only by an idle conversation;
  * its user_msg starts the turn, whose lease this worker takes.
  */
@@ -233,12 +441,10 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
 {
     uint32_t                     hash;
     uint64_t                     seq;
-    ngx_str_t                    empty;
     ngx_uint_t                   i, n, turn;
     ngx_pid_t                    pids[NGX_HTTP_AGENT_SUB_WORKERS];
     ngx_http_agent_zone_t       *z;
     ngx_http_agent_conv_t       *conv;
-    ngx_http_agent_event_t      *ev;
     ngx_http_agent_source_t     *src;
     ngx_http_agent_loc_conf_t   *alcf;
     ngx_http_agent_main_conf_t  *amcf;
@@ -249,8 +455,6 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
 
     hash = msg->source_id.len
            ? ngx_crc32_short(msg->source_id.data, msg->source_id.len) : 0;
-
-    ngx_str_set(&empty, "{}");
 
     ngx_http_agent_zone_lock(z);
 
@@ -286,17 +490,19 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
     }
 
     if (conv->state != NGX_HTTP_AGENT_IDLE) {
-        ngx_http_agent_zone_unlock(z);
-        return ngx_http_agent_message_busy(r, conv->state);
+        return ngx_http_agent_message_busy_locked(r, z, conv, msg, hash);
     }
 
-    conv->turn++;
+    if (conv->agent_len == 0) {
+        conv->agent_len = ngx_min(alcf->agent->name.len,
+                                  NGX_HTTP_AGENT_TOOL_NAME_LEN);
+        ngx_memcpy(conv->agent, alcf->agent->name.data, conv->agent_len);
+    }
 
-    ev = ngx_http_agent_event_add_locked(z, conv, NGX_HTTP_AGENT_EV_USER_MSG,
-                                         &msg->fields);
-    if (ev == NULL) {
-        conv->turn--;
-
+    if (ngx_http_agent_message_start_locked(z, conv, &msg->fields, hash,
+                                            &turn, &seq)
+        != NGX_OK)
+    {
         if (conv->seq == 0) {
             ngx_http_agent_conv_delete_locked(z, conv);
         }
@@ -305,29 +511,6 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
         return ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
                                          "zone_full",
                                          "no room for the message");
-    }
-
-    turn = conv->turn;
-    seq = ev->seq;
-
-    (void) ngx_http_agent_event_add_locked(z, conv,
-                                           NGX_HTTP_AGENT_EV_TURN_STARTED,
-                                           &empty);
-    (void) ngx_http_agent_state_set_locked(z, conv, NGX_HTTP_AGENT_PREPARING);
-
-    conv->lease = ngx_pid;
-
-    if (conv->agent_len == 0) {
-        conv->agent_len = ngx_min(alcf->agent->name.len,
-                                  NGX_HTTP_AGENT_TOOL_NAME_LEN);
-        ngx_memcpy(conv->agent, alcf->agent->name.data, conv->agent_len);
-    }
-
-    if (hash) {
-        src = &conv->sources[conv->nsources++ % NGX_HTTP_AGENT_SOURCE_IDS];
-        src->hash = hash;
-        src->turn = turn;
-        src->seq = seq;
     }
 
     n = ngx_http_agent_sub_pids_locked(conv, pids);

@@ -47,6 +47,14 @@ static void ngx_http_agent_exit_process(ngx_cycle_t *cycle);
  * command whose context does not match, as it does for "server".
  */
 
+static ngx_conf_enum_t  ngx_http_agent_busy[] = {
+    { ngx_string("reject"), NGX_HTTP_AGENT_BUSY_REJECT },
+    { ngx_string("queue"), NGX_HTTP_AGENT_BUSY_QUEUE },
+    { ngx_string("interrupt"), NGX_HTTP_AGENT_BUSY_INTERRUPT },
+    { ngx_null_string, 0 }
+};
+
+
 static ngx_command_t  ngx_http_agent_commands[] = {
 
     { ngx_string("agent_tool"),
@@ -118,6 +126,13 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       ngx_http_agent_resolve_handler },
+
+    { ngx_string("agent_busy"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_agent_loc_conf_t, busy),
+      &ngx_http_agent_busy },
 
     { ngx_string("agent_cancel"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
@@ -236,6 +251,8 @@ ngx_http_agent_create_loc_conf(ngx_conf_t *cf)
         return NULL;
     }
 
+    alcf->busy = NGX_CONF_UNSET_UINT;
+
     /*
      * set by ngx_pcalloc():
      *
@@ -299,6 +316,9 @@ ngx_http_agent_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     if (conf->tool_call == NULL) {
         conf->tool_call = prev->tool_call;
     }
+
+    ngx_conf_merge_uint_value(conf->busy, prev->busy,
+                              NGX_HTTP_AGENT_BUSY_REJECT);
 
     if (conf->api && ngx_http_agent_merge_api(cf, conf) != NGX_CONF_OK) {
         return NGX_CONF_ERROR;

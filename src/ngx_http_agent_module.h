@@ -132,6 +132,12 @@ typedef struct {
 } ngx_http_agent_main_conf_t;
 
 
+/* what a message does to a conversation that is not idle */
+#define NGX_HTTP_AGENT_BUSY_REJECT           0
+#define NGX_HTTP_AGENT_BUSY_QUEUE            1
+#define NGX_HTTP_AGENT_BUSY_INTERRUPT        2
+
+
 typedef struct {
     ngx_str_t                     agent_name;
     ngx_http_agent_t             *agent;
@@ -144,6 +150,8 @@ typedef struct {
 
     ngx_http_complex_value_t     *conversation;
     ngx_http_complex_value_t     *tool_call;
+
+    ngx_uint_t                    busy;
 
     u_char                       *agent_file;
     ngx_uint_t                    agent_line;

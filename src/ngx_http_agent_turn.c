@@ -17,6 +17,8 @@
 #include "ngx_http_agent_provider.h"
 #include "ngx_http_agent_tools.h"
 #include "ngx_http_agent_expire.h"
+#include "ngx_http_agent_message.h"
+#include "ngx_http_agent_conf.h"
 
 #include <yajl/yajl_tree.h>
 
@@ -1461,8 +1463,9 @@ static ngx_int_t
 ngx_http_agent_turn_end(ngx_http_agent_turn_t *t, ngx_uint_t type,
     ngx_str_t *fields, ngx_http_agent_state_e state)
 {
+    uint64_t                seq;
     ngx_str_t               ended;
-    ngx_uint_t              n;
+    ngx_uint_t              n, next, turn;
     ngx_pid_t               pids[NGX_HTTP_AGENT_SUB_WORKERS];
     ngx_http_agent_conv_t  *conv;
 
@@ -1473,6 +1476,7 @@ ngx_http_agent_turn_end(ngx_http_agent_turn_t *t, ngx_uint_t type,
     conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
 
     n = 0;
+    next = 0;
 
     if (conv && state == NGX_HTTP_AGENT_AWAITING_INPUT
         && conv->npending == 0)
@@ -1497,12 +1501,20 @@ ngx_http_agent_turn_end(ngx_http_agent_turn_t *t, ngx_uint_t type,
         conv->lease = 0;
         conv->cancel = 0;
 
+        next = (ngx_http_agent_message_next_locked(t->zone, conv, &turn,
+                                                   &seq)
+                == NGX_OK);
+
         n = ngx_http_agent_sub_pids_locked(conv, pids);
     }
 
     ngx_http_agent_zone_unlock(t->zone);
 
     ngx_http_agent_wake(&t->id, pids, n);
+
+    if (next) {
+        ngx_http_agent_turn_next(t->agent, t->zone, &t->id, turn);
+    }
 
     ngx_http_agent_turn_close(t);
 
@@ -1555,8 +1567,9 @@ ngx_http_agent_turn_cancel_check(void)
 static void
 ngx_http_agent_turn_abort(ngx_http_agent_turn_t *t)
 {
+    uint64_t                seq;
     ngx_str_t               ended;
-    ngx_uint_t              n, cancel;
+    ngx_uint_t              n, cancel, next, turn;
     ngx_pid_t               pids[NGX_HTTP_AGENT_SUB_WORKERS];
     ngx_http_agent_conv_t  *conv;
 
@@ -1595,6 +1608,7 @@ ngx_http_agent_turn_abort(ngx_http_agent_turn_t *t)
 
     ngx_str_set(&ended, "{}");
     n = 0;
+    next = 0;
 
     ngx_http_agent_zone_lock(t->zone);
 
@@ -1607,6 +1621,12 @@ ngx_http_agent_turn_abort(ngx_http_agent_turn_t *t)
                                                &ended);
         conv->lease = 0;
         conv->cancel = 0;
+
+        /* an interrupting message runs now */
+        next = (ngx_http_agent_message_next_locked(t->zone, conv, &turn,
+                                                   &seq)
+                == NGX_OK);
+
         n = ngx_http_agent_sub_pids_locked(conv, pids);
     }
 
@@ -1614,7 +1634,35 @@ ngx_http_agent_turn_abort(ngx_http_agent_turn_t *t)
 
     ngx_http_agent_wake(&t->id, pids, n);
 
+    if (next) {
+        ngx_http_agent_turn_next(t->agent, t->zone, &t->id, turn);
+    }
+
     ngx_http_agent_turn_close(t);
+}
+
+
+/* a turn for the message that waited, on a request of the module's own */
+
+void
+ngx_http_agent_turn_next(ngx_http_agent_t *agent, ngx_http_agent_zone_t *zone,
+    ngx_str_t *id, ngx_uint_t turn)
+{
+    ngx_str_t  reason;
+
+    if (agent->conf_ctx != NULL
+        && ngx_http_agent_turn_start(NULL, agent, zone, id, turn, 0) == NGX_OK)
+    {
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                  "agent could not start the next turn of \"%V\"", id);
+
+    ngx_str_set(&reason, "{\"reason\":\"the turn could not start\"}");
+
+    (void) ngx_http_agent_emit(zone, id, NGX_HTTP_AGENT_EV_TURN_FAILED,
+                               &reason);
 }
 
 

@@ -105,6 +105,10 @@ ngx_int_t ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t,
     ngx_keyval_t *headers, ngx_uint_t nheaders,
     ngx_http_post_subrequest_pt handler, void *data);
 
+/* a turn for a message that waited, started by the module itself */
+void ngx_http_agent_turn_next(ngx_http_agent_t *agent,
+    ngx_http_agent_zone_t *zone, ngx_str_t *id, ngx_uint_t turn);
+
 /* the batch of tool calls is done: the next model call, or a stop */
 void ngx_http_agent_turn_tools_done(ngx_http_agent_turn_t *t);
 

@@ -290,12 +290,53 @@ ngx_http_agent_conv_create_locked(ngx_http_agent_zone_t *z, ngx_str_t *id)
     conv->updated = ngx_current_msec;
 
     ngx_queue_init(&conv->log);
+    ngx_queue_init(&conv->queued);
 
     ngx_rbtree_insert(&z->sh->rbtree, &conv->node);
     ngx_queue_insert_tail(&z->sh->lru, &conv->lru);
     z->sh->count++;
 
     return conv;
+}
+
+
+ngx_http_agent_queued_t *
+ngx_http_agent_queue_add_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_str_t *fields, uint32_t hash,
+    ngx_uint_t front)
+{
+    ngx_http_agent_queued_t  *m;
+
+    m = ngx_http_agent_alloc_locked(z, offsetof(ngx_http_agent_queued_t, data)
+                                       + fields->len);
+    if (m == NULL) {
+        return NULL;
+    }
+
+    m->hash = hash;
+    m->len = fields->len;
+    ngx_memcpy(m->data, fields->data, fields->len);
+
+    if (front) {
+        ngx_queue_insert_head(&conv->queued, &m->queue);
+
+    } else {
+        ngx_queue_insert_tail(&conv->queued, &m->queue);
+    }
+
+    conv->nqueued++;
+
+    return m;
+}
+
+
+void
+ngx_http_agent_queue_free_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_http_agent_queued_t *m)
+{
+    ngx_queue_remove(&m->queue);
+    conv->nqueued--;
+    ngx_slab_free_locked(z->shpool, m);
 }
 
 

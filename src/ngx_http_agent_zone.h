@@ -119,6 +119,10 @@ typedef struct {
     /* in the zone's queue of conversations with waiting calls */
     ngx_queue_t                   waiting;
 
+    /* messages taken while a turn ran, to run after it, in order */
+    ngx_queue_t                   queued;     /* ngx_http_agent_queued_t */
+    ngx_uint_t                    nqueued;
+
     /* the agent that runs the conversation's turns */
     u_char                        agent[NGX_HTTP_AGENT_TOOL_NAME_LEN];
     size_t                        agent_len;
@@ -129,6 +133,15 @@ typedef struct {
 
     ngx_msec_t                    updated;
 } ngx_http_agent_conv_t;
+
+
+/* a message waiting for its turn: its user_msg fields */
+typedef struct {
+    ngx_queue_t                   queue;
+    uint32_t                      hash;       /* of its source_id, or 0 */
+    size_t                        len;
+    u_char                        data[1];
+} ngx_http_agent_queued_t;
 
 
 typedef struct {
@@ -187,6 +200,11 @@ ngx_http_agent_conv_t *ngx_http_agent_conv_create_locked(
     ngx_http_agent_zone_t *z, ngx_str_t *id);
 void ngx_http_agent_conv_delete_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
+ngx_http_agent_queued_t *ngx_http_agent_queue_add_locked(
+    ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv, ngx_str_t *fields,
+    uint32_t hash, ngx_uint_t front);
+void ngx_http_agent_queue_free_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_http_agent_queued_t *m);
 ngx_http_agent_event_t *ngx_http_agent_event_add_locked(
     ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv, ngx_uint_t type,
     ngx_str_t *fields);
