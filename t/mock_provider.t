@@ -484,10 +484,10 @@ is(eval { $JSON->decode($r->{body}) }->{error}{code}, 'empty_queue',
 
 $mock->script({ text => 'unused' });
 
-$r = request(path => '/v1/messages');
+$r = request(path => '/v1/embeddings');
 is($r->{status}, 404, 'unregistered API: 404');
 like(eval { $JSON->decode($r->{body}) }->{error}{message},
-     qr{^Invalid URL \(POST /v1/messages\)}, 'unregistered API: JSON error');
+     qr{^Invalid URL \(POST /v1/embeddings\)}, 'unregistered API: JSON error');
 
 $r = request(method => 'GET', body => '');
 is($r->{status}, 405, 'wrong method: 405');
@@ -553,5 +553,315 @@ sub connect_port ($p) {
     return IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $p,
                                  Proto => 'tcp', Timeout => 1);
 }
+
+###############################################################################
+
+# OpenAI Responses: named events, each with its type and sequence number
+# first, items opened and closed around their deltas, byte for byte
+
+sub rsp_request (%a) {
+    return request(path => '/v1/responses',
+                   body => { model => 'gpt-test', stream => JSON::PP::true,
+                             instructions => 'Be brief.',
+                             input => [{ role => 'user', content => 'hi' }],
+                             store => JSON::PP::false, %{ $a{json} // {} } },
+                   %a);
+}
+
+# (event name, decoded data) of each event; undef where the framing is off
+sub rsp_events ($r) {
+    return map {
+        /\Aevent: ([\w.]+)\ndata: (\{.*\})\n\n\z/s
+            ? [$1, $JSON->decode($2), $_] : [undef, undef, $_]
+    } events($r);
+}
+
+$mock->reset;
+$mock->script({ text => 'Hello world', chunks => 2,
+                usage => { input_tokens => 21, output_tokens => 3 } });
+
+$r = rsp_request();
+$rec = $mock->requests->[0];
+
+is($rec->{api}, 'openai_responses', 'responses: api recorded');
+like($r->{headers}{'content-type'}, qr{^text/event-stream\b},
+     'responses: event stream');
+ok($r->{complete}, 'responses: proper end');
+
+my @re = rsp_events($r);
+
+is(scalar(grep { !defined $_->[0] } @re), 0,
+   'responses: every event named, one data line');
+is(scalar(grep { $_->[0] ne $_->[1]{type} } @re), 0,
+   'responses: the name is the type');
+is_deeply([map { $_->[1]{sequence_number} } @re], [0 .. $#re],
+          'responses: sequence numbers');
+ok(!grep({ $_->[2] !~ /\Aevent:[ ]\S+\ndata:[ ]\{"type":"[^"]+",
+                        "sequence_number":\d+[,}]/x } @re),
+   'responses: type and sequence_number first');
+is_deeply([map { $_->[0] } @re],
+          [qw(response.created response.in_progress
+              response.output_item.added response.content_part.added
+              response.output_text.delta response.output_text.delta
+              response.output_text.done response.content_part.done
+              response.output_item.done response.completed)],
+          'responses: text events');
+
+my $resp = $re[0][1]{response};
+my $msg = $re[2][1]{item}{id};
+
+like($resp->{id}, qr/^resp_[0-9a-f]{50}$/, 'responses: response id');
+is_deeply([@$resp{qw(object status model instructions)}, $resp->{output}],
+          ['response', 'in_progress', 'gpt-test', 'Be brief.', []],
+          'responses: response object of the request');
+ok(!$resp->{store}, 'responses: store as asked');
+like($msg, qr/^msg_[0-9a-f]{50}$/, 'responses: message item id');
+
+my ($pad) = $re[4][2] =~ /"obfuscation":"(\w+)"\}/;
+is($re[4][2], 'event: response.output_text.delta' . "\n"
+              . 'data: {"type":"response.output_text.delta",'
+              . qq("sequence_number":4,"item_id":"$msg","output_index":0,)
+              . '"content_index":0,"delta":"Hello ","logprobs":[],'
+              . qq("obfuscation":"$pad"}\n\n),
+   'responses: exact delta event');
+is($re[8][2], 'event: response.output_item.done' . "\n"
+              . 'data: {"type":"response.output_item.done",'
+              . '"sequence_number":8,"output_index":0,"item":{'
+              . qq("id":"$msg","type":"message","status":"completed",)
+              . '"content":[{"type":"output_text","annotations":[],'
+              . '"logprobs":[],"text":"Hello world"}],"role":"assistant"}}'
+              . "\n\n",
+   'responses: exact item done');
+
+$resp = $re[-1][1]{response};
+is($resp->{status}, 'completed', 'responses: completed');
+is_deeply($resp->{output}, [$re[8][1]{item}], 'responses: output whole');
+is_deeply($resp->{usage}, { input_tokens => 21, output_tokens => 3,
+                            total_tokens => 24,
+                            input_tokens_details => { cached_tokens => 0 },
+                            output_tokens_details => { reasoning_tokens => 0 }
+                          }, 'responses: usage');
+
+# reasoning, a hosted search, text citing it, then a call in pieces
+
+$mock->script({ reasoning => ['Think.', 'Then act.'],
+                web_search => { query => 'q', url => 'https://e.org/' },
+                text => 'Found.',
+                tool_calls => [{ id => 'call_9', name => 'f',
+                                 arguments => '{"a":1}', chunks => 3 }] });
+
+@re = rsp_events(rsp_request(json => {
+    include => ['reasoning.encrypted_content'] }));
+
+my @done = map { $_->[1]{item} }
+           grep { $_->[0] eq 'response.output_item.done' } @re;
+
+is_deeply([map { $_->{type} } @done],
+          [qw(reasoning web_search_call message function_call)],
+          'responses: output items in order');
+is_deeply([map { $_->{text} } @{ $done[0]{summary} }], ['Think.', 'Then act.'],
+          'responses: summary parts');
+like($done[0]{encrypted_content}, qr/^gAAAA/,
+     'responses: encrypted content when included');
+is(join('', map { $_->[1]{delta} } grep {
+       $_->[0] eq 'response.reasoning_summary_text.delta'
+   } @re), 'Think.Then act.', 'responses: summary deltas');
+is_deeply([map { $_->[0] } grep { $_->[0] =~ /web_search_call\./ } @re],
+          [map { "response.web_search_call.$_" }
+               qw(in_progress searching completed)],
+          'responses: web search progress');
+is_deeply($done[1]{action}, { type => 'search', query => 'q' },
+          'responses: the search action');
+is($done[2]{content}[0]{annotations}[0]{url}, 'https://e.org/',
+   'responses: the text cites it');
+
+my @args = grep { $_->[0] eq 'response.function_call_arguments.delta' } @re;
+is(scalar @args, 3, 'responses: arguments in 3 pieces');
+is(join('', map { $_->[1]{delta} } @args), '{"a":1}',
+   'responses: arguments reassembled');
+is_deeply([@{ $done[3] }{qw(call_id name arguments status)}],
+          ['call_9', 'f', '{"a":1}', 'completed'], 'responses: call item');
+
+# errors after HTTP 200: the error event, or response.failed
+
+$mock->script({ text => 'abcd', chunks => 4, error_after => 5 },
+              { text => 'abcd', chunks => 4, error_after => 5,
+                error => { event => 'response.failed',
+                           message => 'The model failed.' } });
+
+@re = rsp_events(rsp_request());
+is(scalar @re, 6, 'responses error: 5 events then the error');
+is($re[-1][2], 'event: error' . "\n"
+               . 'data: {"type":"error","sequence_number":5,"error":{'
+               . '"type":"server_error","code":null,"message":"The server '
+               . 'had an error while processing your request. Sorry about'
+               . ' that!","param":null}}' . "\n\n",
+   'responses error: exact event');
+
+@re = rsp_events(rsp_request());
+is($re[-1][0], 'response.failed', 'responses failed: event');
+is_deeply([@{ $re[-1][1]{response} }{qw(status error)}],
+          ['failed', { code => 'server_error',
+                       message => 'The model failed.' }],
+          'responses failed: status and error');
+
+# not streamed: the response object
+
+$mock->script({ text => 'whole' });
+$r = rsp_request(json => { stream => JSON::PP::false });
+$resp = eval { $JSON->decode($r->{body}) } // {};
+is_deeply([$resp->{object}, $resp->{status},
+           $resp->{output}[0]{content}[0]{text}],
+          ['response', 'completed', 'whole'], 'responses: non-streamed');
+
+###############################################################################
+
+# Anthropic Messages (/v1/messages): named events byte for byte, the ping
+# with its padding, thinking, tool input pieces, a hosted web search with
+# citations, and errors in Anthropic's shape before and after HTTP 200
+
+sub anthropic (%a) {
+    return request(path => '/v1/messages',
+                   json => { model => 'claude-test', max_tokens => 1024,
+                             %{ $a{json} // {} } },
+                   headers => ['anthropic-version: 2023-06-01']);
+}
+
+sub named_events ($r) {
+    return map { /^event: (\w+)\ndata: (\{.*\})\n\n\z/s
+                 ? { event => $1, %{ $JSON->decode($2) } } : () } events($r);
+}
+
+$mock->reset;
+$mock->script({ text => 'Hello world', chunks => 2, id => 'msg_01test',
+                usage => { input_tokens => 25, output_tokens => 7 } });
+
+$r = anthropic();
+$rec = $mock->requests->[0];
+
+is($r->{status}, 200, 'anthropic: 200');
+like($r->{headers}{'content-type'}, qr{^text/event-stream\b},
+     'anthropic: event stream');
+like($r->{headers}{'request-id'}, qr/^req_/, 'anthropic: request-id');
+is($rec->{api}, 'anthropic_messages', 'anthropic: api recorded');
+is($rec->{headers}{'anthropic-version'}, '2023-06-01',
+   'anthropic: version header recorded');
+
+my $ae = sub ($type, $json) { return "event: $type\ndata: $json\n\n" };
+
+is_deeply([events($r)], [
+    $ae->(message_start => '{"type":"message_start","message":{'
+          . '"id":"msg_01test","type":"message","role":"assistant",'
+          . '"model":"claude-test","content":[],"stop_reason":null,'
+          . '"stop_sequence":null,"usage":{"input_tokens":25,'
+          . '"cache_creation_input_tokens":0,"cache_read_input_tokens":0,'
+          . '"output_tokens":1}}}'),
+    $ae->(content_block_start => '{"type":"content_block_start","index":0,'
+          . '"content_block":{"type":"text","text":""}}'),
+    "event: ping\ndata: {\"type\": \"ping\"}\n\n",
+    (map { $ae->(content_block_delta => '{"type":"content_block_delta",'
+                 . qq("index":0,"delta":{"type":"text_delta","text":"$_"}}))
+         } 'Hello ', 'world'),
+    $ae->(content_block_stop => '{"type":"content_block_stop","index":0}'),
+    $ae->(message_delta => '{"type":"message_delta","delta":{'
+          . '"stop_reason":"end_turn","stop_sequence":null},'
+          . '"usage":{"output_tokens":7}}'),
+    $ae->(message_stop => '{"type":"message_stop"}'),
+], 'anthropic: exact events, one per HTTP chunk');
+
+# thinking, then a tool call whose input comes in pieces
+
+$mock->script({ thinking => 'Weather? Ask the tool.', signature => 'sig-1',
+                chunks => 3,
+                tool_calls => [{ id => 'toolu_1', name => 'get_weather',
+                                 arguments => '{"city":"Paris"}' }] });
+
+my @ae = named_events(anthropic());
+
+is_deeply([map { $_->{content_block}{type} }
+           grep { $_->{event} eq 'content_block_start' } @ae],
+          ['thinking', 'tool_use'], 'anthropic: thinking, then tool_use');
+
+my %by;
+push @{ $by{ $_->{index} } }, $_->{delta}
+    for grep { $_->{event} eq 'content_block_delta' } @ae;
+
+is(join('', map { $_->{thinking} // '' } @{ $by{0} }),
+   'Weather? Ask the tool.', 'anthropic: thinking deltas');
+is_deeply($by{0}[-1], { type => 'signature_delta', signature => 'sig-1' },
+          'anthropic: signature last');
+is_deeply([map { $_->{partial_json} } @{ $by{1} }],
+          ['', '{"city', '":"Pa', 'ris"}'],
+          'anthropic: input in pieces after an empty one');
+is($ae[-2]{delta}{stop_reason}, 'tool_use', 'anthropic: stop reason tool_use');
+
+# a hosted web search, then text with its citations
+
+$mock->script({ web_search => { id => 'srvtoolu_1', query => 'paris',
+                                results => [{ url => 'https://x.test/',
+                                              title => 'X' }],
+                                citations => [{ url => 'https://x.test/',
+                                                title => 'X',
+                                                cited_text => 'Sunny' }] },
+                text => 'Sunny.' });
+
+@ae = named_events(anthropic());
+
+my @starts = map { $_->{content_block} }
+             grep { $_->{event} eq 'content_block_start' } @ae;
+is_deeply([map { $_->{type} } @starts],
+          [qw(server_tool_use web_search_tool_result text)],
+          'anthropic: search, result, text');
+is($starts[1]{tool_use_id}, 'srvtoolu_1', 'anthropic: result paired');
+is($starts[1]{content}[0]{type}, 'web_search_result',
+   'anthropic: results in the start block');
+my @td = map { $_->{delta} } grep { ($_->{index} // -1) == 2
+                                    && $_->{event} eq 'content_block_delta' }
+                                  @ae;
+is_deeply([map { $_->{type} } @td], ['citations_delta', 'text_delta'],
+          'anthropic: citations before the text');
+is($td[0]{citation}{cited_text}, 'Sunny', 'anthropic: citation');
+is($ae[-2]{usage}{server_tool_use}{web_search_requests}, 1,
+   'anthropic: search counted in usage');
+
+# HTTP errors
+
+$mock->script({ status => 429, retry_after => 3 }, { status => 529 });
+
+$r = anthropic();
+is($r->{status}, 429, 'anthropic error: status');
+is($r->{headers}{'retry-after'}, 3, 'anthropic error: retry-after');
+$e = eval { $JSON->decode($r->{body}) } // {};
+is_deeply([$e->{type}, $e->{error}{type}],
+          ['error', 'rate_limit_error'], 'anthropic error: body');
+
+$r = anthropic();
+is_deeply([$r->{status},
+           eval { $JSON->decode($r->{body})->{error}{type} }],
+          [529, 'overloaded_error'], 'anthropic error: 529 overloaded');
+
+# error after HTTP 200: an error event, then a proper end
+
+$mock->script({ text => 'abcd', chunks => 4, error_after => 4 });
+
+$r = anthropic();
+@ev = events($r);
+is(scalar @ev, 5, 'anthropic mid-stream error: 4 events, then the error');
+is($ev[-1], "event: error\ndata: {\"type\":\"error\",\"error\":"
+            . "{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+   'anthropic mid-stream error: exact event');
+ok($r->{complete} && !grep({ /message_stop/ } @ev),
+   'anthropic mid-stream error: ended, no message_stop');
+
+# not streamed: a Message object
+
+$mock->script({ thinking => 'T', signature => 's', text => 'whole' });
+$r = anthropic(json => { stream => JSON::PP::false });
+$c = eval { $JSON->decode($r->{body}) } // {};
+is_deeply([$c->{type}, $c->{stop_reason}, $c->{content}],
+          ['message', 'end_turn',
+           [{ type => 'thinking', thinking => 'T', signature => 's' },
+            { type => 'text', text => 'whole' }]],
+          'anthropic non-stream: a message with its blocks');
 
 done_testing();

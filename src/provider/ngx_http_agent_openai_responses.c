@@ -9,27 +9,225 @@
 
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_json.h"
+#include "ngx_http_agent_sse.h"
 #include "ngx_http_agent_provider.h"
 
 
-static ngx_str_t  ngx_http_agent_params = ngx_string("parameters");
+/*
+ * OpenAI Responses.  Requests are stateless ("store":false, never a
+ * previous_response_id): each carries the whole context, rendered from
+ * the log, which is the truth.
+ *
+ * The reply streams as named SSE events, "data: {"type",
+ * "sequence_number",...}": output items opened by output_item.added,
+ * filled by deltas, closed by output_item.done with the item whole; the
+ * stream ends with response.completed (or .incomplete), or with
+ * response.failed or error.
+ *
+ * When the output has items that the log cannot rebuild from the text
+ * and the calls (reasoning, hosted tool calls, and the citations beside
+ * them), the items are the reply's raw content, logged and sent back as
+ * they came.  Without "store", a reasoning item is taken back only with
+ * its "encrypted_content": one without is left out, and so are the ids
+ * of the message and function_call items, which would name it.
+ */
 
 
-/* OpenAI Responses */
+typedef enum {
+    sw_stream = 0,
+    sw_done,
+    sw_error
+} ngx_http_agent_openai_responses_state_e;
+
+
+typedef struct {
+    ngx_http_agent_reply_t     *reply;
+    ngx_http_agent_sse_t       *sse;
+    ngx_uint_t                  state;
+
+    /* the output_index of each call, in reply->calls order */
+    ngx_array_t                 outs;       /* ngx_int_t */
+
+    /* the output items done, "[item,item" without its "]" */
+    ngx_http_agent_bytes_t      items;
+    yajl_gen                    gen;
+
+    /* the reasoning summary part the thinking text last grew in */
+    ngx_int_t                   part_output;
+    ngx_int_t                   part_index;
+
+    /* an item the log cannot rebuild: the items are the raw content */
+    unsigned                    opaque:1;
+} ngx_http_agent_openai_responses_ctx_t;
+
+
+typedef ngx_int_t (*ngx_http_agent_openai_responses_event_pt)(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev);
+
+typedef struct {
+    ngx_str_t                                  type;
+    ngx_http_agent_openai_responses_event_pt   handler;
+} ngx_http_agent_openai_responses_event_t;
+
+
+typedef struct {
+    ngx_pool_t                 *pool;
+    yajl_gen                    g;
+    /* for JSON that goes inside a string: tool results, arguments */
+    yajl_gen                    sub;
+} ngx_http_agent_openai_responses_build_t;
+
+
+typedef ngx_uint_t (*ngx_http_agent_openai_responses_input_pt)(
+    ngx_http_agent_openai_responses_build_t *b, yajl_val event);
+
+typedef struct {
+    ngx_str_t                                  type;
+    ngx_http_agent_openai_responses_input_pt   handler;
+} ngx_http_agent_openai_responses_input_t;
 
 
 static ngx_int_t ngx_http_agent_openai_responses_render_tools(yajl_gen g,
     ngx_http_agent_t *agent);
+
+static ngx_int_t ngx_http_agent_openai_responses_build_request(
+    ngx_pool_t *pool, ngx_http_agent_t *agent, ngx_str_t *events,
+    ngx_uint_t nevents, ngx_str_t *body);
+static ngx_uint_t ngx_http_agent_openai_responses_input(
+    ngx_http_agent_openai_responses_build_t *b, yajl_val event);
+static ngx_uint_t ngx_http_agent_openai_responses_user(
+    ngx_http_agent_openai_responses_build_t *b, yajl_val event);
+static ngx_uint_t ngx_http_agent_openai_responses_assistant(
+    ngx_http_agent_openai_responses_build_t *b, yajl_val event);
+static ngx_int_t ngx_http_agent_openai_responses_partial(ngx_pool_t *pool,
+    yajl_val event, ngx_str_t *content);
+static ngx_uint_t ngx_http_agent_openai_responses_message(
+    ngx_http_agent_openai_responses_build_t *b, ngx_str_t *role,
+    ngx_str_t *content);
+static ngx_uint_t ngx_http_agent_openai_responses_ours(yajl_val items);
+static ngx_uint_t ngx_http_agent_openai_responses_items(
+    ngx_http_agent_openai_responses_build_t *b, yajl_val items,
+    ngx_uint_t strip);
+static ngx_uint_t ngx_http_agent_openai_responses_calls(
+    ngx_http_agent_openai_responses_build_t *b, yajl_val calls);
+static ngx_uint_t ngx_http_agent_openai_responses_output(
+    ngx_http_agent_openai_responses_build_t *b, yajl_val event);
+
+static ngx_int_t ngx_http_agent_openai_responses_init(
+    ngx_http_agent_reply_t *reply);
+static ngx_int_t ngx_http_agent_openai_responses_feed(
+    ngx_http_agent_reply_t *reply, u_char *p, u_char *last);
+static ngx_int_t ngx_http_agent_openai_responses_finish(
+    ngx_http_agent_reply_t *reply);
+static ngx_int_t ngx_http_agent_openai_responses_event(void *data,
+    ngx_str_t *event, ngx_str_t *json);
+
+static ngx_int_t ngx_http_agent_openai_responses_created(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev);
+static ngx_int_t ngx_http_agent_openai_responses_added(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev);
+static ngx_int_t ngx_http_agent_openai_responses_text(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev);
+static ngx_int_t ngx_http_agent_openai_responses_args(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev);
+static ngx_int_t ngx_http_agent_openai_responses_thinking(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev);
+static ngx_int_t ngx_http_agent_openai_responses_done(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev);
+static ngx_int_t ngx_http_agent_openai_responses_completed(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev);
+static ngx_int_t ngx_http_agent_openai_responses_error(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev);
+
+static ngx_http_agent_reply_call_t *ngx_http_agent_openai_responses_call(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev);
+static ngx_int_t ngx_http_agent_openai_responses_hosted_item(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val item,
+    ngx_str_t *type, ngx_str_t *json);
+static ngx_int_t ngx_http_agent_openai_responses_set(
+    ngx_http_agent_reply_t *reply, ngx_http_agent_bytes_t *b, yajl_val v);
+static ngx_int_t ngx_http_agent_openai_responses_piece(
+    ngx_http_agent_reply_t *reply, ngx_http_agent_bytes_t *b,
+    ngx_uint_t kind, ngx_uint_t index, yajl_val v);
+static ngx_int_t ngx_http_agent_openai_responses_index(yajl_val v);
+static ngx_uint_t ngx_http_agent_openai_responses_is(yajl_val v,
+    char *s);
+
+
+static ngx_str_t  ngx_http_agent_params = ngx_string("parameters");
+static ngx_str_t  ngx_http_agent_user = ngx_string("user");
+static ngx_str_t  ngx_http_agent_assistant = ngx_string("assistant");
+static ngx_str_t  ngx_http_agent_paragraph = ngx_string("\n\n");
+
+
+/* what the canonical events become; every other type is not sent */
+static ngx_http_agent_openai_responses_input_t
+    ngx_http_agent_openai_responses_inputs[] =
+{
+    { ngx_string("user_msg"), ngx_http_agent_openai_responses_user },
+    { ngx_string("assistant_msg"),
+      ngx_http_agent_openai_responses_assistant },
+    { ngx_string("tool_result"), ngx_http_agent_openai_responses_output },
+    { ngx_null_string, NULL }
+};
+
+
+/*
+ * The stream events that matter; every other one (content_part.*,
+ * output_text.done, web_search_call.searching, ...) only repeats what
+ * these say.  The reasoning text of open-weight models served with this
+ * API is thinking as a summary is.
+ */
+static ngx_http_agent_openai_responses_event_t
+    ngx_http_agent_openai_responses_events[] =
+{
+    { ngx_string("response.created"),
+      ngx_http_agent_openai_responses_created },
+    { ngx_string("response.in_progress"),
+      ngx_http_agent_openai_responses_created },
+    { ngx_string("response.output_item.added"),
+      ngx_http_agent_openai_responses_added },
+    { ngx_string("response.output_text.delta"),
+      ngx_http_agent_openai_responses_text },
+    { ngx_string("response.refusal.delta"),
+      ngx_http_agent_openai_responses_text },
+    { ngx_string("response.function_call_arguments.delta"),
+      ngx_http_agent_openai_responses_args },
+    { ngx_string("response.reasoning_summary_text.delta"),
+      ngx_http_agent_openai_responses_thinking },
+    { ngx_string("response.reasoning_text.delta"),
+      ngx_http_agent_openai_responses_thinking },
+    { ngx_string("response.output_item.done"),
+      ngx_http_agent_openai_responses_done },
+    { ngx_string("response.completed"),
+      ngx_http_agent_openai_responses_completed },
+    { ngx_string("response.incomplete"),
+      ngx_http_agent_openai_responses_completed },
+    { ngx_string("response.failed"),
+      ngx_http_agent_openai_responses_error },
+    { ngx_string("error"), ngx_http_agent_openai_responses_error },
+    { ngx_null_string, NULL }
+};
+
+
+/* the call items of tools the provider runs, logged as hosted */
+static ngx_str_t  ngx_http_agent_openai_responses_hosted[] = {
+    ngx_string("web_search_call"),
+    ngx_string("file_search_call"),
+    ngx_string("code_interpreter_call"),
+    ngx_string("image_generation_call"),
+    ngx_null_string
+};
 
 
 ngx_http_agent_provider_t  ngx_http_agent_openai_responses = {
     ngx_string("openai_responses"),
     1,
     ngx_http_agent_openai_responses_render_tools,
-    NULL,                                  /* build_request */
-    NULL,                                  /* init */
-    NULL,                                  /* feed */
-    NULL                                   /* finish */
+    ngx_http_agent_openai_responses_build_request,
+    ngx_http_agent_openai_responses_init,
+    ngx_http_agent_openai_responses_feed,
+    ngx_http_agent_openai_responses_finish
 };
 
 
@@ -80,4 +278,1134 @@ ngx_http_agent_openai_responses_render_tools(yajl_gen g,
     failed |= yajl_gen_array_close(g);
 
     return failed ? NGX_ERROR : NGX_OK;
+}
+
+
+/*
+ * {"model","instructions","input":[...],"tools":[...],"store":false,
+ *  "stream":true}
+ */
+
+static ngx_int_t
+ngx_http_agent_openai_responses_build_request(ngx_pool_t *pool,
+    ngx_http_agent_t *agent, ngx_str_t *events, ngx_uint_t nevents,
+    ngx_str_t *body)
+{
+    yajl_gen                                  g;
+    yajl_val                                  event;
+    ngx_uint_t                                i, failed;
+    ngx_http_agent_bytes_t                    scratch;
+    ngx_http_agent_openai_responses_build_t   b;
+
+    b.pool = pool;
+    b.g = ngx_http_agent_json_gen(pool);
+    b.sub = ngx_http_agent_json_gen(pool);
+
+    if (b.g == NULL || b.sub == NULL) {
+        return NGX_ERROR;
+    }
+
+    g = b.g;
+
+    ngx_memzero(&scratch, sizeof(ngx_http_agent_bytes_t));
+
+    failed = yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "model");
+    failed |= ngx_http_agent_json_str(g, &agent->model);
+
+    if (agent->system.len) {
+        failed |= ngx_http_agent_json_key(g, "instructions");
+        failed |= ngx_http_agent_json_str(g, &agent->system);
+    }
+
+    failed |= ngx_http_agent_json_key(g, "input");
+    failed |= yajl_gen_array_open(g);
+
+    for (i = 0; i < nevents; i++) {
+        event = ngx_http_agent_provider_event(pool, &scratch, &events[i]);
+        if (event == NULL) {
+            return NGX_ERROR;
+        }
+
+        failed |= ngx_http_agent_openai_responses_input(&b, event);
+
+        yajl_tree_free(event);
+    }
+
+    failed |= yajl_gen_array_close(g);
+
+    if (agent->tools.nelts) {
+        failed |= ngx_http_agent_json_key(g, "tools");
+        failed |= ngx_http_agent_json_verbatim(g, &agent->provider_tools);
+    }
+
+    failed |= ngx_http_agent_json_key(g, "store");
+    failed |= yajl_gen_bool(g, 0);
+    failed |= ngx_http_agent_json_key(g, "stream");
+    failed |= yajl_gen_bool(g, 1);
+
+    failed |= yajl_gen_map_close(g);
+
+    if (scratch.data) {
+        ngx_pfree(pool, scratch.data);
+    }
+
+    if (ngx_http_agent_json_result(g, failed, body) != NGX_OK) {
+        /* out of memory, or a tool result nested deeper than yajl allows */
+        ngx_log_error(NGX_LOG_ERR, pool->log, 0,
+                      "openai_responses request could not be rendered");
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_uint_t
+ngx_http_agent_openai_responses_input(
+    ngx_http_agent_openai_responses_build_t *b, yajl_val event)
+{
+    ngx_str_t                                 type;
+    ngx_http_agent_openai_responses_input_t  *in;
+
+    if (ngx_http_agent_provider_string(
+            ngx_http_agent_provider_get(event, "type"), &type)
+        != NGX_OK)
+    {
+        return 0;
+    }
+
+    for (in = ngx_http_agent_openai_responses_inputs; in->handler; in++) {
+        if (in->type.len == type.len
+            && ngx_strncmp(in->type.data, type.data, type.len) == 0)
+        {
+            return in->handler(b, event);
+        }
+    }
+
+    return 0;
+}
+
+
+static ngx_uint_t
+ngx_http_agent_openai_responses_user(
+    ngx_http_agent_openai_responses_build_t *b, yajl_val event)
+{
+    ngx_str_t  content;
+
+    if (ngx_http_agent_provider_string(
+            ngx_http_agent_provider_get(event, "content"), &content)
+        != NGX_OK)
+    {
+        ngx_str_set(&content, "");
+    }
+
+    return ngx_http_agent_openai_responses_message(b, &ngx_http_agent_user,
+                                                   &content);
+}
+
+
+/*
+ * The output items as the API returned them, when they were kept; else
+ * a message with the text and a function_call item for each call.  A
+ * partial reply is only its text, marked: its items are incomplete and
+ * its calls were never run.
+ */
+
+static ngx_uint_t
+ngx_http_agent_openai_responses_assistant(
+    ngx_http_agent_openai_responses_build_t *b, yajl_val event)
+{
+    ngx_int_t   rc;
+    yajl_val    items, calls;
+    ngx_str_t   content;
+    ngx_uint_t  failed, ours;
+
+    if (ngx_http_agent_provider_string(
+            ngx_http_agent_provider_get(event, "content"), &content)
+        != NGX_OK)
+    {
+        ngx_str_set(&content, "");
+    }
+
+    rc = ngx_http_agent_openai_responses_partial(b->pool, event, &content);
+
+    if (rc == NGX_ERROR) {
+        return 1;
+    }
+
+    if (rc == NGX_OK) {
+        return ngx_http_agent_openai_responses_message(b,
+                                                 &ngx_http_agent_assistant,
+                                                 &content);
+    }
+
+    items = ngx_http_agent_provider_get(event, "provider_content");
+    ours = ngx_http_agent_openai_responses_ours(items);
+
+    if (ours) {
+        return ngx_http_agent_openai_responses_items(b, items, ours == 2);
+    }
+
+    failed = 0;
+
+    if (content.len) {
+        failed = ngx_http_agent_openai_responses_message(b,
+                                                 &ngx_http_agent_assistant,
+                                                 &content);
+    }
+
+    calls = ngx_http_agent_provider_get(event, "tool_calls");
+
+    if (YAJL_IS_ARRAY(calls)) {
+        failed |= ngx_http_agent_openai_responses_calls(b, calls);
+    }
+
+    return failed;
+}
+
+
+/*
+ * An interrupted or cancelled message says so at its end, so that the
+ * model knows it was cut off: NGX_OK and the content rewritten, or
+ * NGX_DECLINED for a complete message.
+ */
+
+static ngx_int_t
+ngx_http_agent_openai_responses_partial(ngx_pool_t *pool, yajl_val event,
+    ngx_str_t *content)
+{
+    u_char     *p, *last;
+    yajl_val    status;
+    ngx_str_t   s;
+
+    status = ngx_http_agent_provider_get(event, "status");
+
+    if (!ngx_http_agent_openai_responses_is(status, "interrupted")
+        && !ngx_http_agent_openai_responses_is(status, "cancelled"))
+    {
+        return NGX_DECLINED;
+    }
+
+    (void) ngx_http_agent_provider_string(status, &s);
+
+    p = ngx_pnalloc(pool, content->len + sizeof("\n\n[]") - 1 + s.len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (content->len) {
+        last = ngx_cpymem(p, content->data, content->len);
+        last = ngx_sprintf(last, "\n\n[%V]", &s);
+
+    } else {
+        /* nothing was said: the mark alone */
+        last = ngx_sprintf(p, "[%V]", &s);
+    }
+
+    content->data = p;
+    content->len = last - p;
+
+    return NGX_OK;
+}
+
+
+/* {"role":"user" or "assistant","content":"..."} */
+
+static ngx_uint_t
+ngx_http_agent_openai_responses_message(
+    ngx_http_agent_openai_responses_build_t *b, ngx_str_t *role,
+    ngx_str_t *content)
+{
+    ngx_uint_t  failed;
+
+    failed = yajl_gen_map_open(b->g);
+    failed |= ngx_http_agent_json_key(b->g, "role");
+    failed |= ngx_http_agent_json_str(b->g, role);
+    failed |= ngx_http_agent_json_key(b->g, "content");
+    failed |= ngx_http_agent_json_str(b->g, content);
+    failed |= yajl_gen_map_close(b->g);
+
+    return failed;
+}
+
+
+/*
+ * Raw content this API can take back: output items, each a message,
+ * a reasoning item or some call; 2 if a reasoning item has no encrypted
+ * content.  Another adapter's content blocks (the agent changed
+ * providers) are not: 0, and the reply is rebuilt from the log.
+ */
+
+static ngx_uint_t
+ngx_http_agent_openai_responses_ours(yajl_val items)
+{
+    size_t      i;
+    yajl_val    item, v;
+    ngx_str_t   type;
+    ngx_uint_t  rc;
+
+    if (!YAJL_IS_ARRAY(items) || items->u.array.len == 0) {
+        return 0;
+    }
+
+    rc = 1;
+
+    for (i = 0; i < items->u.array.len; i++) {
+        item = items->u.array.values[i];
+        v = ngx_http_agent_provider_get(item, "type");
+
+        if (ngx_http_agent_provider_string(v, &type) != NGX_OK) {
+            return 0;
+        }
+
+        if (ngx_http_agent_openai_responses_is(v, "reasoning")) {
+            if (!YAJL_IS_STRING(ngx_http_agent_provider_get(item,
+                                                      "encrypted_content")))
+            {
+                rc = 2;
+            }
+
+        } else if (!ngx_http_agent_openai_responses_is(v, "message")
+                   && (type.len <= sizeof("_call") - 1
+                       || ngx_strcmp(type.data + type.len
+                                     - (sizeof("_call") - 1), "_call")
+                          != 0))
+        {
+            return 0;
+        }
+    }
+
+    return rc;
+}
+
+
+/*
+ * The items as they came, but, with strip, a reasoning item without its
+ * encrypted content, which the API cannot find without "store", and the
+ * ids of the message and function_call items, which would name it.
+ */
+
+static ngx_uint_t
+ngx_http_agent_openai_responses_items(
+    ngx_http_agent_openai_responses_build_t *b, yajl_val items,
+    ngx_uint_t strip)
+{
+    size_t      i, k;
+    yajl_val    item, type;
+    ngx_uint_t  failed;
+
+    failed = 0;
+
+    for (i = 0; i < items->u.array.len; i++) {
+        item = items->u.array.values[i];
+        type = ngx_http_agent_provider_get(item, "type");
+
+        if (!strip
+            || !(ngx_http_agent_openai_responses_is(type, "reasoning")
+                 || ngx_http_agent_openai_responses_is(type, "message")
+                 || ngx_http_agent_openai_responses_is(type,
+                                                       "function_call")))
+        {
+            failed |= ngx_http_agent_provider_value(b->g, item);
+            continue;
+        }
+
+        if (ngx_http_agent_openai_responses_is(type, "reasoning")) {
+            if (YAJL_IS_STRING(ngx_http_agent_provider_get(item,
+                                                      "encrypted_content")))
+            {
+                failed |= ngx_http_agent_provider_value(b->g, item);
+            }
+
+            continue;
+        }
+
+        failed |= yajl_gen_map_open(b->g);
+
+        for (k = 0; !failed && k < item->u.object.len; k++) {
+            if (ngx_strcmp(item->u.object.keys[k], "id") != 0) {
+                failed = yajl_gen_string(b->g,
+                                      (u_char *) item->u.object.keys[k],
+                                      ngx_strlen(item->u.object.keys[k]));
+                failed |= ngx_http_agent_provider_value(b->g,
+                                                  item->u.object.values[k]);
+            }
+        }
+
+        failed |= yajl_gen_map_close(b->g);
+    }
+
+    return failed;
+}
+
+
+/* {"type":"function_call","call_id","name","arguments":"{...}"} */
+
+static ngx_uint_t
+ngx_http_agent_openai_responses_calls(
+    ngx_http_agent_openai_responses_build_t *b, yajl_val calls)
+{
+    size_t      i;
+    yajl_val    call, args;
+    ngx_str_t   text;
+    ngx_uint_t  failed;
+
+    failed = 0;
+
+    for (i = 0; i < calls->u.array.len; i++) {
+        call = calls->u.array.values[i];
+        args = ngx_http_agent_provider_get(call, "arguments");
+
+        failed |= yajl_gen_map_open(b->g);
+        failed |= ngx_http_agent_json_key(b->g, "type");
+        failed |= ngx_http_agent_json_key(b->g, "function_call");
+        failed |= ngx_http_agent_json_key(b->g, "call_id");
+        failed |= ngx_http_agent_provider_value(b->g,
+                                     ngx_http_agent_provider_get(call, "id"));
+        failed |= ngx_http_agent_json_key(b->g, "name");
+        failed |= ngx_http_agent_provider_value(b->g,
+                                   ngx_http_agent_provider_get(call, "name"));
+        failed |= ngx_http_agent_json_key(b->g, "arguments");
+
+        /* the API takes the arguments as a JSON text in a string */
+        if (YAJL_IS_STRING(args)) {
+            failed |= ngx_http_agent_provider_value(b->g, args);
+
+        } else if (ngx_http_agent_provider_text(b->sub, args, &text)
+                   == NGX_OK)
+        {
+            failed |= ngx_http_agent_json_str(b->g, &text);
+
+        } else {
+            failed = 1;
+        }
+
+        failed |= yajl_gen_map_close(b->g);
+    }
+
+    return failed;
+}
+
+
+/*
+ * {"type":"function_call_output","call_id","output":"{\"ok\":true,...}"};
+ * a hosted tool's result is in the raw content of its reply already
+ */
+
+static ngx_uint_t
+ngx_http_agent_openai_responses_output(
+    ngx_http_agent_openai_responses_build_t *b, yajl_val event)
+{
+    ngx_str_t   text;
+    ngx_uint_t  failed;
+
+    if (YAJL_IS_TRUE(ngx_http_agent_provider_get(event,
+                                                 "provider_executed")))
+    {
+        return 0;
+    }
+
+    if (ngx_http_agent_provider_result(b->sub, event, &text) != NGX_OK) {
+        return 1;
+    }
+
+    failed = yajl_gen_map_open(b->g);
+    failed |= ngx_http_agent_json_key(b->g, "type");
+    failed |= ngx_http_agent_json_key(b->g, "function_call_output");
+    failed |= ngx_http_agent_json_key(b->g, "call_id");
+    failed |= ngx_http_agent_provider_value(b->g,
+                          ngx_http_agent_provider_get(event, "tool_call_id"));
+    failed |= ngx_http_agent_json_key(b->g, "output");
+    failed |= ngx_http_agent_json_str(b->g, &text);
+    failed |= yajl_gen_map_close(b->g);
+
+    return failed;
+}
+
+
+static ngx_int_t
+ngx_http_agent_openai_responses_init(ngx_http_agent_reply_t *reply)
+{
+    ngx_http_agent_openai_responses_ctx_t  *ctx;
+
+    ctx = ngx_pcalloc(reply->pool,
+                      sizeof(ngx_http_agent_openai_responses_ctx_t));
+    if (ctx == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->sse = ngx_http_agent_sse_create(reply->pool, reply->log,
+                                         ngx_http_agent_openai_responses_event,
+                                         ctx);
+    if (ctx->sse == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->gen = ngx_http_agent_json_gen(reply->pool);
+    if (ctx->gen == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_array_init(&ctx->outs, reply->pool, 2, sizeof(ngx_int_t))
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (ngx_array_init(&reply->hosted, reply->pool, 1,
+                       sizeof(ngx_http_agent_reply_hosted_t))
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ctx->reply = reply;
+    ctx->state = sw_stream;
+    ctx->part_output = -1;
+    ctx->part_index = -1;
+
+    reply->state = ctx;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_agent_openai_responses_feed(ngx_http_agent_reply_t *reply,
+    u_char *p, u_char *last)
+{
+    ngx_http_agent_openai_responses_ctx_t  *ctx;
+
+    ctx = reply->state;
+
+    return ngx_http_agent_sse_feed(ctx->sse, p, last);
+}
+
+
+/* the raw content is the items done, whether the stream ended or not */
+
+static ngx_int_t
+ngx_http_agent_openai_responses_finish(ngx_http_agent_reply_t *reply)
+{
+    ngx_http_agent_openai_responses_ctx_t  *ctx;
+
+    ctx = reply->state;
+
+    if (ctx->state == sw_stream) {
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, reply->log, 0,
+                       "openai_responses stream ended before "
+                       "response.completed");
+    }
+
+    if (!ctx->opaque || ctx->items.len == 0) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_agent_bytes_set(reply->pool, &reply->raw_content,
+                                 ctx->items.data, ctx->items.len)
+        != NGX_OK
+        || ngx_http_agent_bytes_append(reply->pool, &reply->raw_content,
+                                       (u_char *) "]", 1)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* one SSE event: its JSON object names its type, as the event name does */
+
+static ngx_int_t
+ngx_http_agent_openai_responses_event(void *data, ngx_str_t *event,
+    ngx_str_t *json)
+{
+    ngx_int_t                                 rc;
+    yajl_val                                  ev;
+    ngx_str_t                                 type;
+    ngx_http_agent_openai_responses_ctx_t    *ctx;
+    ngx_http_agent_openai_responses_event_t  *e;
+
+    ctx = data;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ctx->reply->log, 0,
+                   "openai_responses event \"%V\": %uz bytes, state %ui",
+                   event, json->len, ctx->state);
+
+    /* nothing after the end or an error counts */
+    if (ctx->state != sw_stream) {
+        return NGX_OK;
+    }
+
+    /* servers of the API that end as Chat Completions do */
+    if (json->len == 0
+        || (json->len == sizeof("[DONE]") - 1
+            && ngx_strncmp(json->data, "[DONE]", json->len) == 0))
+    {
+        return NGX_OK;
+    }
+
+    ev = ngx_http_agent_provider_parse(ctx->reply->log, json->data,
+                                       json->len,
+                                       "openai_responses stream event");
+    if (ev == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_agent_provider_string(
+            ngx_http_agent_provider_get(ev, "type"), &type)
+        != NGX_OK)
+    {
+        type = *event;
+    }
+
+    rc = NGX_OK;
+
+    for (e = ngx_http_agent_openai_responses_events; e->handler; e++) {
+        if (e->type.len == type.len
+            && ngx_strncmp(e->type.data, type.data, type.len) == 0)
+        {
+            rc = e->handler(ctx, ev);
+            break;
+        }
+    }
+
+    yajl_tree_free(ev);
+
+    return rc;
+}
+
+
+/* response.created, response.in_progress: {"response":{"id",...}} */
+
+static ngx_int_t
+ngx_http_agent_openai_responses_created(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev)
+{
+    yajl_val  id;
+
+    if (ctx->reply->response_id.len) {
+        return NGX_OK;
+    }
+
+    id = ngx_http_agent_provider_get(
+             ngx_http_agent_provider_get(ev, "response"), "id");
+
+    return ngx_http_agent_openai_responses_set(ctx->reply,
+                                               &ctx->reply->response_id, id);
+}
+
+
+/*
+ * {"output_index","item":{"type":"function_call","id","call_id","name",
+ * "arguments":""}}: a call starts; other items start with their deltas
+ */
+
+static ngx_int_t
+ngx_http_agent_openai_responses_added(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev)
+{
+    yajl_val                      item;
+    ngx_http_agent_reply_call_t  *call;
+
+    item = ngx_http_agent_provider_get(ev, "item");
+
+    if (!ngx_http_agent_openai_responses_is(
+            ngx_http_agent_provider_get(item, "type"), "function_call"))
+    {
+        return NGX_OK;
+    }
+
+    call = ngx_http_agent_openai_responses_call(ctx, ev);
+    if (call == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_agent_openai_responses_set(ctx->reply, &call->id,
+                             ngx_http_agent_provider_get(item, "call_id"))
+        != NGX_OK
+        || ngx_http_agent_openai_responses_set(ctx->reply, &call->name,
+                                ngx_http_agent_provider_get(item, "name"))
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    /* servers that send the arguments whole, with the item */
+    return ngx_http_agent_openai_responses_piece(ctx->reply,
+                                 &call->arguments,
+                                 NGX_HTTP_AGENT_DELTA_TOOL_ARGS, call->index,
+                                 ngx_http_agent_provider_get(item,
+                                                             "arguments"));
+}
+
+
+/* {"item_id","output_index","content_index","delta"} */
+
+static ngx_int_t
+ngx_http_agent_openai_responses_text(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev)
+{
+    return ngx_http_agent_openai_responses_piece(ctx->reply,
+                                       &ctx->reply->text,
+                                       NGX_HTTP_AGENT_DELTA_TEXT, 0,
+                                       ngx_http_agent_provider_get(ev,
+                                                                   "delta"));
+}
+
+
+/* {"item_id","output_index","delta"} */
+
+static ngx_int_t
+ngx_http_agent_openai_responses_args(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev)
+{
+    ngx_http_agent_reply_call_t  *call;
+
+    call = ngx_http_agent_openai_responses_call(ctx, ev);
+    if (call == NULL) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_agent_openai_responses_piece(ctx->reply,
+                                       &call->arguments,
+                                       NGX_HTTP_AGENT_DELTA_TOOL_ARGS,
+                                       call->index,
+                                       ngx_http_agent_provider_get(ev,
+                                                                   "delta"));
+}
+
+
+/*
+ * {"item_id","output_index","summary_index","delta"}: the parts of a
+ * summary, and the summaries of several reasoning items, are paragraphs
+ * of one thinking text
+ */
+
+static ngx_int_t
+ngx_http_agent_openai_responses_thinking(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev)
+{
+    ngx_int_t                output, index;
+    ngx_http_agent_reply_t  *reply;
+
+    reply = ctx->reply;
+
+    output = ngx_http_agent_openai_responses_index(
+                 ngx_http_agent_provider_get(ev, "output_index"));
+    index = ngx_http_agent_openai_responses_index(
+                ngx_http_agent_provider_get(ev, "summary_index"));
+
+    if (index == -1) {
+        index = ngx_http_agent_openai_responses_index(
+                    ngx_http_agent_provider_get(ev, "content_index"));
+    }
+
+    if (reply->thinking.len
+        && (output != ctx->part_output || index != ctx->part_index))
+    {
+        /* live too: the deltas add up to the thinking logged */
+
+        if (ngx_http_agent_bytes_append(reply->pool, &reply->thinking,
+                                        ngx_http_agent_paragraph.data,
+                                        ngx_http_agent_paragraph.len)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        if (reply->delta) {
+            reply->delta(reply, NGX_HTTP_AGENT_DELTA_THINKING, 0,
+                         &ngx_http_agent_paragraph);
+        }
+    }
+
+    ctx->part_output = output;
+    ctx->part_index = index;
+
+    return ngx_http_agent_openai_responses_piece(reply, &reply->thinking,
+                                       NGX_HTTP_AGENT_DELTA_THINKING, 0,
+                                       ngx_http_agent_provider_get(ev,
+                                                                   "delta"));
+}
+
+
+/*
+ * {"output_index","item":{...}}: the item whole.  It is kept for the raw
+ * content; a call is completed from it, a hosted tool call is logged.
+ */
+
+static ngx_int_t
+ngx_http_agent_openai_responses_done(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev)
+{
+    yajl_val                      item, type;
+    ngx_str_t                     json, t;
+    ngx_http_agent_reply_t       *reply;
+    ngx_http_agent_reply_call_t  *call;
+
+    reply = ctx->reply;
+
+    item = ngx_http_agent_provider_get(ev, "item");
+    type = ngx_http_agent_provider_get(item, "type");
+
+    if (!YAJL_IS_OBJECT(item)
+        || ngx_http_agent_provider_string(type, &t) != NGX_OK)
+    {
+        return NGX_OK;
+    }
+
+    if (ngx_http_agent_provider_text(ctx->gen, item, &json) != NGX_OK
+        || ngx_http_agent_bytes_append(reply->pool, &ctx->items,
+                                       (u_char *) (ctx->items.len ? ","
+                                                                  : "["),
+                                       1)
+           != NGX_OK
+        || ngx_http_agent_bytes_append(reply->pool, &ctx->items, json.data,
+                                       json.len)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_agent_openai_responses_is(type, "message")) {
+        return NGX_OK;
+    }
+
+    if (!ngx_http_agent_openai_responses_is(type, "function_call")) {
+        ctx->opaque = 1;
+
+        return ngx_http_agent_openai_responses_hosted_item(ctx, item, &t,
+                                                           &json);
+    }
+
+    call = ngx_http_agent_openai_responses_call(ctx, ev);
+    if (call == NULL) {
+        return NGX_ERROR;
+    }
+
+    if ((call->id.len == 0
+         && ngx_http_agent_openai_responses_set(reply, &call->id,
+                             ngx_http_agent_provider_get(item, "call_id"))
+            != NGX_OK)
+        || (call->name.len == 0
+            && ngx_http_agent_openai_responses_set(reply, &call->name,
+                                ngx_http_agent_provider_get(item, "name"))
+               != NGX_OK))
+    {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_agent_openai_responses_set(reply, &call->arguments,
+                             ngx_http_agent_provider_get(item, "arguments"));
+}
+
+
+/*
+ * A hosted tool's call item: its input is the item's action ({} if it
+ * has none), its result the item whole.
+ */
+
+static ngx_int_t
+ngx_http_agent_openai_responses_hosted_item(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val item,
+    ngx_str_t *type, ngx_str_t *json)
+{
+    yajl_val                        action;
+    ngx_str_t                       input, *k;
+    ngx_http_agent_reply_t         *reply;
+    ngx_http_agent_reply_hosted_t  *h;
+
+    reply = ctx->reply;
+
+    for (k = ngx_http_agent_openai_responses_hosted; k->len; k++) {
+        if (k->len == type->len
+            && ngx_strncmp(k->data, type->data, type->len) == 0)
+        {
+            break;
+        }
+    }
+
+    if (k->len == 0) {
+        /* reasoning, and items of no tool the module declares */
+        return NGX_OK;
+    }
+
+    h = ngx_array_push(&reply->hosted);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memzero(h, sizeof(ngx_http_agent_reply_hosted_t));
+
+    /* the tool's name is the item's type without "_call" */
+
+    if (ngx_http_agent_bytes_set(reply->pool, &h->result, json->data,
+                                 json->len)
+        != NGX_OK
+        || ngx_http_agent_openai_responses_set(reply, &h->id,
+                                    ngx_http_agent_provider_get(item, "id"))
+           != NGX_OK
+        || ngx_http_agent_bytes_set(reply->pool, &h->name, type->data,
+                                    type->len - (sizeof("_call") - 1))
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    action = ngx_http_agent_provider_get(item, "action");
+
+    if (YAJL_IS_OBJECT(action)) {
+        if (ngx_http_agent_provider_text(ctx->gen, action, &input)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+    } else {
+        ngx_str_set(&input, "{}");
+    }
+
+    return ngx_http_agent_bytes_set(reply->pool, &h->input, input.data,
+                                    input.len);
+}
+
+
+/*
+ * response.completed, or response.incomplete (max_output_tokens, ...):
+ * {"response":{"id","status","incomplete_details","usage":
+ * {"input_tokens","output_tokens",...}}}
+ */
+
+static ngx_int_t
+ngx_http_agent_openai_responses_completed(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev)
+{
+    yajl_val                 resp, usage, reason;
+    ngx_int_t                n;
+    ngx_http_agent_reply_t  *reply;
+
+    reply = ctx->reply;
+
+    resp = ngx_http_agent_provider_get(ev, "response");
+    usage = ngx_http_agent_provider_get(resp, "usage");
+
+    n = ngx_http_agent_openai_responses_index(
+            ngx_http_agent_provider_get(usage, "input_tokens"));
+
+    if (n != -1) {
+        reply->input_tokens = n;
+    }
+
+    n = ngx_http_agent_openai_responses_index(
+            ngx_http_agent_provider_get(usage, "output_tokens"));
+
+    if (n != -1) {
+        reply->output_tokens = n;
+    }
+
+    reason = ngx_http_agent_provider_get(
+                 ngx_http_agent_provider_get(resp, "incomplete_details"),
+                 "reason");
+
+    if (!YAJL_IS_STRING(reason)) {
+        reason = ngx_http_agent_provider_get(resp, "status");
+    }
+
+    if (ngx_http_agent_openai_responses_set(reply, &reply->finish_reason,
+                                            reason)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (reply->response_id.len == 0
+        && ngx_http_agent_openai_responses_set(reply, &reply->response_id,
+                                     ngx_http_agent_provider_get(resp, "id"))
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ctx->state = sw_done;
+    reply->complete = 1;
+
+    return NGX_OK;
+}
+
+
+/*
+ * error: {"type":"error","code","message","param"} as documented, or
+ * with the fields in an "error" object as sent; response.failed:
+ * {"response":{"status":"failed","error":{"code","message"},...}}
+ */
+
+static ngx_int_t
+ngx_http_agent_openai_responses_error(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev)
+{
+    yajl_val   err;
+    ngx_str_t  type, message;
+
+    err = ngx_http_agent_provider_get(ev, "response");
+
+    if (err) {
+        err = ngx_http_agent_provider_get(err, "error");
+
+    } else {
+        err = ngx_http_agent_provider_get(ev, "error");
+    }
+
+    if (!YAJL_IS_OBJECT(err)) {
+        err = ev;
+    }
+
+    /* the type of the event itself says nothing */
+    if ((err == ev
+         || ngx_http_agent_provider_string(
+                ngx_http_agent_provider_get(err, "type"), &type)
+            != NGX_OK)
+        && ngx_http_agent_provider_string(
+               ngx_http_agent_provider_get(err, "code"), &type)
+           != NGX_OK)
+    {
+        ngx_str_set(&type, "error");
+    }
+
+    if (ngx_http_agent_provider_string(
+            ngx_http_agent_provider_get(err, "message"), &message)
+        != NGX_OK)
+    {
+        ngx_str_null(&message);
+    }
+
+    ctx->state = sw_error;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->reply->log, 0,
+                   "openai_responses stream error: %V: %V", &type, &message);
+
+    /* the type is never empty: it tells the engine there was an error */
+
+    if (ngx_http_agent_bytes_set(ctx->reply->pool, &ctx->reply->error_type,
+                                 type.data, type.len)
+        != NGX_OK
+        || ngx_http_agent_bytes_set(ctx->reply->pool,
+                                    &ctx->reply->error_message,
+                                    message.data, message.len)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* the call of an output item, by its output_index; a new one is added */
+
+static ngx_http_agent_reply_call_t *
+ngx_http_agent_openai_responses_call(
+    ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev)
+{
+    ngx_int_t                     output, *out;
+    ngx_uint_t                    i;
+    ngx_http_agent_reply_call_t  *call;
+
+    output = ngx_http_agent_openai_responses_index(
+                 ngx_http_agent_provider_get(ev, "output_index"));
+
+    out = ctx->outs.elts;
+
+    for (i = 0; i < ctx->outs.nelts; i++) {
+        if (out[i] == output) {
+            call = ctx->reply->calls.elts;
+            return &call[i];
+        }
+    }
+
+    out = ngx_array_push(&ctx->outs);
+    if (out == NULL) {
+        return NULL;
+    }
+
+    *out = output;
+
+    call = ngx_array_push(&ctx->reply->calls);
+    if (call == NULL) {
+        return NULL;
+    }
+
+    ngx_memzero(call, sizeof(ngx_http_agent_reply_call_t));
+
+    call->index = ctx->reply->calls.nelts - 1;
+
+    ctx->reply->started = 1;
+
+    return call;
+}
+
+
+/* a string of an event, kept; a missing one leaves b as it is */
+
+static ngx_int_t
+ngx_http_agent_openai_responses_set(ngx_http_agent_reply_t *reply,
+    ngx_http_agent_bytes_t *b, yajl_val v)
+{
+    ngx_str_t  s;
+
+    if (ngx_http_agent_provider_string(v, &s) != NGX_OK) {
+        return NGX_OK;
+    }
+
+    return ngx_http_agent_bytes_set(reply->pool, b, s.data, s.len);
+}
+
+
+/* a piece of text, thinking or arguments: kept, and passed on live */
+
+static ngx_int_t
+ngx_http_agent_openai_responses_piece(ngx_http_agent_reply_t *reply,
+    ngx_http_agent_bytes_t *b, ngx_uint_t kind, ngx_uint_t index, yajl_val v)
+{
+    ngx_str_t  s;
+
+    if (ngx_http_agent_provider_string(v, &s) != NGX_OK || s.len == 0) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_agent_bytes_append(reply->pool, b, s.data, s.len) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    reply->started = 1;
+
+    if (reply->delta) {
+        reply->delta(reply, kind, index, &s);
+    }
+
+    return NGX_OK;
+}
+
+
+/* a count or an index: -1 if it is none */
+
+static ngx_int_t
+ngx_http_agent_openai_responses_index(yajl_val v)
+{
+    if (YAJL_IS_INTEGER(v) && YAJL_GET_INTEGER(v) >= 0
+        && YAJL_GET_INTEGER(v) <= NGX_MAX_INT_T_VALUE)
+    {
+        return (ngx_int_t) YAJL_GET_INTEGER(v);
+    }
+
+    return -1;
+}
+
+
+static ngx_uint_t
+ngx_http_agent_openai_responses_is(yajl_val v, char *s)
+{
+    return YAJL_IS_STRING(v) && ngx_strcmp(v->u.string, s) == 0;
 }

@@ -31,12 +31,16 @@ The API is chosen by the request path (suffix match, so a base URL prefix
 is fine); each API has a framer package that produces its bytes:
 
     /v1/chat/completions   openai_chat   Test::Agent::MockProvider::OpenAIChat
+    /v1/responses          openai_responses
+                           Test::Agent::MockProvider::OpenAIResponses
+    /v1/messages           anthropic_messages
+                           Test::Agent::MockProvider::Anthropic
 
-A new API (Anthropic C</v1/messages>, OpenAI C</v1/responses>) is a new
-framer package registered in C<%Test::Agent::MockProvider::Server::API>;
-the interface is described in Test::Agent::MockProvider::Framer.  Until
-then those paths answer 404 with a JSON error, as an unknown URL does on a
-real provider, and consume no reply.  A method other than POST gets 405.
+A new API is a new framer package registered in
+C<%Test::Agent::MockProvider::Server::API>; the interface is described
+in Test::Agent::MockProvider::Framer.  Any other path answers 404 with a
+JSON error, as an unknown URL does on a real provider, and consumes no
+reply.  A method other than POST gets 405.
 
 =head1 REPLY SCRIPT
 
@@ -61,6 +65,19 @@ into C<chunks> pieces (a call's own C<chunks> overrides; C<arguments> may
 be a hash, sent as canonical JSON; C<index> overrides the position).
 C<text> may come too and is streamed first.  C<finish_reason> defaults to
 C<tool_calls> with calls, C<stop> without.
+
+=item Reasoning and hosted tools (OpenAI Responses)
+
+C<< reasoning => 'summary' >> (or parts, or C<< { summary =>,
+encrypted_content => } >>) and C<< web_search => { query =>, url => } >>
+(or a list): output items before the text; see
+Test::Agent::MockProvider::OpenAIResponses.
+
+=item Thinking and hosted tools (Anthropic Messages)
+
+C<< thinking => 'text' >> (with C<signature>) and C<< web_search =>
+{ query =>, results => [...], citations => [...] } >>: content blocks
+before the text; see Test::Agent::MockProvider::Anthropic.
 
 =item Usage
 
@@ -146,7 +163,8 @@ my $JSON = JSON::PP->new->utf8->canonical;
 my %REPLY_KEYS = map { $_ => 1 } qw(
     text chunks delay tool_calls finish_reason usage include_usage model id
     headers raw status retry_after error body error_after cut_after reset
-    stall_after stall_head pause_after latency);
+    stall_after stall_head pause_after latency reasoning web_search
+    thinking signature);
 
 my %TOOL_CALL_KEYS = map { $_ => 1 } qw(id name arguments chunks index);
 

@@ -19,12 +19,15 @@ use Time::HiRes qw(time);
 
 use Test::Agent::MockProvider::Framer;
 use Test::Agent::MockProvider::OpenAIChat;
+use Test::Agent::MockProvider::OpenAIResponses;
+use Test::Agent::MockProvider::Anthropic;
 
-# Provider APIs by path suffix (a base URL may add a prefix).  Anthropic
-# Messages ('/v1/messages') and OpenAI Responses ('/v1/responses') plug in
-# here, each with its own framer package; until then they answer 404.
+# Provider APIs by path suffix (a base URL may add a prefix), each with
+# its own framer package; any other path answers 404.
 our %API = (
     '/v1/chat/completions' => 'Test::Agent::MockProvider::OpenAIChat',
+    '/v1/responses'        => 'Test::Agent::MockProvider::OpenAIResponses',
+    '/v1/messages'         => 'Test::Agent::MockProvider::Anthropic',
 );
 
 use constant DEFAULT_FRAMER => 'Test::Agent::MockProvider::Framer';
