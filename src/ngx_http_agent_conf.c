@@ -7,6 +7,8 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include <yajl/yajl_tree.h>
+
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_conf.h"
 #include "ngx_http_agent_json.h"
@@ -55,6 +57,9 @@ static ngx_http_agent_tool_t *ngx_http_agent_tool_find(
     ngx_http_agent_main_conf_t *amcf, ngx_str_t *name);
 static char *ngx_http_agent_tool_check(ngx_conf_t *cf,
     ngx_http_agent_tool_t *tool);
+static char *ngx_http_agent_options(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static void ngx_http_agent_options_cleanup(void *data);
 static char *ngx_http_agent_tool_json(ngx_conf_t *cf,
     ngx_http_agent_tool_t *tool, ngx_str_t *json, ngx_str_t *what);
 static char *ngx_http_agent_tool_parameters(ngx_conf_t *cf,
@@ -247,6 +252,13 @@ static ngx_command_t  ngx_http_agent_block_commands[] = {
     { ngx_string("retry"),
       NGX_CONF_1MORE,
       ngx_http_agent_retry,
+      0,
+      0,
+      NULL },
+
+    { ngx_string("options"),
+      NGX_CONF_TAKE1,
+      ngx_http_agent_options,
       0,
       0,
       NULL },
@@ -919,6 +931,80 @@ ngx_http_agent_tool_json(ngx_conf_t *cf, ngx_http_agent_tool_t *tool,
     }
 
     return NGX_CONF_ERROR;
+}
+
+
+/*
+ * options JSON: members added to every request body the agent sends,
+ * for what the API takes there and no directive sets (Anthropic's
+ * thinking and max_tokens, Responses' reasoning and include, sampling
+ * parameters).  Passed through, as the tool schemas are.
+ */
+
+static char *
+ngx_http_agent_options(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_agent_t  *agent = conf;
+
+    u_char              *p;
+    ngx_int_t            rc;
+    ngx_str_t            json, err, *value;
+    yajl_val             v;
+    ngx_pool_cleanup_t  *cln;
+
+    if (agent->options) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    json = value[1];
+
+    ngx_http_agent_json_trim(&json);
+
+    rc = ngx_http_agent_json_object(cf->temp_pool, &json, &err);
+
+    if (rc == NGX_DECLINED) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "agent \"%V\": options %V",
+                           &agent->name, &err);
+        return NGX_CONF_ERROR;
+    }
+
+    if (rc != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    p = ngx_pnalloc(cf->temp_pool, json.len + 1);
+    if (p == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memcpy(p, json.data, json.len);
+    p[json.len] = '\0';
+
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    v = yajl_tree_parse((char *) p, NULL, 0);
+    if (v == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    cln->handler = ngx_http_agent_options_cleanup;
+    cln->data = v;
+
+    agent->options = v;
+    agent->options_line = cf->conf_file->line;
+
+    return NGX_CONF_OK;
+}
+
+
+static void
+ngx_http_agent_options_cleanup(void *data)
+{
+    yajl_tree_free(data);
 }
 
 

@@ -103,6 +103,10 @@ typedef struct {
     /* the tool list in the adapter's format, rendered once */
     ngx_str_t                     provider_tools;
 
+    /* more members of every request body (a yajl_val object), or NULL */
+    void                         *options;
+    ngx_uint_t                    options_line;
+
     ngx_int_t                     max_model_calls;
     ngx_msec_t                    suspend_timeout;
 

@@ -107,8 +107,10 @@ ngx_http_agent_anthropic_build_request(ngx_pool_t *pool,
     failed = yajl_gen_map_open(g);
     failed |= ngx_http_agent_json_key(g, "model");
     failed |= ngx_http_agent_json_str(g, &agent->model);
-    failed |= ngx_http_agent_json_key(g, "max_tokens");
-    failed |= yajl_gen_integer(g, NGX_HTTP_AGENT_ANTHROPIC_MAX_TOKENS);
+    if (!ngx_http_agent_provider_option(agent, "max_tokens")) {
+        failed |= ngx_http_agent_json_key(g, "max_tokens");
+        failed |= yajl_gen_integer(g, NGX_HTTP_AGENT_ANTHROPIC_MAX_TOKENS);
+    }
     failed |= ngx_http_agent_json_key(g, "stream");
     failed |= yajl_gen_bool(g, 1);
 
@@ -154,6 +156,7 @@ ngx_http_agent_anthropic_build_request(ngx_pool_t *pool,
         failed |= ngx_http_agent_json_verbatim(g, &agent->provider_tools);
     }
 
+    failed |= ngx_http_agent_provider_options(g, agent);
     failed |= yajl_gen_map_close(g);
 
     if (scratch.data) {

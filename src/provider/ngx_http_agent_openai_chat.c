@@ -235,6 +235,7 @@ ngx_http_agent_openai_chat_build_request(ngx_pool_t *pool,
         failed |= ngx_http_agent_json_verbatim(g, &agent->provider_tools);
     }
 
+    failed |= ngx_http_agent_provider_options(g, agent);
     failed |= yajl_gen_map_close(g);
 
     if (scratch.data) {

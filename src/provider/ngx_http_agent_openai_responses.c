@@ -344,6 +344,7 @@ ngx_http_agent_openai_responses_build_request(ngx_pool_t *pool,
     failed |= ngx_http_agent_json_key(g, "stream");
     failed |= yajl_gen_bool(g, 1);
 
+    failed |= ngx_http_agent_provider_options(g, agent);
     failed |= yajl_gen_map_close(g);
 
     if (scratch.data) {

@@ -413,3 +413,41 @@ ngx_http_agent_provider_result(yajl_gen sub, yajl_val event, ngx_str_t *text)
 
     return ngx_http_agent_json_result(sub, failed, text);
 }
+
+
+/* the agent's options, as more members of the request body's object */
+
+ngx_uint_t
+ngx_http_agent_provider_options(yajl_gen g, ngx_http_agent_t *agent)
+{
+    size_t      i;
+    yajl_val    v;
+    ngx_uint_t  failed;
+
+    v = agent->options;
+
+    if (v == NULL) {
+        return 0;
+    }
+
+    failed = 0;
+
+    for (i = 0; i < v->u.object.len; i++) {
+        failed |= yajl_gen_string(g,
+                                  (u_char *) v->u.object.keys[i],
+                                  ngx_strlen(v->u.object.keys[i]));
+        failed |= ngx_http_agent_provider_value(g, v->u.object.values[i]);
+    }
+
+    return failed;
+}
+
+
+/* the agent's options set this member: the adapter leaves its default */
+
+ngx_uint_t
+ngx_http_agent_provider_option(ngx_http_agent_t *agent, char *key)
+{
+    return agent->options
+           && ngx_http_agent_provider_get(agent->options, key) != NULL;
+}
