@@ -45,6 +45,8 @@ static ngx_uint_t ngx_http_agent_expire_conv_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv, uint64_t now);
 static void ngx_http_agent_expire_resume(ngx_http_agent_main_conf_t *amcf,
     ngx_http_agent_expired_t *e);
+static ngx_uint_t ngx_http_agent_alive(ngx_pid_t pid);
+static void ngx_http_agent_expire_subs_locked(ngx_http_agent_conv_t *conv);
 
 
 static ngx_event_t  ngx_http_agent_expire_event;
@@ -127,10 +129,48 @@ ngx_http_agent_expire_handler(ngx_event_t *ev)
         if (conv->npending == 0 && conv->lease == 0) {
             (void) ngx_http_agent_state_set_locked(z, conv,
                                                NGX_HTTP_AGENT_EXECUTING_TOOLS);
-            conv->lease = ngx_pid;
+            ngx_http_agent_lease_locked(z, conv, ngx_pid);
             expired[n].resume = 1;
         }
 
+        expired[n].npids = ngx_http_agent_sub_pids_locked(conv,
+                                                          expired[n].pids);
+        n++;
+    }
+
+    /*
+     * a turn whose worker died (SIGKILL, a crash) is taken over: it goes
+     * on from the log in this worker
+     */
+
+    for (q = ngx_queue_head(&z->sh->leased);
+         q != ngx_queue_sentinel(&z->sh->leased)
+         && n < NGX_HTTP_AGENT_EXPIRE_RESUME;
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        conv = ngx_queue_data(q, ngx_http_agent_conv_t, leased);
+
+        if (conv->lease == ngx_pid || ngx_http_agent_alive(conv->lease)) {
+            continue;
+        }
+
+        ngx_log_error(NGX_LOG_WARN, cycle->log, 0,
+                      "agent turn of \"%*s\" lost its worker %P, "
+                      "recovered from the log",
+                      conv->id_len, conv->id, conv->lease);
+
+        ngx_http_agent_lease_locked(z, conv, ngx_pid);
+        conv->cancel = 0;
+
+        ngx_http_agent_expire_subs_locked(conv);
+
+        ngx_memcpy(expired[n].id, conv->id, conv->id_len);
+        expired[n].id_len = conv->id_len;
+        ngx_memcpy(expired[n].agent, conv->agent, conv->agent_len);
+        expired[n].agent_len = conv->agent_len;
+        expired[n].turn = conv->turn;
+        expired[n].resume = 1;
         expired[n].npids = ngx_http_agent_sub_pids_locked(conv,
                                                           expired[n].pids);
         n++;
@@ -300,5 +340,30 @@ ngx_http_agent_expire_resume(ngx_http_agent_main_conf_t *amcf,
         ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
                       "agent could not resume the turn of \"%V\" after "
                       "an expiry", &id);
+    }
+}
+
+
+/* a worker is gone when no process has its pid any more */
+
+static ngx_uint_t
+ngx_http_agent_alive(ngx_pid_t pid)
+{
+    return !(kill(pid, 0) == -1 && ngx_errno == NGX_ESRCH);
+}
+
+
+/* subscribers of a dead worker are gone with it */
+
+static void
+ngx_http_agent_expire_subs_locked(ngx_http_agent_conv_t *conv)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
+        if (conv->subs[i].count && !ngx_http_agent_alive(conv->subs[i].pid)) {
+            conv->subs[i].count = 0;
+            conv->subs[i].pid = 0;
+        }
     }
 }

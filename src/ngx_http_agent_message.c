@@ -258,7 +258,7 @@ ngx_http_agent_message_start_locked(ngx_http_agent_zone_t *z,
                                            &empty);
     (void) ngx_http_agent_state_set_locked(z, conv, NGX_HTTP_AGENT_PREPARING);
 
-    conv->lease = ngx_pid;
+    ngx_http_agent_lease_locked(z, conv, ngx_pid);
 
     if (hash) {
         src = &conv->sources[conv->nsources++ % NGX_HTTP_AGENT_SOURCE_IDS];

@@ -346,7 +346,7 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
                                      conv->npending
                                      ? NGX_HTTP_AGENT_AWAITING_INPUT
                                      : NGX_HTTP_AGENT_EXECUTING_TOOLS);
-        conv->lease = ngx_pid;
+        ngx_http_agent_lease_locked(z, conv, ngx_pid);
         resume = 1;
     }
 

@@ -41,6 +41,8 @@ static void ngx_http_agent_turn_model_call(ngx_event_t *ev);
 static void ngx_http_agent_turn_resume(ngx_event_t *ev);
 static ngx_int_t ngx_http_agent_turn_batch(ngx_http_agent_turn_t *t,
     ngx_str_t *events, ngx_uint_t n);
+static ngx_int_t ngx_http_agent_turn_suspend_again(ngx_http_agent_turn_t *t,
+    ngx_http_agent_tool_t *tool, ngx_str_t *id, ngx_str_t *args);
 static ngx_int_t ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t,
     ngx_str_t *body);
 static ngx_int_t ngx_http_agent_turn_post_subrequest(ngx_http_request_t *r,
@@ -515,11 +517,12 @@ static ngx_int_t
 ngx_http_agent_turn_batch(ngx_http_agent_turn_t *t, ngx_str_t *events,
     ngx_uint_t n)
 {
-    yajl_gen    g;
-    ngx_int_t   rc;
-    ngx_str_t   type, id, cid, name, args, decision;
-    ngx_uint_t  i, j, done;
-    yajl_val    v, w, *parsed;
+    yajl_gen                g;
+    ngx_int_t               rc;
+    ngx_str_t               type, id, cid, name, args, decision;
+    ngx_uint_t              i, j, done, waited;
+    yajl_val                v, w, *parsed;
+    ngx_http_agent_tool_t  *tool;
 
     parsed = ngx_pcalloc(t->pool, (n + 1) * sizeof(yajl_val));
     g = ngx_http_agent_json_gen(t->pool);
@@ -562,6 +565,7 @@ ngx_http_agent_turn_batch(ngx_http_agent_turn_t *t, ngx_str_t *events,
         /* a result, or an approval, of this call: newer events come first */
 
         done = 0;
+        waited = 0;
         decision.len = 0;
 
         for (j = 0; j < i; j++) {
@@ -586,6 +590,13 @@ ngx_http_agent_turn_batch(ngx_http_agent_turn_t *t, ngx_str_t *events,
                 break;
             }
 
+            if (type.len == sizeof("suspension") - 1
+                && ngx_strncmp(type.data, "suspension", type.len) == 0)
+            {
+                waited = 1;
+                continue;
+            }
+
             if (type.len == sizeof("resolution") - 1
                 && ngx_strncmp(type.data, "resolution", type.len) == 0
                 && decision.len == 0
@@ -604,7 +615,37 @@ ngx_http_agent_turn_batch(ngx_http_agent_turn_t *t, ngx_str_t *events,
             }
         }
 
-        if (done || decision.len != sizeof("approve") - 1
+        if (done) {
+            continue;
+        }
+
+        /*
+         * a call that neither waited nor has a result was running when
+         * its worker died: a server call is sent again, with the same
+         * tool_call_id, and any other is suspended as it would have been
+         */
+
+        if (!waited) {
+            tool = ngx_http_agent_tools_find(t->agent, &name);
+
+            if (tool != NULL
+                && !(tool->executor == NGX_HTTP_AGENT_EXECUTOR_SERVER
+                     && tool->approval == NGX_HTTP_AGENT_APPROVAL_AUTO))
+            {
+                if (ngx_http_agent_turn_suspend_again(t, tool, &id, &args)
+                    != NGX_OK)
+                {
+                    rc = NGX_ERROR;
+                    goto done;
+                }
+
+                continue;
+            }
+
+            ngx_str_set(&decision, "approve");
+        }
+
+        if (decision.len != sizeof("approve") - 1
             || ngx_strncmp(decision.data, "approve", decision.len) != 0)
         {
             continue;
@@ -633,6 +674,48 @@ done:
     }
 
     return rc;
+}
+
+
+/* a call whose suspension was lost with its worker waits after all */
+
+static ngx_int_t
+ngx_http_agent_turn_suspend_again(ngx_http_agent_turn_t *t,
+    ngx_http_agent_tool_t *tool, ngx_str_t *id, ngx_str_t *args)
+{
+    uint64_t                deadline;
+    ngx_str_t               fields;
+    ngx_uint_t              kind;
+    ngx_http_agent_conv_t  *conv;
+
+    kind = ngx_http_agent_tool_pending_kind(tool,
+                      tool->approval == NGX_HTTP_AGENT_APPROVAL_REQUIRED
+                      ? NGX_HTTP_AGENT_PHASE_APPROVAL
+                      : NGX_HTTP_AGENT_PHASE_EXEC);
+
+    if (ngx_http_agent_tools_suspension(t->pool, t->agent, tool, id, args,
+                                        kind, &deadline, &fields)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ngx_http_agent_zone_lock(t->zone);
+
+    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+
+    if (conv == NULL
+        || ngx_http_agent_tools_suspend_locked(t->zone, conv, tool, id, kind,
+                                               deadline, &fields)
+           != NGX_OK)
+    {
+        ngx_http_agent_zone_unlock(t->zone);
+        return NGX_ERROR;
+    }
+
+    ngx_http_agent_zone_unlock(t->zone);
+
+    return NGX_OK;
 }
 
 
@@ -1498,7 +1581,7 @@ ngx_http_agent_turn_end(ngx_http_agent_turn_t *t, ngx_uint_t type,
         (void) ngx_http_agent_event_add_locked(t->zone, conv,
                                                NGX_HTTP_AGENT_EV_TURN_ENDED,
                                                &ended);
-        conv->lease = 0;
+        ngx_http_agent_lease_locked(t->zone, conv, 0);
         conv->cancel = 0;
 
         next = (ngx_http_agent_message_next_locked(t->zone, conv, &turn,
@@ -1619,7 +1702,7 @@ ngx_http_agent_turn_abort(ngx_http_agent_turn_t *t)
         (void) ngx_http_agent_event_add_locked(t->zone, conv,
                                                NGX_HTTP_AGENT_EV_TURN_ENDED,
                                                &ended);
-        conv->lease = 0;
+        ngx_http_agent_lease_locked(t->zone, conv, 0);
         conv->cancel = 0;
 
         /* an interrupting message runs now */

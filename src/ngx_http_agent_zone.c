@@ -168,6 +168,7 @@ ngx_http_agent_zone_init(ngx_shm_zone_t *shm_zone, void *data)
                     ngx_http_agent_rbtree_insert_value);
     ngx_queue_init(&z->sh->lru);
     ngx_queue_init(&z->sh->waiting);
+    ngx_queue_init(&z->sh->leased);
 
     len = sizeof(" in agent zone \"\"") + shm_zone->shm.name.len;
 
@@ -337,6 +338,27 @@ ngx_http_agent_queue_free_locked(ngx_http_agent_zone_t *z,
     ngx_queue_remove(&m->queue);
     conv->nqueued--;
     ngx_slab_free_locked(z->shpool, m);
+}
+
+
+/*
+ * The worker that runs the conversation's turn, 0 for none: conversations
+ * with a lease are queued, so that a dead holder is found without a walk
+ * of every conversation.
+ */
+
+void
+ngx_http_agent_lease_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_pid_t pid)
+{
+    if (conv->lease && pid == 0) {
+        ngx_queue_remove(&conv->leased);
+
+    } else if (conv->lease == 0 && pid) {
+        ngx_queue_insert_tail(&z->sh->leased, &conv->leased);
+    }
+
+    conv->lease = pid;
 }
 
 

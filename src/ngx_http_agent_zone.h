@@ -101,6 +101,9 @@ typedef struct {
     /* the worker running the turn, 0 when none */
     ngx_pid_t                     lease;
 
+    /* in the zone's queue of conversations with a lease */
+    ngx_queue_t                   leased;
+
     /* a cancel waits for that worker to take the turn down */
     ngx_uint_t                    cancel;
     uint64_t                      cancelled;  /* seq of the last cancel */
@@ -150,6 +153,8 @@ typedef struct {
     ngx_queue_t                   lru;        /* least recently used first */
     ngx_queue_t                   waiting;    /* conversations with calls
                                                  waiting, for expiry */
+    ngx_queue_t                   leased;     /* conversations with a turn
+                                                 running, for recovery */
     ngx_uint_t                    count;
 } ngx_http_agent_sh_t;
 
@@ -200,6 +205,8 @@ ngx_http_agent_conv_t *ngx_http_agent_conv_create_locked(
     ngx_http_agent_zone_t *z, ngx_str_t *id);
 void ngx_http_agent_conv_delete_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
+void ngx_http_agent_lease_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_pid_t pid);
 ngx_http_agent_queued_t *ngx_http_agent_queue_add_locked(
     ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv, ngx_str_t *fields,
     uint32_t hash, ngx_uint_t front);
