@@ -14,6 +14,8 @@
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_message.h"
+#include "ngx_http_agent_tools.h"
+#include "ngx_http_agent_expire.h"
 #include "ngx_http_agent_cancel.h"
 
 
@@ -268,4 +270,148 @@ ngx_http_agent_cancel_answer(ngx_http_request_t *r, ngx_str_t *id,
     json.len = p - json.data;
 
     return ngx_http_agent_json_send(r, NGX_HTTP_OK, &json);
+}
+
+
+/*
+ * A cancel of this turn was asked for, if the zone says so: the provider
+ * call is aborted (its connection closes) and its partial reply kept,
+ * marked cancelled; running tool calls are aborted with a [cancelled]
+ * result each; waiting calls resolve as cancelled; then the terminal
+ * cancelled event, idle, and the lease given back.
+ */
+
+void
+ngx_http_agent_turn_abort(ngx_http_agent_turn_t *t)
+{
+    uint64_t                seq;
+    ngx_str_t               ended;
+    ngx_uint_t              n, cancel, next, turn;
+    ngx_pid_t               pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_http_agent_conv_t  *conv;
+
+    if (t->cancelling) {
+        return;
+    }
+
+    ngx_http_agent_zone_lock(t->zone);
+    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+    cancel = conv && conv->cancel;
+    ngx_http_agent_zone_unlock(t->zone);
+
+    if (!cancel) {
+        return;
+    }
+
+    t->cancelling = 1;
+
+    ngx_log_error(NGX_LOG_INFO, &t->log, 0, "agent turn cancelled");
+
+    if (t->sub.sr && !t->sr_done) {
+        t->sr_done = 1;
+        ngx_http_agent_subrequest_abort(t->sub.sr);
+        t->sub.sr = NULL;
+    }
+
+    if (t->pool && t->reply && !t->recorded && t->reply->text.len
+        && ngx_http_agent_turn_record(t, NGX_HTTP_AGENT_MSG_CANCELLED)
+           != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, &t->log, 0,
+                      "agent turn could not record the cancelled reply");
+    }
+
+    ngx_http_agent_tools_cancel(t);
+
+    ngx_str_set(&ended, "{}");
+    n = 0;
+    next = 0;
+
+    ngx_http_agent_zone_lock(t->zone);
+
+    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+
+    if (conv) {
+        (void) ngx_http_agent_cancel_locked(t->zone, conv);
+        (void) ngx_http_agent_event_add_locked(t->zone, conv,
+                                               NGX_HTTP_AGENT_EV_TURN_ENDED,
+                                               &ended);
+        ngx_http_agent_lease_locked(t->zone, conv, 0);
+        conv->cancel = 0;
+
+        /* an interrupting message runs now */
+        next = (ngx_http_agent_message_next_locked(t->zone, conv, &turn,
+                                                   &seq)
+                == NGX_OK);
+
+        n = ngx_http_agent_sub_pids_locked(conv, pids);
+    }
+
+    ngx_http_agent_zone_unlock(t->zone);
+
+    ngx_http_agent_wake(&t->id, pids, n);
+
+    if (next) {
+        ngx_http_agent_turn_next(t->agent, t->zone, &t->id, turn);
+    }
+
+    ngx_http_agent_turn_close(t);
+}
+
+
+/* a turn for the message that waited, on a request of the module's own */
+
+void
+ngx_http_agent_turn_next(ngx_http_agent_t *agent, ngx_http_agent_zone_t *zone,
+    ngx_str_t *id, ngx_uint_t turn)
+{
+    ngx_str_t  reason;
+
+    if (agent->conf_ctx != NULL
+        && ngx_http_agent_turn_start(NULL, agent, zone, id, turn, 0) == NGX_OK)
+    {
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                  "agent could not start the next turn of \"%V\"", id);
+
+    ngx_str_set(&reason, "{\"reason\":\"the turn could not start\"}");
+
+    (void) ngx_http_agent_emit(zone, id, NGX_HTTP_AGENT_EV_TURN_FAILED,
+                               &reason);
+}
+
+
+ngx_int_t
+ngx_http_agent_cancel_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv)
+{
+    ngx_str_t                 fields;
+    ngx_uint_t                i;
+    ngx_http_agent_event_t   *ev;
+
+    for (i = 0; i < NGX_HTTP_AGENT_PENDING; i++) {
+        if (conv->pending[i].kind) {
+            (void) ngx_http_agent_pending_settle_locked(z, conv,
+                                                &conv->pending[i],
+                                                NGX_HTTP_AGENT_SETTLE_CANCELLED,
+                                                "user cancelled");
+        }
+    }
+
+    ngx_str_set(&fields, "{\"reason\":\"cancelled by the user\"}");
+
+    ev = ngx_http_agent_event_add_locked(z, conv,
+                                         NGX_HTTP_AGENT_EV_CANCELLED,
+                                         &fields);
+    if (ev == NULL) {
+        return NGX_ERROR;
+    }
+
+    conv->cancelled = ev->seq;
+
+    (void) ngx_http_agent_state_set_locked(z, conv, NGX_HTTP_AGENT_IDLE);
+
+    return NGX_OK;
 }

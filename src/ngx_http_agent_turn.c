@@ -37,30 +37,17 @@ typedef enum {
 static ngx_int_t ngx_http_agent_turn_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_agent_turn_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
-static void ngx_http_agent_turn_model_call(ngx_event_t *ev);
-static void ngx_http_agent_turn_resume(ngx_event_t *ev);
-static ngx_int_t ngx_http_agent_turn_batch(ngx_http_agent_turn_t *t,
-    ngx_str_t *events, ngx_uint_t n);
-static ngx_int_t ngx_http_agent_turn_suspend_again(ngx_http_agent_turn_t *t,
-    ngx_http_agent_tool_t *tool, ngx_str_t *id, ngx_str_t *args);
 static ngx_int_t ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t,
     ngx_str_t *body);
 static ngx_int_t ngx_http_agent_turn_post_subrequest(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
 static void ngx_http_agent_turn_call_done(ngx_event_t *ev);
-static void ngx_http_agent_turn_batch_done(ngx_event_t *ev);
 static ngx_http_agent_call_e ngx_http_agent_turn_outcome(
     ngx_http_agent_turn_t *t, ngx_str_t *reason);
 static ngx_msec_t ngx_http_agent_turn_backoff(ngx_http_agent_turn_t *t);
-static ngx_int_t ngx_http_agent_turn_record(ngx_http_agent_turn_t *t,
-    ngx_uint_t status);
 static ngx_int_t ngx_http_agent_turn_record_hosted(ngx_http_agent_turn_t *t);
-static ngx_int_t ngx_http_agent_turn_end(ngx_http_agent_turn_t *t,
-    ngx_uint_t type, ngx_str_t *reason, ngx_http_agent_state_e state);
 static void ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply,
     ngx_uint_t kind, ngx_uint_t index, ngx_str_t *s);
-static void ngx_http_agent_turn_close(ngx_http_agent_turn_t *t);
-static void ngx_http_agent_turn_abort(ngx_http_agent_turn_t *t);
 static u_char *ngx_http_agent_turn_log_error(ngx_log_t *log, u_char *buf,
     size_t len);
 
@@ -79,9 +66,6 @@ static ngx_str_t  ngx_http_agent_status_names[] = {
     ngx_string("cancelled")
 };
 
-#define NGX_HTTP_AGENT_MSG_COMPLETE      0
-#define NGX_HTTP_AGENT_MSG_INTERRUPTED   1
-#define NGX_HTTP_AGENT_MSG_CANCELLED     2
 
 
 /* the turns this worker runs, for a cancel to find */
@@ -384,344 +368,9 @@ ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
 }
 
 
-/*
- * The batch of the last assistant message, read back from the log: its
- * approved calls without a result run, and when nothing runs the turn
- * waits or goes on.  A turn comes here after each batch, and a resolver
- * starts one here, so an approval made at any moment is acted on.
- */
-
-static void
-ngx_http_agent_turn_resume(ngx_event_t *ev)
-{
-    ngx_http_agent_turn_t  *t = ev->data;
-
-    u_char                  *p;
-    ngx_str_t               *events, reason;
-    ngx_uint_t               n, batch;
-    ngx_queue_t             *q;
-    ngx_http_agent_conv_t   *conv;
-    ngx_http_agent_event_t  *e;
-
-    if (t->pool) {
-        ngx_destroy_pool(t->pool);
-    }
-
-    t->model_calls = 0;
-    t->running = 0;
-    t->calls = NULL;
-    t->reply = NULL;
-
-    t->pool = ngx_create_pool(4096, &t->log);
-    if (t->pool == NULL) {
-        goto failed;
-    }
-
-    ngx_http_agent_zone_lock(t->zone);
-
-    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
-
-    if (conv == NULL) {
-        ngx_http_agent_zone_unlock(t->zone);
-        goto failed;
-    }
-
-    /* back to the turn's user_msg: its model calls, and the last batch */
-
-    n = 0;
-    batch = 1;
-
-    for (q = ngx_queue_last(&conv->log);
-         q != ngx_queue_sentinel(&conv->log);
-         q = ngx_queue_prev(q))
-    {
-        e = ngx_queue_data(q, ngx_http_agent_event_t, queue);
-
-        if (e->type == NGX_HTTP_AGENT_EV_USER_MSG) {
-            break;
-        }
-
-        if (e->type == NGX_HTTP_AGENT_EV_ASSISTANT_MSG) {
-            t->model_calls++;
-            batch = 0;
-
-        } else if (batch) {
-            n++;
-        }
-    }
-
-    events = ngx_palloc(t->pool, (n + 1) * sizeof(ngx_str_t));
-    if (events == NULL) {
-        ngx_http_agent_zone_unlock(t->zone);
-        goto failed;
-    }
-
-    n = 0;
-
-    for (q = ngx_queue_last(&conv->log);
-         q != ngx_queue_sentinel(&conv->log);
-         q = ngx_queue_prev(q))
-    {
-        e = ngx_queue_data(q, ngx_http_agent_event_t, queue);
-
-        if (e->type == NGX_HTTP_AGENT_EV_ASSISTANT_MSG
-            || e->type == NGX_HTTP_AGENT_EV_USER_MSG)
-        {
-            break;
-        }
-
-        /* NUL-terminated for yajl_tree_parse() */
-        p = ngx_pnalloc(t->pool, e->len + 1);
-        if (p == NULL) {
-            ngx_http_agent_zone_unlock(t->zone);
-            goto failed;
-        }
-
-        ngx_memcpy(p, e->data, e->len);
-        p[e->len] = '\0';
-
-        events[n].data = p;
-        events[n].len = e->len;
-        n++;
-    }
-
-    ngx_http_agent_zone_unlock(t->zone);
-
-    if (ngx_http_agent_turn_batch(t, events, n) != NGX_OK) {
-        goto failed;
-    }
-
-    if (t->running) {
-        ngx_http_run_posted_requests(t->request->connection);
-        return;
-    }
-
-    ngx_http_agent_turn_batch_done(&t->event);
-
-    return;
-
-failed:
-
-    ngx_str_set(&reason, "{\"reason\":\"the turn could not be resumed\"}");
-    ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_EV_TURN_FAILED, &reason,
-                            NGX_HTTP_AGENT_IDLE);
-}
-
-
-/*
- * The batch's events, newest first: each approved call that has no
- * result yet runs, with the arguments the approver gave if any.
- */
-
-static ngx_int_t
-ngx_http_agent_turn_batch(ngx_http_agent_turn_t *t, ngx_str_t *events,
-    ngx_uint_t n)
-{
-    yajl_gen                g;
-    ngx_int_t               rc;
-    ngx_str_t               type, id, cid, name, args, decision;
-    ngx_uint_t              i, j, done, waited;
-    yajl_val                v, w, *parsed;
-    ngx_http_agent_tool_t  *tool;
-
-    parsed = ngx_pcalloc(t->pool, (n + 1) * sizeof(yajl_val));
-    g = ngx_http_agent_json_gen(t->pool);
-
-    if (parsed == NULL || g == NULL) {
-        return NGX_ERROR;
-    }
-
-    for (i = 0; i < n; i++) {
-        parsed[i] = ngx_http_agent_provider_parse(&t->log, events[i].data,
-                                                  events[i].len, "an event");
-        if (parsed[i] == NULL) {
-            rc = NGX_ERROR;
-            goto done;
-        }
-    }
-
-    rc = NGX_OK;
-
-    for (i = 0; i < n; i++) {
-        v = parsed[i];
-
-        if (ngx_http_agent_provider_string(
-                ngx_http_agent_provider_get(v, "type"), &type) != NGX_OK
-            || type.len != sizeof("tool_call") - 1
-            || ngx_strncmp(type.data, "tool_call", type.len) != 0
-            || ngx_http_agent_provider_string(
-                   ngx_http_agent_provider_get(v, "tool_call_id"), &id)
-               != NGX_OK
-            || ngx_http_agent_provider_string(
-                   ngx_http_agent_provider_get(v, "name"), &name)
-               != NGX_OK
-            || ngx_http_agent_provider_string(
-                   ngx_http_agent_provider_get(v, "arguments"), &args)
-               != NGX_OK)
-        {
-            continue;
-        }
-
-        /* a result, or an approval, of this call: newer events come first */
-
-        done = 0;
-        waited = 0;
-        decision.len = 0;
-
-        for (j = 0; j < i; j++) {
-            w = parsed[j];
-
-            if (ngx_http_agent_provider_string(
-                    ngx_http_agent_provider_get(w, "tool_call_id"), &cid)
-                != NGX_OK
-                || cid.len != id.len
-                || ngx_strncmp(cid.data, id.data, id.len) != 0
-                || ngx_http_agent_provider_string(
-                       ngx_http_agent_provider_get(w, "type"), &type)
-                   != NGX_OK)
-            {
-                continue;
-            }
-
-            if (type.len == sizeof("tool_result") - 1
-                && ngx_strncmp(type.data, "tool_result", type.len) == 0)
-            {
-                done = 1;
-                break;
-            }
-
-            if (type.len == sizeof("suspension") - 1
-                && ngx_strncmp(type.data, "suspension", type.len) == 0)
-            {
-                waited = 1;
-                continue;
-            }
-
-            if (type.len == sizeof("resolution") - 1
-                && ngx_strncmp(type.data, "resolution", type.len) == 0
-                && decision.len == 0
-                && ngx_http_agent_provider_string(
-                       ngx_http_agent_provider_get(w, "decision"), &decision)
-                   == NGX_OK
-                && ngx_http_agent_provider_get(w, "args") != NULL)
-            {
-                if (ngx_http_agent_provider_text(g,
-                        ngx_http_agent_provider_get(w, "args"), &args)
-                    != NGX_OK)
-                {
-                    rc = NGX_ERROR;
-                    goto done;
-                }
-            }
-        }
-
-        if (done) {
-            continue;
-        }
-
-        /*
-         * a call that neither waited nor has a result was running when
-         * its worker died: a server call is sent again, with the same
-         * tool_call_id, and any other is suspended as it would have been
-         */
-
-        if (!waited) {
-            tool = ngx_http_agent_tools_find(t->agent, &name);
-
-            if (tool != NULL
-                && !(tool->executor == NGX_HTTP_AGENT_EXECUTOR_SERVER
-                     && tool->approval == NGX_HTTP_AGENT_APPROVAL_AUTO))
-            {
-                if (ngx_http_agent_turn_suspend_again(t, tool, &id, &args)
-                    != NGX_OK)
-                {
-                    rc = NGX_ERROR;
-                    goto done;
-                }
-
-                continue;
-            }
-
-            ngx_str_set(&decision, "approve");
-        }
-
-        if (decision.len != sizeof("approve") - 1
-            || ngx_strncmp(decision.data, "approve", decision.len) != 0)
-        {
-            continue;
-        }
-
-        /* the strings go with the trees: the call keeps copies */
-
-        id.data = ngx_pstrdup(t->pool, &id);
-        name.data = ngx_pstrdup(t->pool, &name);
-        args.data = ngx_pstrdup(t->pool, &args);
-
-        if (id.data == NULL || name.data == NULL || args.data == NULL
-            || ngx_http_agent_tools_run_call(t, &id, &name, &args) != NGX_OK)
-        {
-            rc = NGX_ERROR;
-            goto done;
-        }
-    }
-
-done:
-
-    for (i = 0; i < n; i++) {
-        if (parsed[i]) {
-            yajl_tree_free(parsed[i]);
-        }
-    }
-
-    return rc;
-}
-
-
-/* a call whose suspension was lost with its worker waits after all */
-
-static ngx_int_t
-ngx_http_agent_turn_suspend_again(ngx_http_agent_turn_t *t,
-    ngx_http_agent_tool_t *tool, ngx_str_t *id, ngx_str_t *args)
-{
-    uint64_t                deadline;
-    ngx_str_t               fields;
-    ngx_uint_t              kind;
-    ngx_http_agent_conv_t  *conv;
-
-    kind = ngx_http_agent_tool_pending_kind(tool,
-                      tool->approval == NGX_HTTP_AGENT_APPROVAL_REQUIRED
-                      ? NGX_HTTP_AGENT_PHASE_APPROVAL
-                      : NGX_HTTP_AGENT_PHASE_EXEC);
-
-    if (ngx_http_agent_tools_suspension(t->pool, t->agent, tool, id, args,
-                                        kind, &deadline, &fields)
-        != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    ngx_http_agent_zone_lock(t->zone);
-
-    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
-
-    if (conv == NULL
-        || ngx_http_agent_tools_suspend_locked(t->zone, conv, tool, id, kind,
-                                               deadline, &fields)
-           != NGX_OK)
-    {
-        ngx_http_agent_zone_unlock(t->zone);
-        return NGX_ERROR;
-    }
-
-    ngx_http_agent_zone_unlock(t->zone);
-
-    return NGX_OK;
-}
-
-
 /* a model call: the log so far, rendered by the adapter, to the provider */
 
-static void
+void
 ngx_http_agent_turn_model_call(ngx_event_t *ev)
 {
     ngx_http_agent_turn_t  *t = ev->data;
@@ -1154,7 +803,7 @@ ngx_http_agent_turn_tools_done(ngx_http_agent_turn_t *t)
  * all the model calls it may make.
  */
 
-static void
+void
 ngx_http_agent_turn_batch_done(ngx_event_t *ev)
 {
     ngx_http_agent_turn_t  *t = ev->data;
@@ -1295,7 +944,7 @@ ngx_http_agent_turn_backoff(ngx_http_agent_turn_t *t)
 
 /* the assistant message, and a tool_call event for each call it makes */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_agent_turn_record(ngx_http_agent_turn_t *t, ngx_uint_t status)
 {
     yajl_gen                      g;
@@ -1542,7 +1191,7 @@ ngx_http_agent_turn_record_hosted(ngx_http_agent_turn_t *t)
  * the turn to this worker).
  */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_agent_turn_end(ngx_http_agent_turn_t *t, ngx_uint_t type,
     ngx_str_t *fields, ngx_http_agent_state_e state)
 {
@@ -1636,150 +1285,6 @@ void
 ngx_http_agent_turn_cancel_check(void)
 {
     ngx_http_agent_turn_cancel(NULL);
-}
-
-
-/*
- * A cancel of this turn was asked for, if the zone says so: the provider
- * call is aborted (its connection closes) and its partial reply kept,
- * marked cancelled; running tool calls are aborted with a [cancelled]
- * result each; waiting calls resolve as cancelled; then the terminal
- * cancelled event, idle, and the lease given back.
- */
-
-static void
-ngx_http_agent_turn_abort(ngx_http_agent_turn_t *t)
-{
-    uint64_t                seq;
-    ngx_str_t               ended;
-    ngx_uint_t              n, cancel, next, turn;
-    ngx_pid_t               pids[NGX_HTTP_AGENT_SUB_WORKERS];
-    ngx_http_agent_conv_t  *conv;
-
-    if (t->cancelling) {
-        return;
-    }
-
-    ngx_http_agent_zone_lock(t->zone);
-    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
-    cancel = conv && conv->cancel;
-    ngx_http_agent_zone_unlock(t->zone);
-
-    if (!cancel) {
-        return;
-    }
-
-    t->cancelling = 1;
-
-    ngx_log_error(NGX_LOG_INFO, &t->log, 0, "agent turn cancelled");
-
-    if (t->sub.sr && !t->sr_done) {
-        t->sr_done = 1;
-        ngx_http_agent_subrequest_abort(t->sub.sr);
-        t->sub.sr = NULL;
-    }
-
-    if (t->pool && t->reply && !t->recorded && t->reply->text.len
-        && ngx_http_agent_turn_record(t, NGX_HTTP_AGENT_MSG_CANCELLED)
-           != NGX_OK)
-    {
-        ngx_log_error(NGX_LOG_ERR, &t->log, 0,
-                      "agent turn could not record the cancelled reply");
-    }
-
-    ngx_http_agent_tools_cancel(t);
-
-    ngx_str_set(&ended, "{}");
-    n = 0;
-    next = 0;
-
-    ngx_http_agent_zone_lock(t->zone);
-
-    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
-
-    if (conv) {
-        (void) ngx_http_agent_cancel_locked(t->zone, conv);
-        (void) ngx_http_agent_event_add_locked(t->zone, conv,
-                                               NGX_HTTP_AGENT_EV_TURN_ENDED,
-                                               &ended);
-        ngx_http_agent_lease_locked(t->zone, conv, 0);
-        conv->cancel = 0;
-
-        /* an interrupting message runs now */
-        next = (ngx_http_agent_message_next_locked(t->zone, conv, &turn,
-                                                   &seq)
-                == NGX_OK);
-
-        n = ngx_http_agent_sub_pids_locked(conv, pids);
-    }
-
-    ngx_http_agent_zone_unlock(t->zone);
-
-    ngx_http_agent_wake(&t->id, pids, n);
-
-    if (next) {
-        ngx_http_agent_turn_next(t->agent, t->zone, &t->id, turn);
-    }
-
-    ngx_http_agent_turn_close(t);
-}
-
-
-/* a turn for the message that waited, on a request of the module's own */
-
-void
-ngx_http_agent_turn_next(ngx_http_agent_t *agent, ngx_http_agent_zone_t *zone,
-    ngx_str_t *id, ngx_uint_t turn)
-{
-    ngx_str_t  reason;
-
-    if (agent->conf_ctx != NULL
-        && ngx_http_agent_turn_start(NULL, agent, zone, id, turn, 0) == NGX_OK)
-    {
-        return;
-    }
-
-    ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                  "agent could not start the next turn of \"%V\"", id);
-
-    ngx_str_set(&reason, "{\"reason\":\"the turn could not start\"}");
-
-    (void) ngx_http_agent_emit(zone, id, NGX_HTTP_AGENT_EV_TURN_FAILED,
-                               &reason);
-}
-
-
-ngx_int_t
-ngx_http_agent_cancel_locked(ngx_http_agent_zone_t *z,
-    ngx_http_agent_conv_t *conv)
-{
-    ngx_str_t                 fields;
-    ngx_uint_t                i;
-    ngx_http_agent_event_t   *ev;
-
-    for (i = 0; i < NGX_HTTP_AGENT_PENDING; i++) {
-        if (conv->pending[i].kind) {
-            (void) ngx_http_agent_pending_settle_locked(z, conv,
-                                                &conv->pending[i],
-                                                NGX_HTTP_AGENT_SETTLE_CANCELLED,
-                                                "user cancelled");
-        }
-    }
-
-    ngx_str_set(&fields, "{\"reason\":\"cancelled by the user\"}");
-
-    ev = ngx_http_agent_event_add_locked(z, conv,
-                                         NGX_HTTP_AGENT_EV_CANCELLED,
-                                         &fields);
-    if (ev == NULL) {
-        return NGX_ERROR;
-    }
-
-    conv->cancelled = ev->seq;
-
-    (void) ngx_http_agent_state_set_locked(z, conv, NGX_HTTP_AGENT_IDLE);
-
-    return NGX_OK;
 }
 
 
@@ -1880,7 +1385,7 @@ ngx_http_agent_emit(ngx_http_agent_zone_t *zone, ngx_str_t *id,
 }
 
 
-static void
+void
 ngx_http_agent_turn_close(ngx_http_agent_turn_t *t)
 {
     ngx_pool_t          *pool;

@@ -105,6 +105,23 @@ ngx_int_t ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t,
     ngx_keyval_t *headers, ngx_uint_t nheaders,
     ngx_http_post_subrequest_pt handler, void *data);
 
+/* the status of a logged assistant message */
+#define NGX_HTTP_AGENT_MSG_COMPLETE      0
+#define NGX_HTTP_AGENT_MSG_INTERRUPTED   1
+#define NGX_HTTP_AGENT_MSG_CANCELLED     2
+
+
+/* the steps of a turn, across ngx_http_agent_turn.c, _resume.c, _cancel.c */
+void ngx_http_agent_turn_model_call(ngx_event_t *ev);
+void ngx_http_agent_turn_resume(ngx_event_t *ev);
+void ngx_http_agent_turn_batch_done(ngx_event_t *ev);
+ngx_int_t ngx_http_agent_turn_record(ngx_http_agent_turn_t *t,
+    ngx_uint_t status);
+ngx_int_t ngx_http_agent_turn_end(ngx_http_agent_turn_t *t, ngx_uint_t type,
+    ngx_str_t *fields, ngx_http_agent_state_e state);
+void ngx_http_agent_turn_abort(ngx_http_agent_turn_t *t);
+void ngx_http_agent_turn_close(ngx_http_agent_turn_t *t);
+
 /* a turn for a message that waited, started by the module itself */
 void ngx_http_agent_turn_next(ngx_http_agent_t *agent,
     ngx_http_agent_zone_t *zone, ngx_str_t *id, ngx_uint_t turn);
