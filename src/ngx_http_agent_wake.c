@@ -65,6 +65,7 @@ static socklen_t ngx_http_agent_wake_addr(struct sockaddr_un *sun,
     ngx_pid_t pid);
 static void ngx_http_agent_wake_read_handler(ngx_event_t *rev);
 static void ngx_http_agent_wake_flush_handler(ngx_event_t *ev);
+static void ngx_http_agent_wake_gone(ngx_http_agent_wake_msg_t *msg);
 static ngx_int_t ngx_http_agent_wake_send(ngx_http_agent_wake_ctx_t *ctx,
     ngx_http_agent_wake_msg_t *msg);
 
@@ -408,6 +409,40 @@ ngx_http_agent_wake_flush_handler(ngx_event_t *ev)
 }
 
 
+/* a dead worker's subscribers of the conversation are gone with it */
+
+static void
+ngx_http_agent_wake_gone(ngx_http_agent_wake_msg_t *msg)
+{
+    ngx_str_t                    id;
+    ngx_uint_t                   i;
+    ngx_http_agent_conv_t       *conv;
+    ngx_http_agent_main_conf_t  *amcf;
+
+    amcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_agent_module);
+    if (amcf == NULL || amcf->zone == NULL) {
+        return;
+    }
+
+    id.data = msg->id;
+    id.len = msg->len;
+
+    ngx_http_agent_zone_lock(amcf->zone);
+
+    conv = ngx_http_agent_conv_find_locked(amcf->zone, &id);
+
+    for (i = 0; conv && i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
+        if (conv->subs[i].pid == msg->pid) {
+            conv->subs[i].count = 0;
+            conv->subs[i].pid = 0;
+        }
+    }
+
+    ngx_http_agent_zone_unlock(amcf->zone);
+}
+
+
 static ngx_int_t
 ngx_http_agent_wake_send(ngx_http_agent_wake_ctx_t *ctx,
     ngx_http_agent_wake_msg_t *msg)
@@ -439,6 +474,7 @@ ngx_http_agent_wake_send(ngx_http_agent_wake_ctx_t *ctx,
         /* the worker is gone; its record in the zone is stale */
         ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->flush.log, err,
                        "agent wake: worker %P is gone", msg->pid);
+        ngx_http_agent_wake_gone(msg);
         return NGX_DECLINED;
     }
 

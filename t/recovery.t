@@ -16,6 +16,7 @@ use Test::More;
 
 use Test::Agent;
 use Test::Agent::Engine;
+use Test::Agent::HTTP;
 use Test::Agent::MockProvider;
 
 my $t = Test::Agent->new;
@@ -131,6 +132,31 @@ is(resolve($t, 'k3', 'h1', { result => 'yes' })->{status}, 200,
    'and resolvable');
 $c = wait_state($t, 'k3', 'idle');
 is($c->{messages}[-1]{type}, 'turn_completed', 'the turn went on');
+
+# subscribers that died with their worker do not hold the conversation's
+# subscriber slots (16) for ever
+
+$mock->reset;
+$mock->script(map { { text => "reply $_" } } 1 .. 21);
+
+send_message($t, 'k4', 'start');
+wait_state($t, 'k4', 'idle');
+
+for my $n (1 .. 20) {
+    my $s = Test::Agent::HTTP::http_stream(events_request('k4'),
+                                           port => $t->port(8080));
+    $t->kill_worker($_) for $t->worker_pids;
+    $t->wait_workers(2);
+    $s->close;
+
+    send_message($t, 'k4', "again $n");
+    wait_state($t, 'k4', 'idle');
+}
+
+my $s = Test::Agent::HTTP::http_stream(events_request('k4'),
+                                       port => $t->port(8080));
+is($s->status, 200, 'a subscriber after 20 dead ones is taken');
+$s->close;
 
 $t->allow_alert(qr/worker process \d+ exited on signal 9/);
 $mock->stop;
