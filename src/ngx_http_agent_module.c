@@ -19,6 +19,7 @@
 #include "ngx_http_agent_resolve.h"
 #include "ngx_http_agent_expire.h"
 #include "ngx_http_agent_cancel.h"
+#include "ngx_http_agent_store.h"
 
 
 static void *ngx_http_agent_create_main_conf(ngx_conf_t *cf);
@@ -88,6 +89,13 @@ static ngx_command_t  ngx_http_agent_commands[] = {
     { ngx_string("agent_zone"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_agent_zone_directive,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("agent_store"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE12,
+      ngx_http_agent_store_directive,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
       NULL },
@@ -187,7 +195,7 @@ ngx_module_t  ngx_http_agent_module = {
     ngx_http_agent_commands,               /* module directives */
     NGX_HTTP_MODULE,                       /* module type */
     NULL,                                  /* init master */
-    NULL,                                  /* init module */
+    ngx_http_agent_store_init_module,      /* init module */
     ngx_http_agent_init_process,           /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
@@ -235,6 +243,16 @@ ngx_http_agent_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_http_agent_main_conf_t  *amcf = conf;
 
     ngx_conf_init_msec_value(amcf->heartbeat, 15000);
+
+    if (amcf->store && amcf->zone == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"agent_store\" needs an \"agent_zone\"");
+        return NGX_CONF_ERROR;
+    }
+
+    if (amcf->store) {
+        amcf->zone->store = 1;
+    }
     ngx_conf_init_msec_value(amcf->client_grace, 5000);
 
     return ngx_http_agent_conf_resolve(cf, amcf);
@@ -528,6 +546,10 @@ ngx_http_agent_init_process(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
 
+    if (amcf->store && ngx_http_agent_store_init_process(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     return ngx_http_agent_wake_init_process(cycle);
 }
 
@@ -544,6 +566,10 @@ ngx_http_agent_exit_process(ngx_cycle_t *cycle)
     }
 
     ngx_http_agent_wake_exit_process(cycle);
+
+    if (amcf->store) {
+        ngx_http_agent_store_exit_process(cycle);
+    }
 }
 
 

@@ -131,6 +131,7 @@ typedef struct {
     ngx_array_t                   agents;     /* ngx_http_agent_t * */
 
     ngx_http_agent_zone_t        *zone;
+    void                         *store;      /* store conf, or NULL */
     ngx_msec_t                    heartbeat;
     ngx_msec_t                    client_grace;
 } ngx_http_agent_main_conf_t;

@@ -10,6 +10,7 @@
 
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_store.h"
 
 
 static ngx_int_t ngx_http_agent_zone_init(ngx_shm_zone_t *shm_zone,
@@ -169,6 +170,7 @@ ngx_http_agent_zone_init(ngx_shm_zone_t *shm_zone, void *data)
     ngx_queue_init(&z->sh->lru);
     ngx_queue_init(&z->sh->waiting);
     ngx_queue_init(&z->sh->leased);
+    ngx_queue_init(&z->sh->dirty);
 
     len = sizeof(" in agent zone \"\"") + shm_zone->shm.name.len;
 
@@ -449,6 +451,16 @@ ngx_http_agent_event_add_locked(ngx_http_agent_zone_t *z,
         conv->seq = seq;
         ngx_queue_insert_tail(&conv->log, &ev->queue);
         conv->nlog++;
+
+        if (z->store) {
+            if (!conv->dirty_linked) {
+                ngx_queue_insert_tail(&z->sh->dirty, &conv->dirty);
+                conv->dirty_linked = 1;
+            }
+
+            ngx_http_agent_store_kick();
+        }
+
         return ev;
     }
 

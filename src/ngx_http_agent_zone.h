@@ -104,6 +104,12 @@ typedef struct {
     /* in the zone's queue of conversations with a lease */
     ngx_queue_t                   leased;
 
+    /* the store: events up to flushed are written; a worker flushing */
+    uint64_t                      flushed;
+    ngx_pid_t                     flushing;
+    ngx_queue_t                   dirty;
+    ngx_uint_t                    dirty_linked;
+
     /* a cancel waits for that worker to take the turn down */
     ngx_uint_t                    cancel;
     uint64_t                      cancelled;  /* seq of the last cancel */
@@ -155,6 +161,7 @@ typedef struct {
                                                  waiting, for expiry */
     ngx_queue_t                   leased;     /* conversations with a turn
                                                  running, for recovery */
+    ngx_queue_t                   dirty;      /* with events to write */
     ngx_uint_t                    count;
 } ngx_http_agent_sh_t;
 
@@ -163,6 +170,9 @@ struct ngx_http_agent_zone_s {
     ngx_http_agent_sh_t          *sh;
     ngx_slab_pool_t              *shpool;
     ngx_shm_zone_t               *shm_zone;
+
+    /* canonical events are written to a store */
+    ngx_uint_t                    store;
 };
 
 

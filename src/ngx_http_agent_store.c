@@ -1,0 +1,426 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_store.h"
+
+
+/*
+ * The canonical log is written behind, in batches, on a thread of the
+ * pool: each worker flushes the conversations marked dirty in the zone,
+ * one batch at a time, and marks what it wrote as flushed.
+ */
+
+#define NGX_HTTP_AGENT_STORE_BATCH  256
+
+
+typedef struct {
+    ngx_http_agent_store_conf_t  *conf;
+    ngx_http_agent_zone_t        *zone;
+    ngx_pool_t                   *pool;
+    ngx_http_agent_store_event_t *events;
+    ngx_uint_t                    nevents;
+    ngx_int_t                     rc;
+    ngx_log_t                    *log;
+} ngx_http_agent_flush_t;
+
+
+static void ngx_http_agent_store_flush(ngx_event_t *ev);
+static ngx_uint_t ngx_http_agent_store_collect_locked(
+    ngx_http_agent_flush_t *f, ngx_http_agent_conv_t *conv);
+static void ngx_http_agent_store_thread(void *data, ngx_log_t *log);
+static void ngx_http_agent_store_done(ngx_event_t *ev);
+
+
+static ngx_event_t    ngx_http_agent_store_event;
+static ngx_uint_t     ngx_http_agent_store_busy;
+
+
+/* agent_store path [thread_pool=name]; */
+
+char *
+ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_agent_main_conf_t *amcf = conf;
+
+    u_char                       *p;
+    ngx_str_t                    *value, name;
+    ngx_http_agent_store_conf_t  *scf;
+
+    if (amcf->store) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    scf = ngx_pcalloc(cf->pool, sizeof(ngx_http_agent_store_conf_t));
+    if (scf == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    scf->store = &ngx_http_agent_store_sqlite;
+    scf->path = value[1];
+
+    if (ngx_conf_full_name(cf->cycle, &scf->path, 0) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    /* NUL-terminated for the store's open */
+
+    p = ngx_pnalloc(cf->pool, scf->path.len + 1);
+    if (p == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memcpy(p, scf->path.data, scf->path.len);
+    p[scf->path.len] = '\0';
+    scf->path.data = p;
+
+    ngx_str_null(&name);
+
+    if (cf->args->nelts == 3) {
+        if (ngx_strncmp(value[2].data, "thread_pool=", 12) != 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid parameter \"%V\"", &value[2]);
+            return NGX_CONF_ERROR;
+        }
+
+        name.data = value[2].data + 12;
+        name.len = value[2].len - 12;
+    }
+
+    scf->thread_pool = ngx_thread_pool_add(cf, name.len ? &name : NULL);
+    if (scf->thread_pool == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    amcf->store = scf;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * In the master, as the configuration is loaded: the schema is created
+ * or checked here, where blocking is allowed, and the file given to the
+ * workers' user.
+ */
+
+ngx_int_t
+ngx_http_agent_store_init_module(ngx_cycle_t *cycle)
+{
+    ngx_core_conf_t              *ccf;
+    ngx_http_agent_main_conf_t   *amcf;
+    ngx_http_agent_store_conf_t  *scf;
+
+    amcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_agent_module);
+
+    if (amcf == NULL || amcf->store == NULL) {
+        return NGX_OK;
+    }
+
+    scf = amcf->store;
+
+    if (scf->store->open(&scf->path, cycle->log) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ccf = (ngx_core_conf_t *) ngx_get_conf(cycle->conf_ctx, ngx_core_module);
+
+    if (geteuid() == 0 && ccf->user != (ngx_uid_t) NGX_CONF_UNSET_UINT
+        && chown((char *) scf->path.data, ccf->user, -1) == -1)
+    {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, ngx_errno,
+                      "chown(\"%s\") failed", scf->path.data);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_agent_store_init_process(ngx_cycle_t *cycle)
+{
+    ngx_event_t  *ev;
+
+    ev = &ngx_http_agent_store_event;
+
+    ngx_memzero(ev, sizeof(ngx_event_t));
+
+    ev->handler = ngx_http_agent_store_flush;
+    ev->log = cycle->log;
+    ev->data = cycle;
+
+    ngx_http_agent_store_busy = 0;
+
+    return NGX_OK;
+}
+
+
+/*
+ * The thread pool module exits first: its threads are gone, no write
+ * uses the store's connection any more.
+ */
+
+void
+ngx_http_agent_store_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_http_agent_main_conf_t   *amcf;
+    ngx_http_agent_store_conf_t  *scf;
+
+    amcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_agent_module);
+    scf = amcf->store;
+
+    scf->store->close();
+}
+
+
+void
+ngx_http_agent_store_kick(void)
+{
+    ngx_event_t  *ev;
+
+    ev = &ngx_http_agent_store_event;
+
+    if (ev->handler && !ev->posted && !ngx_http_agent_store_busy) {
+        ngx_post_event(ev, &ngx_posted_events);
+    }
+}
+
+
+/*
+ * One batch: the dirty conversations' events past what was flushed, at
+ * most NGX_HTTP_AGENT_STORE_BATCH, claimed for this worker under the lock
+ * (a dead claimant's claim is taken over).
+ */
+
+static void
+ngx_http_agent_store_flush(ngx_event_t *ev)
+{
+    ngx_cycle_t *cycle = ev->data;
+
+    ngx_pool_t                   *pool;
+    ngx_queue_t                  *q, *next;
+    ngx_thread_task_t            *task;
+    ngx_http_agent_zone_t        *z;
+    ngx_http_agent_conv_t        *conv;
+    ngx_http_agent_flush_t       *f;
+    ngx_http_agent_main_conf_t   *amcf;
+
+    if (ngx_http_agent_store_busy) {
+        return;
+    }
+
+    amcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_agent_module);
+    z = amcf->zone;
+
+    pool = ngx_create_pool(4096, cycle->log);
+    if (pool == NULL) {
+        return;
+    }
+
+    task = ngx_thread_task_alloc(pool, sizeof(ngx_http_agent_flush_t));
+    if (task == NULL) {
+        ngx_destroy_pool(pool);
+        return;
+    }
+
+    f = task->ctx;
+    f->conf = amcf->store;
+    f->zone = z;
+    f->pool = pool;
+    f->log = cycle->log;
+
+    f->events = ngx_palloc(pool, NGX_HTTP_AGENT_STORE_BATCH
+                                 * sizeof(ngx_http_agent_store_event_t));
+    if (f->events == NULL) {
+        ngx_destroy_pool(pool);
+        return;
+    }
+
+    ngx_http_agent_zone_lock(z);
+
+    for (q = ngx_queue_head(&z->sh->dirty);
+         q != ngx_queue_sentinel(&z->sh->dirty)
+         && f->nevents < NGX_HTTP_AGENT_STORE_BATCH;
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        conv = ngx_queue_data(q, ngx_http_agent_conv_t, dirty);
+
+        if (conv->flushing && conv->flushing != ngx_pid
+            && !(kill(conv->flushing, 0) == -1 && ngx_errno == NGX_ESRCH))
+        {
+            continue;
+        }
+
+        if (ngx_http_agent_store_collect_locked(f, conv) != NGX_OK) {
+            break;
+        }
+
+        conv->flushing = ngx_pid;
+    }
+
+    ngx_http_agent_zone_unlock(z);
+
+    if (f->nevents == 0) {
+        ngx_destroy_pool(pool);
+        return;
+    }
+
+    task->handler = ngx_http_agent_store_thread;
+    task->event.handler = ngx_http_agent_store_done;
+    task->event.data = f;
+
+    if (ngx_thread_task_post(f->conf->thread_pool, task) != NGX_OK) {
+        ngx_http_agent_store_done(&task->event);
+        return;
+    }
+
+    ngx_http_agent_store_busy = 1;
+}
+
+
+static ngx_uint_t
+ngx_http_agent_store_collect_locked(ngx_http_agent_flush_t *f,
+    ngx_http_agent_conv_t *conv)
+{
+    u_char                        *p;
+    ngx_queue_t                   *q;
+    ngx_http_agent_event_t        *e;
+    ngx_http_agent_store_event_t  *se;
+
+    /* back from the tail to what is flushed, then forward */
+
+    for (q = ngx_queue_last(&conv->log);
+         q != ngx_queue_sentinel(&conv->log);
+         q = ngx_queue_prev(q))
+    {
+        e = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+        if (e->seq <= conv->flushed) {
+            break;
+        }
+    }
+
+    for (q = ngx_queue_next(q);
+         q != ngx_queue_sentinel(&conv->log)
+         && f->nevents < NGX_HTTP_AGENT_STORE_BATCH;
+         q = ngx_queue_next(q))
+    {
+        e = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+        p = ngx_pnalloc(f->pool, conv->id_len + conv->agent_len + e->len);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        se = &f->events[f->nevents++];
+
+        se->conv.data = p;
+        se->conv.len = conv->id_len;
+        p = ngx_cpymem(p, conv->id, conv->id_len);
+
+        se->agent.data = p;
+        se->agent.len = conv->agent_len;
+        p = ngx_cpymem(p, conv->agent, conv->agent_len);
+
+        se->data.data = p;
+        se->data.len = e->len;
+        ngx_memcpy(p, e->data, e->len);
+
+        se->seq = e->seq;
+        se->type = e->type;
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_agent_store_thread(void *data, ngx_log_t *log)
+{
+    ngx_http_agent_flush_t *f = data;
+
+    f->rc = f->conf->store->write(&f->conf->path, f->events, f->nevents,
+                                  log);
+}
+
+
+/*
+ * Back in the event loop: what was written is flushed; a conversation
+ * with more stays dirty, and the next batch follows.
+ */
+
+static void
+ngx_http_agent_store_done(ngx_event_t *ev)
+{
+    ngx_http_agent_flush_t *f = ev->data;
+
+    ngx_int_t               rc;
+    ngx_str_t               id;
+    ngx_uint_t              i;
+    ngx_http_agent_conv_t  *conv;
+
+    ngx_http_agent_store_busy = 0;
+
+    if (f->rc != NGX_OK) {
+        ngx_log_error(NGX_LOG_ERR, f->log, 0,
+                      "agent store could not write %ui events, "
+                      "they are tried again", f->nevents);
+    }
+
+    ngx_http_agent_zone_lock(f->zone);
+
+    for (i = 0; i < f->nevents; i++) {
+        id = f->events[i].conv;
+
+        conv = ngx_http_agent_conv_find_locked(f->zone, &id);
+        if (conv == NULL || conv->flushing != ngx_pid) {
+            continue;
+        }
+
+        if (f->rc == NGX_OK && f->events[i].seq > conv->flushed) {
+            conv->flushed = f->events[i].seq;
+        }
+
+        if (i + 1 < f->nevents
+            && f->events[i + 1].conv.len == id.len
+            && ngx_memcmp(f->events[i + 1].conv.data, id.data, id.len) == 0)
+        {
+            continue;
+        }
+
+        conv->flushing = 0;
+
+        if (conv->flushed >= conv->seq && conv->dirty_linked) {
+            ngx_queue_remove(&conv->dirty);
+            conv->dirty_linked = 0;
+        }
+    }
+
+    ngx_http_agent_zone_unlock(f->zone);
+
+    rc = f->rc;
+
+    /* the task and f go with the pool */
+    ngx_destroy_pool(f->pool);
+
+    if (rc == NGX_OK) {
+        ngx_http_agent_store_kick();
+
+    } else if (!ngx_http_agent_store_event.timer_set) {
+        /* not in a loop: a second later */
+        ngx_add_timer(&ngx_http_agent_store_event, 1000);
+    }
+}

@@ -1,0 +1,64 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#ifndef _NGX_HTTP_AGENT_STORE_H_INCLUDED_
+#define _NGX_HTTP_AGENT_STORE_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+
+/* an event to write: the conversation's id and the event's JSON */
+typedef struct {
+    ngx_str_t                     conv;
+    ngx_str_t                     agent;
+    uint64_t                      seq;
+    ngx_uint_t                    type;
+    ngx_str_t                     data;
+} ngx_http_agent_store_event_t;
+
+
+/*
+ * A durable store of the canonical log.  open runs in the master when
+ * the configuration is loaded (it may block: it creates or migrates the
+ * schema); write runs on a thread of the pool, never in a worker's event
+ * loop.  A PostgreSQL store is another struct like this one.
+ */
+
+typedef struct {
+    ngx_str_t                     name;
+    ngx_int_t                   (*open)(ngx_str_t *path, ngx_log_t *log);
+    ngx_int_t                   (*write)(ngx_str_t *path,
+                                         ngx_http_agent_store_event_t *ev,
+                                         ngx_uint_t n, ngx_log_t *log);
+    /* in a worker that exits, once the pool's threads are gone */
+    void                        (*close)(void);
+} ngx_http_agent_store_t;
+
+
+typedef struct {
+    ngx_http_agent_store_t       *store;
+    ngx_str_t                     path;
+    ngx_thread_pool_t            *thread_pool;
+} ngx_http_agent_store_conf_t;
+
+
+char *ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+ngx_int_t ngx_http_agent_store_init_module(ngx_cycle_t *cycle);
+ngx_int_t ngx_http_agent_store_init_process(ngx_cycle_t *cycle);
+void ngx_http_agent_store_exit_process(ngx_cycle_t *cycle);
+
+/* canonical events were added in this worker: flush them soon */
+void ngx_http_agent_store_kick(void);
+
+
+extern ngx_http_agent_store_t  ngx_http_agent_store_sqlite;
+
+
+#endif /* _NGX_HTTP_AGENT_STORE_H_INCLUDED_ */
