@@ -17,6 +17,7 @@
 #include "ngx_http_agent_tools.h"
 #include "ngx_http_agent_expire.h"
 #include "ngx_http_agent_cancel.h"
+#include "ngx_http_agent_store.h"
 
 
 /* how often, and how long, a cancel looks for the turn to be down */
@@ -269,7 +270,8 @@ ngx_http_agent_cancel_answer(ngx_http_request_t *r, ngx_str_t *id,
 
     json.len = p - json.data;
 
-    return ngx_http_agent_json_send(r, NGX_HTTP_OK, &json);
+    return ngx_http_agent_store_ack(r, id, cancelled ? seq : 0, NGX_HTTP_OK,
+                                    &json);
 }
 
 

@@ -16,6 +16,7 @@
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_message.h"
+#include "ngx_http_agent_store.h"
 
 
 #define NGX_HTTP_AGENT_SOURCE_ID_LEN  128
@@ -548,7 +549,7 @@ ngx_http_agent_message_answer(ngx_http_request_t *r, ngx_uint_t status,
                            duplicate ? ",\"duplicate\":true" : "")
                - json.data;
 
-    return ngx_http_agent_json_send(r, status, &json);
+    return ngx_http_agent_store_ack(r, id, seq, status, &json);
 }
 
 

@@ -18,6 +18,7 @@
 #include "ngx_http_agent_tools.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_resolve.h"
+#include "ngx_http_agent_store.h"
 
 
 /* what a resolution says, as JSON texts of its own */
@@ -376,7 +377,7 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
                            &res->conv, &res->call, seq)
                - p;
 
-    return ngx_http_agent_json_send(r, NGX_HTTP_OK, &json);
+    return ngx_http_agent_store_ack(r, &res->conv, seq, NGX_HTTP_OK, &json);
 }
 
 

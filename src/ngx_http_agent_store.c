@@ -11,6 +11,7 @@
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_store.h"
+#include "ngx_http_agent_json.h"
 
 
 /*
@@ -422,5 +423,127 @@ ngx_http_agent_store_done(ngx_event_t *ev)
     } else if (!ngx_http_agent_store_event.timer_set) {
         /* not in a loop: a second later */
         ngx_add_timer(&ngx_http_agent_store_event, 1000);
+    }
+}
+
+
+/*
+ * An input from outside is acknowledged once it is written: the answer
+ * waits until the conversation's flushed seq reaches the input's.  With
+ * no store, or once written, it goes at once.
+ */
+
+typedef struct {
+    ngx_http_request_t           *request;
+    ngx_str_t                     id;
+    uint64_t                      seq;
+    ngx_uint_t                    status;
+    ngx_str_t                     json;
+    ngx_msec_t                    deadline;
+    ngx_event_t                   timer;
+} ngx_http_agent_ack_t;
+
+
+static void ngx_http_agent_store_ack_poll(ngx_event_t *ev);
+static void ngx_http_agent_store_ack_cleanup(void *data);
+
+
+#define NGX_HTTP_AGENT_ACK_POLL     2
+#define NGX_HTTP_AGENT_ACK_WAIT     10000
+
+
+ngx_int_t
+ngx_http_agent_store_ack(ngx_http_request_t *r, ngx_str_t *id, uint64_t seq,
+    ngx_uint_t status, ngx_str_t *json)
+{
+    ngx_pool_cleanup_t          *cln;
+    ngx_http_agent_ack_t        *ack;
+    ngx_http_agent_main_conf_t  *amcf;
+
+    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
+
+    if (amcf->store == NULL || seq == 0) {
+        return ngx_http_agent_json_send(r, status, json);
+    }
+
+    ack = ngx_pcalloc(r->pool, sizeof(ngx_http_agent_ack_t));
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+
+    if (ack == NULL || cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ack->request = r;
+    ack->id = *id;
+    ack->seq = seq;
+    ack->status = status;
+    ack->json = *json;
+    ack->deadline = ngx_current_msec + NGX_HTTP_AGENT_ACK_WAIT;
+
+    ack->timer.handler = ngx_http_agent_store_ack_poll;
+    ack->timer.data = ack;
+    ack->timer.log = r->connection->log;
+
+    cln->handler = ngx_http_agent_store_ack_cleanup;
+    cln->data = ack;
+
+    r->main->count++;
+
+    ngx_http_agent_store_kick();
+    ngx_http_agent_store_ack_poll(&ack->timer);
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_agent_store_ack_poll(ngx_event_t *ev)
+{
+    ngx_http_agent_ack_t *ack = ev->data;
+
+    uint64_t                     flushed;
+    ngx_http_request_t          *r;
+    ngx_http_agent_conv_t       *conv;
+    ngx_http_agent_main_conf_t  *amcf;
+
+    r = ack->request;
+    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
+
+    ngx_http_agent_zone_lock(amcf->zone);
+
+    conv = ngx_http_agent_conv_find_locked(amcf->zone, &ack->id);
+    flushed = conv ? conv->flushed : 0;
+
+    ngx_http_agent_zone_unlock(amcf->zone);
+
+    if (flushed >= ack->seq) {
+        ngx_http_finalize_request(r,
+            ngx_http_agent_json_send(r, ack->status, &ack->json));
+        return;
+    }
+
+    if ((ngx_msec_int_t) (ack->deadline - ngx_current_msec) <= 0) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "agent store did not write seq %uL of \"%V\" in time",
+                      ack->seq, &ack->id);
+        ngx_http_finalize_request(r,
+            ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                      "not_durable",
+                                      "the input was taken but is not "
+                                      "written yet"));
+        return;
+    }
+
+    ngx_add_timer(&ack->timer, NGX_HTTP_AGENT_ACK_POLL);
+}
+
+
+static void
+ngx_http_agent_store_ack_cleanup(void *data)
+{
+    ngx_http_agent_ack_t *ack = data;
+
+    if (ack->timer.timer_set) {
+        ngx_del_timer(&ack->timer);
     }
 }

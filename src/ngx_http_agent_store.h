@@ -54,6 +54,10 @@ ngx_int_t ngx_http_agent_store_init_module(ngx_cycle_t *cycle);
 ngx_int_t ngx_http_agent_store_init_process(ngx_cycle_t *cycle);
 void ngx_http_agent_store_exit_process(ngx_cycle_t *cycle);
 
+/* answers the input once seq of the conversation is written */
+ngx_int_t ngx_http_agent_store_ack(ngx_http_request_t *r, ngx_str_t *id,
+    uint64_t seq, ngx_uint_t status, ngx_str_t *json);
+
 /* canonical events were added in this worker: flush them soon */
 void ngx_http_agent_store_kick(void);
 

@@ -14,6 +14,9 @@ use Time::HiRes qw(sleep);
 
 use Test::Agent;
 use Test::Agent::Engine;
+use Test::Agent::HTTP;
+use IO::Select;
+use IO::Socket::INET;
 use Test::Agent::MockProvider;
 
 plan(skip_all => 'no sqlite3 command') unless `sqlite3 -version 2>&1` =~ /^3/;
@@ -71,6 +74,46 @@ like($row, qr/"type":"user_msg","seq":1,.*"content":"round 1"/,
      'events stored as logged');
 is(sql("SELECT agent, last_seq FROM conversations WHERE id = 's1'"),
    'chat|9', 'conversation row');
+
+# a message is acknowledged once it is written: the row is there when
+# the answer comes
+
+for my $n (1 .. 5) {
+    my $r = send_message($t, "a$n", 'durable?');
+    is($r->{status}, 202, "message $n acknowledged");
+    is(sql("SELECT type FROM events WHERE conversation = 'a$n' AND seq = "
+           . $r->{json}{seq}), 'user_msg', "message $n written before its 202");
+    wait_state($t, "a$n", 'idle');
+}
+
+# while the database is locked the message is taken but not acknowledged;
+# the answer comes once the lock is gone and the row is written
+
+open my $lock, '|-', "sqlite3 '$db'" or die "sqlite3: $!\n";
+$lock->autoflush(1);
+print $lock "BEGIN IMMEDIATE;\nINSERT INTO meta VALUES ('lock', 'held');\n";
+sleep 0.3;
+
+my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                 PeerPort => $t->port(8080)) or die "$!\n";
+print $sock Test::Agent::HTTP::http_request('POST', '/c/w1/messages',
+    '{"content":"wait for the disk"}',
+    headers => { 'Content-Type' => 'application/json' });
+
+my $sel = IO::Select->new($sock);
+ok(!$sel->can_read(0.8), 'no answer while the write cannot happen');
+
+print $lock "ROLLBACK;\n";
+close $lock;
+
+ok($sel->can_read(8), 'the answer once the lock is gone');
+sysread($sock, my $answer, 4096);
+like($answer, qr{^HTTP/1\.1 202}, 'and it is a 202');
+close $sock;
+
+my $c = wait_state($t, 'w1', 'idle');
+is(sql("SELECT type FROM events WHERE conversation = 'w1' AND seq = 1"),
+   'user_msg', 'written once the lock was gone');
 
 $mock->stop;
 $t->done;
