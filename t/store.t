@@ -10,7 +10,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 
 use Test::More;
-use Time::HiRes qw(sleep);
+use Time::HiRes qw(sleep time);
 
 use Test::Agent;
 use Test::Agent::Engine;
@@ -86,8 +86,26 @@ for my $n (1 .. 5) {
     wait_state($t, "a$n", 'idle');
 }
 
-# while the database is locked the message is taken but not acknowledged;
-# the answer comes once the lock is gone and the row is written
+$mock->stop;
+$t->done(more => 1);
+
+# one worker, the database locked by another process: the message is
+# taken but not acknowledged until its row is written, and meanwhile the
+# worker answers other requests, since SQLite waits on a pool thread,
+# never in the event loop
+
+$t = Test::Agent->new;
+$mock = Test::Agent::MockProvider->new(default => sub {
+    return { text => 'stored reply' };
+});
+$db = $t->testdir . '/agent.db';
+
+$t->write_file_expand('nginx.conf', engine_conf($mock, workers => 1,
+    http => "agent_store $db;"));
+$t->run;
+
+send_message($t, 'w0', 'first');
+wait_state($t, 'w0', 'idle');
 
 open my $lock, '|-', "sqlite3 '$db'" or die "sqlite3: $!\n";
 $lock->autoflush(1);
@@ -103,6 +121,11 @@ print $sock Test::Agent::HTTP::http_request('POST', '/c/w1/messages',
 my $sel = IO::Select->new($sock);
 ok(!$sel->can_read(0.8), 'no answer while the write cannot happen');
 
+my $start = time;
+my $r = inspect($t, 'w0');
+is($r->{status}, 200, 'the worker answers another request meanwhile');
+cmp_ok(time - $start, '<', 0.5, 'at once: the event loop is not blocked');
+
 print $lock "ROLLBACK;\n";
 close $lock;
 
@@ -111,7 +134,7 @@ sysread($sock, my $answer, 4096);
 like($answer, qr{^HTTP/1\.1 202}, 'and it is a 202');
 close $sock;
 
-my $c = wait_state($t, 'w1', 'idle');
+wait_state($t, 'w1', 'idle');
 is(sql("SELECT type FROM events WHERE conversation = 'w1' AND seq = 1"),
    'user_msg', 'written once the lock was gone');
 
