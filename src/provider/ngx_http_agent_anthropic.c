@@ -419,7 +419,7 @@ ngx_http_agent_anthropic_block_start(ngx_http_agent_anthropic_ctx_t *ctx,
 
     ngx_memzero(block, sizeof(ngx_http_agent_anthropic_block_t));
 
-    if (ngx_http_agent_anthropic_is(type, "text")) {
+    if (ngx_http_agent_provider_is(type, "text")) {
         block->kind = NGX_HTTP_AGENT_ANTHROPIC_TEXT;
 
         return ngx_http_agent_anthropic_piece(ctx, &block->text, &reply->text,
@@ -427,7 +427,7 @@ ngx_http_agent_anthropic_block_start(ngx_http_agent_anthropic_ctx_t *ctx,
                                      ngx_http_agent_provider_get(cb, "text"));
     }
 
-    if (ngx_http_agent_anthropic_is(type, "thinking")) {
+    if (ngx_http_agent_provider_is(type, "thinking")) {
         block->kind = NGX_HTTP_AGENT_ANTHROPIC_THINKING;
 
         return ngx_http_agent_anthropic_piece(ctx, &block->text,
@@ -439,14 +439,14 @@ ngx_http_agent_anthropic_block_start(ngx_http_agent_anthropic_ctx_t *ctx,
     /* anything else is content that a retry would lose */
     reply->started = 1;
 
-    if (ngx_http_agent_anthropic_is(type, "tool_use")) {
+    if (ngx_http_agent_provider_is(type, "tool_use")) {
         block->kind = NGX_HTTP_AGENT_ANTHROPIC_TOOL_USE;
         block->n = ctx->ncalls++;
 
         return ngx_http_agent_anthropic_tool_start(ctx, block, cb);
     }
 
-    if (ngx_http_agent_anthropic_is(type, "server_tool_use")) {
+    if (ngx_http_agent_provider_is(type, "server_tool_use")) {
         block->kind = NGX_HTTP_AGENT_ANTHROPIC_SERVER_TOOL_USE;
 
         return ngx_http_agent_anthropic_tool_start(ctx, block, cb);
@@ -554,26 +554,26 @@ ngx_http_agent_anthropic_block_delta(ngx_http_agent_anthropic_ctx_t *ctx,
     delta = ngx_http_agent_provider_get(v, "delta");
     type = ngx_http_agent_provider_get(delta, "type");
 
-    if (ngx_http_agent_anthropic_is(type, "text_delta")) {
+    if (ngx_http_agent_provider_is(type, "text_delta")) {
         return ngx_http_agent_anthropic_piece(ctx, &block->text, &reply->text,
                                              NGX_HTTP_AGENT_DELTA_TEXT, 0,
                                   ngx_http_agent_provider_get(delta, "text"));
     }
 
-    if (ngx_http_agent_anthropic_is(type, "thinking_delta")) {
+    if (ngx_http_agent_provider_is(type, "thinking_delta")) {
         return ngx_http_agent_anthropic_piece(ctx, &block->text,
                                               &reply->thinking,
                                               NGX_HTTP_AGENT_DELTA_THINKING, 0,
                               ngx_http_agent_provider_get(delta, "thinking"));
     }
 
-    if (ngx_http_agent_anthropic_is(type, "signature_delta")) {
+    if (ngx_http_agent_provider_is(type, "signature_delta")) {
         return ngx_http_agent_anthropic_piece(ctx, &block->extra, NULL,
                              NGX_HTTP_AGENT_ANTHROPIC_QUIET, 0,
                              ngx_http_agent_provider_get(delta, "signature"));
     }
 
-    if (ngx_http_agent_anthropic_is(type, "citations_delta")) {
+    if (ngx_http_agent_provider_is(type, "citations_delta")) {
         cite = ngx_http_agent_provider_get(delta, "citation");
 
         if (block->kind != NGX_HTTP_AGENT_ANTHROPIC_TEXT
@@ -593,7 +593,7 @@ ngx_http_agent_anthropic_block_delta(ngx_http_agent_anthropic_ctx_t *ctx,
         return ngx_http_agent_anthropic_json(ctx, &block->extra, cite);
     }
 
-    if (!ngx_http_agent_anthropic_is(type, "input_json_delta")
+    if (!ngx_http_agent_provider_is(type, "input_json_delta")
         || (block->kind != NGX_HTTP_AGENT_ANTHROPIC_TOOL_USE
             && block->kind != NGX_HTTP_AGENT_ANTHROPIC_SERVER_TOOL_USE))
     {

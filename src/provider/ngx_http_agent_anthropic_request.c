@@ -61,9 +61,6 @@ static ngx_uint_t ngx_http_agent_anthropic_user(
 static ngx_uint_t ngx_http_agent_anthropic_assistant(
     ngx_http_agent_anthropic_build_t *b, yajl_val event);
 static yajl_val ngx_http_agent_anthropic_provider_content(yajl_val event);
-static yajl_val ngx_http_agent_anthropic_partial(yajl_val event);
-static ngx_int_t ngx_http_agent_anthropic_mark(ngx_pool_t *pool,
-    yajl_val status, ngx_str_t *content);
 static ngx_uint_t ngx_http_agent_anthropic_tool_use(yajl_gen g,
     yajl_val call);
 static ngx_uint_t ngx_http_agent_anthropic_tool_result(
@@ -204,7 +201,7 @@ ngx_http_agent_anthropic_message(ngx_http_agent_anthropic_build_t *b,
     if (role != b->role) {
         failed |= ngx_http_agent_anthropic_close(b);
 
-        if (ngx_http_agent_anthropic_is(
+        if (ngx_http_agent_provider_is(
                 ngx_http_agent_provider_get(event, "type"), "user_msg"))
         {
             b->held = event;
@@ -218,7 +215,7 @@ ngx_http_agent_anthropic_message(ngx_http_agent_anthropic_build_t *b,
         return failed | ngx_http_agent_anthropic_assistant(b, event);
     }
 
-    if (ngx_http_agent_anthropic_is(ngx_http_agent_provider_get(event,
+    if (ngx_http_agent_provider_is(ngx_http_agent_provider_get(event,
                                                                 "type"),
                                     "tool_result"))
     {
@@ -315,11 +312,11 @@ ngx_http_agent_anthropic_role(yajl_val event)
 
     type = ngx_http_agent_provider_get(event, "type");
 
-    if (ngx_http_agent_anthropic_is(type, "user_msg")) {
+    if (ngx_http_agent_provider_is(type, "user_msg")) {
         return NGX_HTTP_AGENT_ANTHROPIC_USER;
     }
 
-    if (ngx_http_agent_anthropic_is(type, "tool_result")) {
+    if (ngx_http_agent_provider_is(type, "tool_result")) {
         if (YAJL_IS_TRUE(ngx_http_agent_provider_get(event,
                                                      "provider_executed")))
         {
@@ -329,13 +326,13 @@ ngx_http_agent_anthropic_role(yajl_val event)
         return NGX_HTTP_AGENT_ANTHROPIC_USER;
     }
 
-    if (!ngx_http_agent_anthropic_is(type, "assistant_msg")) {
+    if (!ngx_http_agent_provider_is(type, "assistant_msg")) {
         return NGX_HTTP_AGENT_ANTHROPIC_NONE;
     }
 
     /* its kept blocks, or its text: a partial message always says so */
     if (ngx_http_agent_anthropic_provider_content(event)
-        || ngx_http_agent_anthropic_partial(event))
+        || ngx_http_agent_provider_partial(event))
     {
         return NGX_HTTP_AGENT_ANTHROPIC_ASSISTANT;
     }
@@ -388,7 +385,8 @@ ngx_http_agent_anthropic_assistant(ngx_http_agent_anthropic_build_t *b,
     yajl_val event)
 {
     size_t      i;
-    yajl_val    raw, calls, status;
+    yajl_val    raw, calls;
+    ngx_int_t   partial;
     ngx_str_t   content;
     ngx_uint_t  failed;
 
@@ -412,11 +410,9 @@ ngx_http_agent_anthropic_assistant(ngx_http_agent_anthropic_build_t *b,
         ngx_str_set(&content, "");
     }
 
-    status = ngx_http_agent_anthropic_partial(event);
+    partial = ngx_http_agent_provider_mark(b->pool, event, &content);
 
-    if (status
-        && ngx_http_agent_anthropic_mark(b->pool, status, &content) != NGX_OK)
-    {
+    if (partial == NGX_ERROR) {
         return 1;
     }
 
@@ -430,7 +426,7 @@ ngx_http_agent_anthropic_assistant(ngx_http_agent_anthropic_build_t *b,
     }
 
     /* a partial message has no calls; never send calls unanswered */
-    if (status) {
+    if (partial == NGX_OK) {
         return failed;
     }
 
@@ -459,7 +455,7 @@ ngx_http_agent_anthropic_provider_content(yajl_val event)
 
     status = ngx_http_agent_provider_get(event, "status");
 
-    if (status && !ngx_http_agent_anthropic_is(status, "complete")) {
+    if (status && !ngx_http_agent_provider_is(status, "complete")) {
         return NULL;
     }
 
@@ -470,60 +466,6 @@ ngx_http_agent_anthropic_provider_content(yajl_val event)
     }
 
     return v;
-}
-
-
-/* the status of an interrupted or cancelled message; NULL if complete */
-
-static yajl_val
-ngx_http_agent_anthropic_partial(yajl_val event)
-{
-    yajl_val  v;
-
-    v = ngx_http_agent_provider_get(event, "status");
-
-    if (ngx_http_agent_anthropic_is(v, "interrupted")
-        || ngx_http_agent_anthropic_is(v, "cancelled"))
-    {
-        return v;
-    }
-
-    return NULL;
-}
-
-
-/*
- * A partial message says so at its end, so that the model knows it was
- * cut off: the content is rewritten.
- */
-
-static ngx_int_t
-ngx_http_agent_anthropic_mark(ngx_pool_t *pool, yajl_val status,
-    ngx_str_t *content)
-{
-    u_char     *p, *last;
-    ngx_str_t   s;
-
-    (void) ngx_http_agent_provider_string(status, &s);
-
-    p = ngx_pnalloc(pool, content->len + sizeof("\n\n[]") - 1 + s.len);
-    if (p == NULL) {
-        return NGX_ERROR;
-    }
-
-    if (content->len) {
-        last = ngx_cpymem(p, content->data, content->len);
-        last = ngx_sprintf(last, "\n\n[%V]", &s);
-
-    } else {
-        /* nothing was said: the mark alone */
-        last = ngx_sprintf(p, "[%V]", &s);
-    }
-
-    content->data = p;
-    content->len = last - p;
-
-    return NGX_OK;
 }
 
 
@@ -625,13 +567,6 @@ ngx_http_agent_anthropic_input(yajl_gen g, u_char *json)
     yajl_tree_free(v);
 
     return failed;
-}
-
-
-ngx_uint_t
-ngx_http_agent_anthropic_is(yajl_val v, char *s)
-{
-    return YAJL_IS_STRING(v) && ngx_strcmp(v->u.string, s) == 0;
 }
 
 

@@ -69,8 +69,6 @@ static ngx_uint_t ngx_http_agent_openai_chat_user(
     ngx_http_agent_openai_chat_build_t *b, yajl_val event);
 static ngx_uint_t ngx_http_agent_openai_chat_assistant(
     ngx_http_agent_openai_chat_build_t *b, yajl_val event);
-static ngx_int_t ngx_http_agent_openai_chat_partial(ngx_pool_t *pool,
-    yajl_val event, ngx_str_t *content);
 static ngx_uint_t ngx_http_agent_openai_chat_calls(
     ngx_http_agent_openai_chat_build_t *b, yajl_val calls);
 static ngx_uint_t ngx_http_agent_openai_chat_tool(
@@ -333,7 +331,7 @@ ngx_http_agent_openai_chat_assistant(ngx_http_agent_openai_chat_build_t *b,
         calls = NULL;
     }
 
-    rc = ngx_http_agent_openai_chat_partial(b->pool, event, &content);
+    rc = ngx_http_agent_provider_mark(b->pool, event, &content);
 
     if (rc == NGX_ERROR) {
         return 1;
@@ -364,55 +362,6 @@ ngx_http_agent_openai_chat_assistant(ngx_http_agent_openai_chat_build_t *b,
     failed |= yajl_gen_map_close(b->g);
 
     return failed;
-}
-
-
-/*
- * An interrupted or cancelled message says so at its end, so that the
- * model knows it was cut off: NGX_OK and the content rewritten, or
- * NGX_DECLINED for a complete message.
- */
-
-static ngx_int_t
-ngx_http_agent_openai_chat_partial(ngx_pool_t *pool, yajl_val event,
-    ngx_str_t *content)
-{
-    u_char     *p, *last;
-    ngx_str_t   status;
-
-    if (ngx_http_agent_provider_string(
-            ngx_http_agent_provider_get(event, "status"), &status)
-        != NGX_OK)
-    {
-        return NGX_DECLINED;
-    }
-
-    if (!(status.len == sizeof("interrupted") - 1
-          && ngx_strncmp(status.data, "interrupted", status.len) == 0)
-        && !(status.len == sizeof("cancelled") - 1
-             && ngx_strncmp(status.data, "cancelled", status.len) == 0))
-    {
-        return NGX_DECLINED;
-    }
-
-    p = ngx_pnalloc(pool, content->len + sizeof("\n\n[]") - 1 + status.len);
-    if (p == NULL) {
-        return NGX_ERROR;
-    }
-
-    if (content->len) {
-        last = ngx_cpymem(p, content->data, content->len);
-        last = ngx_sprintf(last, "\n\n[%V]", &status);
-
-    } else {
-        /* nothing was said: the mark alone */
-        last = ngx_sprintf(p, "[%V]", &status);
-    }
-
-    content->data = p;
-    content->len = last - p;
-
-    return NGX_OK;
 }
 
 

@@ -99,8 +99,6 @@ static ngx_uint_t ngx_http_agent_openai_responses_user(
     ngx_http_agent_openai_responses_build_t *b, yajl_val event);
 static ngx_uint_t ngx_http_agent_openai_responses_assistant(
     ngx_http_agent_openai_responses_build_t *b, yajl_val event);
-static ngx_int_t ngx_http_agent_openai_responses_partial(ngx_pool_t *pool,
-    yajl_val event, ngx_str_t *content);
 static ngx_uint_t ngx_http_agent_openai_responses_message(
     ngx_http_agent_openai_responses_build_t *b, ngx_str_t *role,
     ngx_str_t *content);
@@ -150,8 +148,6 @@ static ngx_int_t ngx_http_agent_openai_responses_piece(
     ngx_http_agent_reply_t *reply, ngx_http_agent_bytes_t *b,
     ngx_uint_t kind, ngx_uint_t index, yajl_val v);
 static ngx_int_t ngx_http_agent_openai_responses_index(yajl_val v);
-static ngx_uint_t ngx_http_agent_openai_responses_is(yajl_val v,
-    char *s);
 
 
 static ngx_str_t  ngx_http_agent_params = ngx_string("parameters");
@@ -429,7 +425,7 @@ ngx_http_agent_openai_responses_assistant(
         ngx_str_set(&content, "");
     }
 
-    rc = ngx_http_agent_openai_responses_partial(b->pool, event, &content);
+    rc = ngx_http_agent_provider_mark(b->pool, event, &content);
 
     if (rc == NGX_ERROR) {
         return 1;
@@ -463,51 +459,6 @@ ngx_http_agent_openai_responses_assistant(
     }
 
     return failed;
-}
-
-
-/*
- * An interrupted or cancelled message says so at its end, so that the
- * model knows it was cut off: NGX_OK and the content rewritten, or
- * NGX_DECLINED for a complete message.
- */
-
-static ngx_int_t
-ngx_http_agent_openai_responses_partial(ngx_pool_t *pool, yajl_val event,
-    ngx_str_t *content)
-{
-    u_char     *p, *last;
-    yajl_val    status;
-    ngx_str_t   s;
-
-    status = ngx_http_agent_provider_get(event, "status");
-
-    if (!ngx_http_agent_openai_responses_is(status, "interrupted")
-        && !ngx_http_agent_openai_responses_is(status, "cancelled"))
-    {
-        return NGX_DECLINED;
-    }
-
-    (void) ngx_http_agent_provider_string(status, &s);
-
-    p = ngx_pnalloc(pool, content->len + sizeof("\n\n[]") - 1 + s.len);
-    if (p == NULL) {
-        return NGX_ERROR;
-    }
-
-    if (content->len) {
-        last = ngx_cpymem(p, content->data, content->len);
-        last = ngx_sprintf(last, "\n\n[%V]", &s);
-
-    } else {
-        /* nothing was said: the mark alone */
-        last = ngx_sprintf(p, "[%V]", &s);
-    }
-
-    content->data = p;
-    content->len = last - p;
-
-    return NGX_OK;
 }
 
 
@@ -560,14 +511,14 @@ ngx_http_agent_openai_responses_ours(yajl_val items)
             return 0;
         }
 
-        if (ngx_http_agent_openai_responses_is(v, "reasoning")) {
+        if (ngx_http_agent_provider_is(v, "reasoning")) {
             if (!YAJL_IS_STRING(ngx_http_agent_provider_get(item,
                                                       "encrypted_content")))
             {
                 rc = 2;
             }
 
-        } else if (!ngx_http_agent_openai_responses_is(v, "message")
+        } else if (!ngx_http_agent_provider_is(v, "message")
                    && (type.len <= sizeof("_call") - 1
                        || ngx_strcmp(type.data + type.len
                                      - (sizeof("_call") - 1), "_call")
@@ -603,16 +554,16 @@ ngx_http_agent_openai_responses_items(
         type = ngx_http_agent_provider_get(item, "type");
 
         if (!strip
-            || !(ngx_http_agent_openai_responses_is(type, "reasoning")
-                 || ngx_http_agent_openai_responses_is(type, "message")
-                 || ngx_http_agent_openai_responses_is(type,
+            || !(ngx_http_agent_provider_is(type, "reasoning")
+                 || ngx_http_agent_provider_is(type, "message")
+                 || ngx_http_agent_provider_is(type,
                                                        "function_call")))
         {
             failed |= ngx_http_agent_provider_value(b->g, item);
             continue;
         }
 
-        if (ngx_http_agent_openai_responses_is(type, "reasoning")) {
+        if (ngx_http_agent_provider_is(type, "reasoning")) {
             if (YAJL_IS_STRING(ngx_http_agent_provider_get(item,
                                                       "encrypted_content")))
             {
@@ -913,7 +864,7 @@ ngx_http_agent_openai_responses_added(
 
     item = ngx_http_agent_provider_get(ev, "item");
 
-    if (!ngx_http_agent_openai_responses_is(
+    if (!ngx_http_agent_provider_is(
             ngx_http_agent_provider_get(item, "type"), "function_call"))
     {
         return NGX_OK;
@@ -1071,11 +1022,11 @@ ngx_http_agent_openai_responses_done(
         return NGX_ERROR;
     }
 
-    if (ngx_http_agent_openai_responses_is(type, "message")) {
+    if (ngx_http_agent_provider_is(type, "message")) {
         return NGX_OK;
     }
 
-    if (!ngx_http_agent_openai_responses_is(type, "function_call")) {
+    if (!ngx_http_agent_provider_is(type, "function_call")) {
         ctx->opaque = 1;
 
         return ngx_http_agent_openai_responses_hosted_item(ctx, item, &t,
@@ -1405,8 +1356,3 @@ ngx_http_agent_openai_responses_index(yajl_val v)
 }
 
 
-static ngx_uint_t
-ngx_http_agent_openai_responses_is(yajl_val v, char *s)
-{
-    return YAJL_IS_STRING(v) && ngx_strcmp(v->u.string, s) == 0;
-}

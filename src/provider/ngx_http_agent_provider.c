@@ -451,3 +451,74 @@ ngx_http_agent_provider_option(ngx_http_agent_t *agent, char *key)
     return agent->options
            && ngx_http_agent_provider_get(agent->options, key) != NULL;
 }
+
+
+/* a JSON string equal to s */
+
+ngx_uint_t
+ngx_http_agent_provider_is(yajl_val v, char *s)
+{
+    return YAJL_IS_STRING(v) && ngx_strcmp(v->u.string, s) == 0;
+}
+
+
+/* the status of a partial (interrupted or cancelled) message, or NULL */
+
+yajl_val
+ngx_http_agent_provider_partial(yajl_val event)
+{
+    yajl_val  v;
+
+    v = ngx_http_agent_provider_get(event, "status");
+
+    if (ngx_http_agent_provider_is(v, "interrupted")
+        || ngx_http_agent_provider_is(v, "cancelled"))
+    {
+        return v;
+    }
+
+    return NULL;
+}
+
+
+/*
+ * A partial message says so at its end, so that the model knows it was
+ * cut off: NGX_OK and the content rewritten, or NGX_DECLINED for a
+ * complete message.
+ */
+
+ngx_int_t
+ngx_http_agent_provider_mark(ngx_pool_t *pool, yajl_val event,
+    ngx_str_t *content)
+{
+    u_char     *p, *last;
+    yajl_val    status;
+    ngx_str_t   s;
+
+    status = ngx_http_agent_provider_partial(event);
+
+    if (status == NULL) {
+        return NGX_DECLINED;
+    }
+
+    (void) ngx_http_agent_provider_string(status, &s);
+
+    p = ngx_pnalloc(pool, content->len + sizeof("\n\n[]") - 1 + s.len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (content->len) {
+        last = ngx_cpymem(p, content->data, content->len);
+        last = ngx_sprintf(last, "\n\n[%V]", &s);
+
+    } else {
+        /* nothing was said: the mark alone */
+        last = ngx_sprintf(p, "[%V]", &s);
+    }
+
+    content->data = p;
+    content->len = last - p;
+
+    return NGX_OK;
+}

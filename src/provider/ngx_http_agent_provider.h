@@ -170,6 +170,10 @@ ngx_int_t ngx_http_agent_provider_text(yajl_gen sub, yajl_val v,
     ngx_str_t *text);
 ngx_int_t ngx_http_agent_provider_result(yajl_gen sub, yajl_val event,
     ngx_str_t *text);
+ngx_uint_t ngx_http_agent_provider_is(yajl_val v, char *s);
+yajl_val ngx_http_agent_provider_partial(yajl_val event);
+ngx_int_t ngx_http_agent_provider_mark(ngx_pool_t *pool, yajl_val event,
+    ngx_str_t *content);
 ngx_uint_t ngx_http_agent_provider_options(yajl_gen g,
     ngx_http_agent_t *agent);
 ngx_uint_t ngx_http_agent_provider_option(ngx_http_agent_t *agent,
