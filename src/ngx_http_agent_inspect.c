@@ -60,21 +60,11 @@ ngx_http_agent_inspect_handler(ngx_http_request_t *r)
     ngx_http_agent_event_t     **evs;
     ngx_http_agent_main_conf_t  *amcf;
 
-    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        return ngx_http_agent_json_method(r, "GET, HEAD");
-    }
-
-    rc = ngx_http_agent_conversation_id(r, &id);
-
-    if (rc == NGX_ERROR) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (rc == NGX_DECLINED) {
-        return ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
-                                         "invalid_conversation",
-                                         "the conversation id is missing or "
-                                         "invalid");
+    if (ngx_http_agent_api_request(r, NGX_HTTP_GET|NGX_HTTP_HEAD,
+                                   "GET, HEAD", &id, &rc)
+        != NGX_OK)
+    {
+        return rc;
     }
 
     if (ngx_http_agent_inspect_arg(r, "after", 5, 0, &after) != NGX_OK

@@ -52,21 +52,11 @@ ngx_http_agent_message_handler(ngx_http_request_t *r)
     ngx_int_t  rc;
     ngx_str_t  id;
 
-    if (r->method != NGX_HTTP_POST) {
-        return ngx_http_agent_json_method(r, "POST");
-    }
-
-    rc = ngx_http_agent_conversation_id(r, &id);
-
-    if (rc == NGX_ERROR) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (rc == NGX_DECLINED) {
-        return ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
-                                         "invalid_conversation",
-                                         "the conversation id is missing or "
-                                         "invalid");
+    if (ngx_http_agent_api_request(r, NGX_HTTP_POST, "POST", &id,
+                                   &rc)
+        != NGX_OK)
+    {
+        return rc;
     }
 
     r->request_body_in_single_buf = 1;

@@ -9,6 +9,7 @@
 
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_conf.h"
+#include "ngx_http_agent_json.h"
 #include "ngx_http_agent_describe.h"
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_message.h"
@@ -473,6 +474,40 @@ ngx_http_agent_conversation_id(ngx_http_request_t *r, ngx_str_t *id)
     alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
 
     return ngx_http_agent_id(r, alcf->conversation, id);
+}
+
+
+/*
+ * What every endpoint checks first: the method, and the conversation id.
+ * NGX_OK: go on with id; NGX_DONE: an error answer is sent and *rc is
+ * what the handler returns.
+ */
+
+ngx_int_t
+ngx_http_agent_api_request(ngx_http_request_t *r, ngx_uint_t methods,
+    char *allow, ngx_str_t *id, ngx_int_t *rc)
+{
+    if (!(r->method & methods)) {
+        *rc = ngx_http_agent_json_method(r, allow);
+        return NGX_DONE;
+    }
+
+    switch (ngx_http_agent_conversation_id(r, id)) {
+
+    case NGX_OK:
+        return NGX_OK;
+
+    case NGX_DECLINED:
+        *rc = ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                                        "invalid_conversation",
+                                        "the conversation id is missing or "
+                                        "invalid");
+        return NGX_DONE;
+
+    default:
+        *rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NGX_DONE;
+    }
 }
 
 

@@ -172,6 +172,8 @@ void ngx_http_agent_conf_error(ngx_conf_t *cf, u_char *file, ngx_uint_t line,
 ngx_int_t ngx_http_agent_conversation_id(ngx_http_request_t *r,
     ngx_str_t *id);
 ngx_int_t ngx_http_agent_tool_call_id(ngx_http_request_t *r, ngx_str_t *id);
+ngx_int_t ngx_http_agent_api_request(ngx_http_request_t *r,
+    ngx_uint_t methods, char *allow, ngx_str_t *id, ngx_int_t *rc);
 
 
 extern ngx_module_t  ngx_http_agent_module;
