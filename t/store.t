@@ -138,5 +138,24 @@ wait_state($t, 'w1', 'idle');
 is(sql("SELECT type FROM events WHERE conversation = 'w1' AND seq = 1"),
    'user_msg', 'written once the lock was gone');
 
+# nginx -s quit in the middle of a turn: the worker finishes the turn and
+# writes it before it exits
+
+$mock->script({ text => 'finished after quit', chunks => 2,
+                pause_after => 2 });
+my $before = scalar @{$mock->requests};
+send_message($t, 'q1', 'quit now');
+$mock->wait_paused($before, 5);
+
+kill 'QUIT', $t->master_pid;
+sleep 0.3;
+$mock->release;
+$t->stop;
+
+is(sql("SELECT group_concat(type, ' ') FROM"
+       . " (SELECT type FROM events WHERE conversation = 'q1' ORDER BY seq)"),
+   'user_msg assistant_msg turn_completed',
+   'the turn completed and was written before the worker exited');
+
 $mock->stop;
 $t->done;
