@@ -11,6 +11,7 @@
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_revive.h"
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_message.h"
@@ -84,8 +85,7 @@ ngx_http_agent_cancel_handler(ngx_http_request_t *r)
 
     if (conv == NULL) {
         ngx_http_agent_zone_unlock(z);
-        return ngx_http_agent_json_error(r, NGX_HTTP_NOT_FOUND, "not_found",
-                                         "no such conversation");
+        return ngx_http_agent_not_found(r, &id);
     }
 
     if (conv->state == NGX_HTTP_AGENT_IDLE) {

@@ -10,6 +10,7 @@
 
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_revive.h"
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_events.h"
 
@@ -139,7 +140,7 @@ static u_char  ngx_http_agent_events_ping[] = ": heartbeat\n\n";
 ngx_int_t
 ngx_http_agent_events_handler(ngx_http_request_t *r)
 {
-    uint64_t                      after;
+    uint64_t                      after, base;
     ngx_int_t                     rc;
     ngx_str_t                     id;
     ngx_chain_t                  *out, **ll;
@@ -150,6 +151,7 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
     ngx_http_core_loc_conf_t     *clcf;
     ngx_http_agent_main_conf_t   *amcf;
     ngx_http_agent_events_sub_t  *sub;
+    ngx_http_agent_revive_ctx_t  *ctx;
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return ngx_http_agent_events_not_allowed(r);
@@ -226,26 +228,50 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
 
     conv = ngx_http_agent_conv_find_locked(z, &sub->id);
 
+    /* the history the zone gave up is read from the store first */
+
+    ctx = ngx_http_agent_revive_ctx(r);
+    base = conv ? conv->base : 0;
+
     if (conv == NULL) {
         rc = NGX_HTTP_NOT_FOUND;
 
     } else if (r->header_only) {
         rc = NGX_OK;
 
+    } else if (base > after
+               && (ctx == NULL || ctx->nhistory == 0 || ctx->after != after
+                   || ctx->upto != base))
+    {
+        rc = NGX_AGAIN;
+
     } else if (ngx_http_agent_sub_add_locked(conv, ngx_pid) != NGX_OK) {
         rc = NGX_HTTP_SERVICE_UNAVAILABLE;
 
     } else {
         sub->registered = 1;
-        rc = ngx_http_agent_events_snapshot_locked(sub, conv, &ll);
+        rc = NGX_OK;
+
+        if (base > after) {
+            rc = ngx_http_agent_events_copy_locked(sub, ctx->history,
+                                                   ctx->nhistory, 0, 0, &ll);
+        }
+
+        if (rc == NGX_OK) {
+            rc = ngx_http_agent_events_snapshot_locked(sub, conv, &ll);
+        }
+
         sub->pos = conv->pos;
     }
 
     ngx_http_agent_zone_unlock(z);
 
     if (rc == NGX_HTTP_NOT_FOUND) {
-        return ngx_http_agent_json_error(r, NGX_HTTP_NOT_FOUND, "not_found",
-                                         "no such conversation");
+        return ngx_http_agent_not_found(r, &sub->id);
+    }
+
+    if (rc == NGX_AGAIN) {
+        return ngx_http_agent_history(r, &sub->id, after, base);
     }
 
     if (rc == NGX_HTTP_SERVICE_UNAVAILABLE) {

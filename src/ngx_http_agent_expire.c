@@ -14,6 +14,7 @@
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_expire.h"
+#include "ngx_http_agent_store.h"
 
 
 /*
@@ -46,6 +47,8 @@ static ngx_uint_t ngx_http_agent_expire_conv_locked(ngx_http_agent_zone_t *z,
 static void ngx_http_agent_expire_resume(ngx_http_agent_main_conf_t *amcf,
     ngx_http_agent_expired_t *e);
 static ngx_uint_t ngx_http_agent_alive(ngx_pid_t pid);
+static void ngx_http_agent_expire_evict_locked(
+    ngx_http_agent_main_conf_t *amcf, ngx_http_agent_zone_t *z);
 static void ngx_http_agent_expire_subs_locked(ngx_http_agent_conv_t *conv);
 
 
@@ -176,10 +179,18 @@ ngx_http_agent_expire_handler(ngx_event_t *ev)
         n++;
     }
 
+    if (amcf->store) {
+        ngx_http_agent_expire_evict_locked(amcf, z);
+    }
+
     ngx_http_agent_zone_unlock(z);
 
     for (i = 0; i < n; i++) {
         ngx_http_agent_expire_resume(amcf, &expired[i]);
+    }
+
+    if (amcf->store) {
+        ngx_http_agent_store_sweep(z, now);
     }
 
     ngx_add_timer(ev, NGX_HTTP_AGENT_EXPIRE_INTERVAL);
@@ -340,6 +351,62 @@ ngx_http_agent_expire_resume(ngx_http_agent_main_conf_t *amcf,
         ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
                       "agent could not resume the turn of \"%V\" after "
                       "an expiry", &id);
+    }
+}
+
+
+/*
+ * Conversations at rest longer than agent_evict_idle (or, waiting for
+ * input, agent_evict_awaiting) leave the zone, least recently used first;
+ * the store has all of them, and a request or the sweep brings them back.
+ */
+
+#define NGX_HTTP_AGENT_EVICT_ROUND  64
+
+static void
+ngx_http_agent_expire_evict_locked(ngx_http_agent_main_conf_t *amcf,
+    ngx_http_agent_zone_t *z)
+{
+    ngx_msec_t              limit, oldest;
+    ngx_uint_t              n;
+    ngx_queue_t            *q, *next;
+    ngx_http_agent_conv_t  *conv;
+
+    oldest = ngx_min(amcf->evict_idle, amcf->evict_awaiting);
+
+    for (q = ngx_queue_head(&z->sh->lru), n = 0;
+         q != ngx_queue_sentinel(&z->sh->lru)
+         && n < NGX_HTTP_AGENT_EVICT_ROUND;
+         q = next, n++)
+    {
+        next = ngx_queue_next(q);
+        conv = ngx_queue_data(q, ngx_http_agent_conv_t, lru);
+
+        /* the queue is in the order of use: the rest are more recent */
+
+        if ((ngx_msec_int_t) (ngx_current_msec - conv->accessed)
+            < (ngx_msec_int_t) oldest)
+        {
+            break;
+        }
+
+        limit = (conv->state == NGX_HTTP_AGENT_AWAITING_INPUT)
+                ? amcf->evict_awaiting : amcf->evict_idle;
+
+        if ((ngx_msec_int_t) (ngx_current_msec - conv->accessed)
+            < (ngx_msec_int_t) limit
+            || (ngx_msec_int_t) (ngx_current_msec - conv->updated)
+               < (ngx_msec_int_t) limit
+            || !ngx_http_agent_conv_evictable_locked(conv))
+        {
+            continue;
+        }
+
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                       "agent conversation \"%*s\" leaves the zone",
+                       conv->id_len, conv->id);
+
+        ngx_http_agent_conv_evict_locked(z, conv);
     }
 }
 

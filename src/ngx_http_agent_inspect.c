@@ -12,6 +12,7 @@
 #include "ngx_http_agent_conf.h"
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_revive.h"
 #include "ngx_http_agent_inspect.h"
 #include "ngx_http_agent_provider.h"
 
@@ -51,7 +52,7 @@ ngx_http_agent_inspect_handler(ngx_http_request_t *r)
 {
     u_char                      *p;
     size_t                       len;
-    uint64_t                     last;
+    uint64_t                     last, upto;
     ngx_int_t                    rc, after, limit;
     ngx_str_t                    id, json, pending, running;
     ngx_uint_t                   n, i;
@@ -59,6 +60,7 @@ ngx_http_agent_inspect_handler(ngx_http_request_t *r)
     ngx_http_agent_conv_t       *conv;
     ngx_http_agent_event_t     **evs;
     ngx_http_agent_main_conf_t  *amcf;
+    ngx_http_agent_revive_ctx_t *ctx;
 
     if (ngx_http_agent_api_request(r, NGX_HTTP_GET|NGX_HTTP_HEAD,
                                    "GET, HEAD", &id, &rc)
@@ -99,8 +101,7 @@ ngx_http_agent_inspect_handler(ngx_http_request_t *r)
 
     if (conv == NULL) {
         ngx_http_agent_zone_unlock(z);
-        return ngx_http_agent_json_error(r, NGX_HTTP_NOT_FOUND, "not_found",
-                                         "no such conversation");
+        return ngx_http_agent_not_found(r, &id);
     }
 
     if (ngx_http_agent_inspect_pending_locked(r, conv, &pending) != NGX_OK
@@ -111,7 +112,29 @@ ngx_http_agent_inspect_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    n = ngx_http_agent_log_after_locked(conv, after, evs, limit);
+    /* a page older than the zone's log comes from the store */
+
+    n = 0;
+
+    if ((uint64_t) after < conv->base) {
+        upto = ngx_min(conv->base, (uint64_t) (after + limit));
+        ctx = ngx_http_agent_revive_ctx(r);
+
+        if (ctx == NULL || ctx->nhistory == 0
+            || ctx->after != (uint64_t) after || ctx->upto != upto)
+        {
+            ngx_http_agent_zone_unlock(z);
+            return ngx_http_agent_history(r, &id, after, upto);
+        }
+
+        for (n = 0; n < ctx->nhistory && n < (ngx_uint_t) limit; n++) {
+            evs[n] = ctx->history[n];
+        }
+
+        after = upto;
+    }
+
+    n += ngx_http_agent_log_after_locked(conv, after, evs + n, limit - n);
 
     len = sizeof("{\"conversation\":\"\",\"state\":\"\",\"turn\":,"
                  "\"last_seq\":,\"lease\":,\"pending\":,"

@@ -13,6 +13,7 @@
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_revive.h"
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_message.h"
@@ -450,6 +451,25 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
     ngx_http_agent_zone_lock(z);
 
     conv = ngx_http_agent_conv_find_locked(z, id);
+
+    if (conv == NULL) {
+        /* a conversation the store holds comes back first */
+
+        ngx_http_agent_zone_unlock(z);
+
+        switch (ngx_http_agent_revive(r, id)) {
+        case NGX_DECLINED:
+            break;
+        case NGX_DONE:
+            return NGX_DONE;
+        default:
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ngx_http_agent_zone_lock(z);
+
+        conv = ngx_http_agent_conv_find_locked(z, id);
+    }
 
     if (conv == NULL) {
         conv = ngx_http_agent_conv_create_locked(z, id);

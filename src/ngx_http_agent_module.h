@@ -134,6 +134,10 @@ typedef struct {
     void                         *store;      /* store conf, or NULL */
     ngx_msec_t                    heartbeat;
     ngx_msec_t                    client_grace;
+
+    /* at rest this long, a conversation leaves the zone (with a store) */
+    ngx_msec_t                    evict_idle;
+    ngx_msec_t                    evict_awaiting;
 } ngx_http_agent_main_conf_t;
 
 

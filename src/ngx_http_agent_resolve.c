@@ -14,6 +14,7 @@
 #include "ngx_http_agent_conf.h"
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_revive.h"
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_tools.h"
 #include "ngx_http_agent_wake.h"
@@ -288,9 +289,7 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
 
     if (conv == NULL) {
         ngx_http_agent_zone_unlock(z);
-        return ngx_http_agent_json_error(r, NGX_HTTP_NOT_FOUND,
-                                            "not_found",
-                                            "no such conversation");
+        return ngx_http_agent_not_found(r, &res->conv);
     }
 
     pend = ngx_http_agent_pending_find_locked(conv, &res->call);

@@ -12,6 +12,7 @@
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_store.h"
 #include "ngx_http_agent_json.h"
+#include "ngx_http_agent_revive.h"
 
 
 /*
@@ -404,6 +405,8 @@ ngx_http_agent_store_done(ngx_event_t *ev)
 
         conv->flushing = 0;
 
+        ngx_http_agent_log_trim_locked(f->zone, conv);
+
         if (conv->flushed >= conv->seq && conv->dirty_linked) {
             ngx_queue_remove(&conv->dirty);
             conv->dirty_linked = 0;
@@ -546,4 +549,262 @@ ngx_http_agent_store_ack_cleanup(void *data)
     if (ack->timer.timer_set) {
         ngx_del_timer(&ack->timer);
     }
+}
+
+
+/*
+ * A read of the store on the thread pool, for an owner (a request's or a
+ * turn's pool): if the owner goes first, its cleanup tells the read, whose
+ * result is then dropped.  The result lives until the handler returns.
+ */
+
+struct ngx_http_agent_store_reader_s {
+    ngx_http_agent_store_conf_t  *conf;
+    ngx_pool_t                   *pool;
+    ngx_pool_cleanup_t           *cln;
+    ngx_http_agent_store_read_t   rd;
+    ngx_int_t                     rc;
+    ngx_http_agent_store_read_pt  handler;
+    void                         *data;
+    ngx_uint_t                    gone;       /* the owner is */
+};
+
+
+static void ngx_http_agent_store_read_thread(void *data, ngx_log_t *log);
+static void ngx_http_agent_store_read_done(ngx_event_t *ev);
+static void ngx_http_agent_store_read_cleanup(void *data);
+
+
+ngx_int_t
+ngx_http_agent_store_read(ngx_pool_t *owner, ngx_str_t *id, uint64_t after,
+    uint64_t upto, ngx_http_agent_store_read_pt handler, void *data)
+{
+    ngx_pool_t                   *pool;
+    ngx_thread_task_t              *task;
+    ngx_http_agent_main_conf_t     *amcf;
+    ngx_http_agent_store_reader_t  *rd;
+
+    amcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_agent_module);
+
+    pool = ngx_create_pool(4096, ngx_cycle->log);
+    if (pool == NULL) {
+        return NGX_ERROR;
+    }
+
+    task = ngx_thread_task_alloc(pool, sizeof(ngx_http_agent_store_reader_t));
+    if (task == NULL) {
+        goto failed;
+    }
+
+    rd = task->ctx;
+    rd->conf = amcf->store;
+    rd->pool = pool;
+    rd->handler = handler;
+    rd->data = data;
+    rd->rd.after = after;
+    rd->rd.upto = upto;
+
+    rd->rd.id.data = ngx_pstrdup(pool, id);
+    rd->rd.id.len = id->len;
+
+    if (rd->rd.id.data == NULL) {
+        goto failed;
+    }
+
+    if (owner) {
+        rd->cln = ngx_pool_cleanup_add(owner, 0);
+        if (rd->cln == NULL) {
+            goto failed;
+        }
+
+        rd->cln->handler = ngx_http_agent_store_read_cleanup;
+        rd->cln->data = rd;
+    }
+
+    task->handler = ngx_http_agent_store_read_thread;
+    task->event.handler = ngx_http_agent_store_read_done;
+    task->event.data = rd;
+
+    if (ngx_thread_task_post(rd->conf->thread_pool, task) != NGX_OK) {
+        if (rd->cln) {
+            rd->cln->handler = NULL;
+        }
+
+        goto failed;
+    }
+
+    return NGX_OK;
+
+failed:
+
+    ngx_destroy_pool(pool);
+
+    return NGX_ERROR;
+}
+
+
+static void
+ngx_http_agent_store_read_thread(void *data, ngx_log_t *log)
+{
+    ngx_http_agent_store_reader_t *rd = data;
+
+    rd->rc = rd->conf->store->read(&rd->conf->path, &rd->rd, rd->pool, log);
+}
+
+
+static void
+ngx_http_agent_store_read_done(ngx_event_t *ev)
+{
+    ngx_http_agent_store_reader_t *rd = ev->data;
+
+    if (rd->gone) {
+        ngx_destroy_pool(rd->pool);
+        return;
+    }
+
+    if (rd->cln) {
+        rd->cln->handler = NULL;
+    }
+
+    rd->handler(&rd->rd, rd->rc, rd->data);
+
+    ngx_destroy_pool(rd->pool);
+}
+
+
+static void
+ngx_http_agent_store_read_cleanup(void *data)
+{
+    ngx_http_agent_store_reader_t *rd = data;
+
+    /* the read's own pool outlives the owner's: the result is dropped */
+    rd->gone = 1;
+}
+
+
+/*
+ * The conversations that need a worker and are not in the zone: after a
+ * restart those whose log ends inside a turn, and at any time those left
+ * the zone with a call past its deadline.  They are revived here, and go
+ * on as if they had never left.
+ */
+
+#define NGX_HTTP_AGENT_SWEEP_INTERVAL  1000
+
+
+typedef struct {
+    ngx_http_agent_store_conf_t  *conf;
+    ngx_http_agent_zone_t        *zone;
+    ngx_pool_t                   *pool;
+    ngx_array_t                  *ids;
+    uint64_t                      now;
+    ngx_int_t                     rc;
+} ngx_http_agent_sweep_t;
+
+
+static void ngx_http_agent_store_sweep_thread(void *data, ngx_log_t *log);
+static void ngx_http_agent_store_sweep_done(ngx_event_t *ev);
+
+
+static ngx_uint_t  ngx_http_agent_store_sweeping;
+
+
+void
+ngx_http_agent_store_sweep(ngx_http_agent_zone_t *z, uint64_t now)
+{
+    ngx_pool_t                  *pool;
+    ngx_thread_task_t           *task;
+    ngx_http_agent_sweep_t      *sw;
+    ngx_http_agent_main_conf_t  *amcf;
+
+    if (ngx_http_agent_store_sweeping) {
+        return;
+    }
+
+    ngx_http_agent_zone_lock(z);
+
+    if (now < z->sh->swept + NGX_HTTP_AGENT_SWEEP_INTERVAL) {
+        ngx_http_agent_zone_unlock(z);
+        return;
+    }
+
+    z->sh->swept = now;
+
+    ngx_http_agent_zone_unlock(z);
+
+    amcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_agent_module);
+
+    pool = ngx_create_pool(4096, ngx_cycle->log);
+    if (pool == NULL) {
+        return;
+    }
+
+    task = ngx_thread_task_alloc(pool, sizeof(ngx_http_agent_sweep_t));
+    if (task == NULL) {
+        ngx_destroy_pool(pool);
+        return;
+    }
+
+    sw = task->ctx;
+    sw->conf = amcf->store;
+    sw->zone = z;
+    sw->pool = pool;
+    sw->now = now;
+
+    sw->ids = ngx_array_create(pool, 8, sizeof(ngx_str_t));
+    if (sw->ids == NULL) {
+        ngx_destroy_pool(pool);
+        return;
+    }
+
+    task->handler = ngx_http_agent_store_sweep_thread;
+    task->event.handler = ngx_http_agent_store_sweep_done;
+    task->event.data = sw;
+
+    if (ngx_thread_task_post(sw->conf->thread_pool, task) != NGX_OK) {
+        ngx_destroy_pool(pool);
+        return;
+    }
+
+    ngx_http_agent_store_sweeping = 1;
+}
+
+
+static void
+ngx_http_agent_store_sweep_thread(void *data, ngx_log_t *log)
+{
+    ngx_http_agent_sweep_t *sw = data;
+
+    sw->rc = sw->conf->store->sweep(&sw->conf->path, sw->now, sw->ids,
+                                    sw->pool, log);
+}
+
+
+static void
+ngx_http_agent_store_sweep_done(ngx_event_t *ev)
+{
+    ngx_http_agent_sweep_t *sw = ev->data;
+
+    ngx_str_t              *ids;
+    ngx_uint_t              i;
+    ngx_http_agent_conv_t  *conv;
+
+    ngx_http_agent_store_sweeping = 0;
+
+    ids = sw->ids->elts;
+
+    for (i = 0; sw->rc == NGX_OK && i < sw->ids->nelts; i++) {
+
+        ngx_http_agent_zone_lock(sw->zone);
+        conv = ngx_http_agent_conv_find_locked(sw->zone, &ids[i]);
+        ngx_http_agent_zone_unlock(sw->zone);
+
+        if (conv == NULL && !ngx_exiting) {
+            (void) ngx_http_agent_revive(NULL, &ids[i]);
+        }
+    }
+
+    ngx_destroy_pool(sw->pool);
 }

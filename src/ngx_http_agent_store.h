@@ -23,6 +23,34 @@ typedef struct {
 } ngx_http_agent_store_event_t;
 
 
+/* a source id of a recent user message, for resends after a revival */
+typedef struct {
+    ngx_str_t                     source_id;
+    uint64_t                      seq;
+    ngx_uint_t                    turn;
+} ngx_http_agent_store_source_t;
+
+
+/*
+ * Events read back: those after "after" up to "upto" (0: all), or, with
+ * after NGX_HTTP_AGENT_STORE_TAIL, those from the last user_msg on.
+ * last_seq 0: the store has no such conversation.
+ */
+
+#define NGX_HTTP_AGENT_STORE_TAIL  ((uint64_t) -1)
+
+typedef struct {
+    ngx_str_t                     id;
+    uint64_t                      after;
+    uint64_t                      upto;
+
+    ngx_str_t                     agent;
+    uint64_t                      last_seq;
+    ngx_array_t                  *events;     /* store_event_t */
+    ngx_array_t                  *sources;    /* store_source_t */
+} ngx_http_agent_store_read_t;
+
+
 /*
  * A durable store of the canonical log.  open runs in the master when
  * the configuration is loaded (it may block: it creates or migrates the
@@ -36,6 +64,18 @@ typedef struct {
     ngx_int_t                   (*write)(ngx_str_t *path,
                                          ngx_http_agent_store_event_t *ev,
                                          ngx_uint_t n, ngx_log_t *log);
+    /* on a thread of the pool, into pool */
+    ngx_int_t                   (*read)(ngx_str_t *path,
+                                        ngx_http_agent_store_read_t *rd,
+                                        ngx_pool_t *pool, ngx_log_t *log);
+    /*
+     * on a thread of the pool: the conversations that need a worker,
+     * those with a call past its deadline at now (ms) and those whose
+     * log ends inside a turn
+     */
+    ngx_int_t                   (*sweep)(ngx_str_t *path, uint64_t now,
+                                         ngx_array_t *ids, ngx_pool_t *pool,
+                                         ngx_log_t *log);
     /* in a worker that exits, once the pool's threads are gone */
     void                        (*close)(void);
 } ngx_http_agent_store_t;
@@ -57,6 +97,19 @@ void ngx_http_agent_store_exit_process(ngx_cycle_t *cycle);
 /* answers the input once seq of the conversation is written */
 ngx_int_t ngx_http_agent_store_ack(ngx_http_request_t *r, ngx_str_t *id,
     uint64_t seq, ngx_uint_t status, ngx_str_t *json);
+
+typedef struct ngx_http_agent_store_reader_s  ngx_http_agent_store_reader_t;
+
+typedef void (*ngx_http_agent_store_read_pt)(ngx_http_agent_store_read_t *rd,
+    ngx_int_t rc, void *data);
+
+/* reads on the pool: the handler runs unless the owner pool went first */
+ngx_int_t ngx_http_agent_store_read(ngx_pool_t *owner, ngx_str_t *id,
+    uint64_t after, uint64_t upto, ngx_http_agent_store_read_pt handler,
+    void *data);
+
+/* a round of the expiry timer: at most one sweep a second in the zone */
+void ngx_http_agent_store_sweep(ngx_http_agent_zone_t *z, uint64_t now);
 
 /* canonical events were added in this worker: flush them soon */
 void ngx_http_agent_store_kick(void);

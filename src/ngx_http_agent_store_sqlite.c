@@ -17,24 +17,36 @@
 
 /*
  * SQLite in WAL mode: the events table is the canonical log, keyed by
- * conversation and seq, so a batch written twice changes nothing.
+ * conversation and seq, so a batch written twice changes nothing.  A
+ * trigger keeps the tables derived from it in the same transaction: the
+ * tool calls (executor, status, deadline, result) and each
+ * conversation's persisted state, which the sweep reads after a restart.
  */
 
-#define NGX_HTTP_AGENT_SQLITE_VERSION  "1"
+#define NGX_HTTP_AGENT_SQLITE_VERSION  2
 
 
 static ngx_int_t ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log);
+static ngx_int_t ngx_http_agent_sqlite_version(sqlite3 *db);
 static ngx_int_t ngx_http_agent_sqlite_write(ngx_str_t *path,
     ngx_http_agent_store_event_t *ev, ngx_uint_t n, ngx_log_t *log);
+static ngx_int_t ngx_http_agent_sqlite_read(ngx_str_t *path,
+    ngx_http_agent_store_read_t *rd, ngx_pool_t *pool, ngx_log_t *log);
+static ngx_int_t ngx_http_agent_sqlite_sweep(ngx_str_t *path, uint64_t now,
+    ngx_array_t *ids, ngx_pool_t *pool, ngx_log_t *log);
 static void ngx_http_agent_sqlite_close(void);
 static sqlite3 *ngx_http_agent_sqlite_connect(ngx_str_t *path,
-    ngx_log_t *log);
+    ngx_log_t *log, ngx_uint_t level);
+static ngx_int_t ngx_http_agent_sqlite_text(ngx_pool_t *pool,
+    sqlite3_stmt *stmt, int col, ngx_str_t *s);
 
 
 ngx_http_agent_store_t  ngx_http_agent_store_sqlite = {
     ngx_string("sqlite"),
     ngx_http_agent_sqlite_open,
     ngx_http_agent_sqlite_write,
+    ngx_http_agent_sqlite_read,
+    ngx_http_agent_sqlite_sweep,
     ngx_http_agent_sqlite_close
 };
 
@@ -43,53 +55,219 @@ ngx_http_agent_store_t  ngx_http_agent_store_sqlite = {
 static sqlite3  *ngx_http_agent_sqlite_db;
 
 
-static char  ngx_http_agent_sqlite_schema[] =
-    "PRAGMA journal_mode=WAL;"
-    "CREATE TABLE IF NOT EXISTS meta ("
-    "  key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-    "INSERT OR IGNORE INTO meta VALUES ('schema_version', "
-    "  '" NGX_HTTP_AGENT_SQLITE_VERSION "');"
-    "CREATE TABLE IF NOT EXISTS conversations ("
-    "  id TEXT PRIMARY KEY, agent TEXT NOT NULL,"
-    "  last_seq INTEGER NOT NULL, updated INTEGER NOT NULL);"
-    "CREATE TABLE IF NOT EXISTS events ("
+#define NGX_HTTP_AGENT_SQLITE_TABLES                                         \
+    "CREATE TABLE conversations ("                                           \
+    "  id TEXT PRIMARY KEY, agent TEXT NOT NULL,"                            \
+    "  last_seq INTEGER NOT NULL, updated INTEGER NOT NULL,"                 \
+    "  state TEXT NOT NULL DEFAULT 'idle');"                                 \
+    "CREATE TABLE events ("                                                  \
+    "  conversation TEXT NOT NULL, seq INTEGER NOT NULL,"                    \
+    "  type TEXT NOT NULL, data TEXT NOT NULL,"                              \
+    "  PRIMARY KEY (conversation, seq)) WITHOUT ROWID;"
+
+
+/*
+ * status: called (no result yet), suspended (waiting for outside input
+ * until deadline, ms), resolved (input given, result to come), done
+ */
+
+#define NGX_HTTP_AGENT_SQLITE_DERIVED                                        \
+    "CREATE TABLE tool_calls ("                                              \
+    "  conversation TEXT NOT NULL, id TEXT NOT NULL,"                        \
+    "  name TEXT NOT NULL, seq INTEGER NOT NULL, executor TEXT,"             \
+    "  kind TEXT, status TEXT NOT NULL, deadline INTEGER,"                   \
+    "  ok INTEGER, result TEXT,"                                             \
+    "  PRIMARY KEY (conversation, id)) WITHOUT ROWID;"                       \
+    "CREATE INDEX tool_calls_due ON tool_calls (deadline)"                   \
+    "  WHERE status = 'suspended';"                                          \
+    "CREATE INDEX conversations_state ON conversations (state)"              \
+    "  WHERE state = 'running';"                                             \
+    "CREATE TRIGGER events_derive AFTER INSERT ON events BEGIN"              \
+    "  INSERT OR IGNORE INTO tool_calls"                                     \
+    "    (conversation, id, name, seq, executor, status)"                    \
+    "    SELECT new.conversation, json_extract(new.data, '$.tool_call_id'),"  \
+    "      json_extract(new.data, '$.name'), new.seq,"                       \
+    "      json_extract(new.data, '$.executor'), 'called'"                   \
+    "    WHERE new.type = 'tool_call';"                                      \
+    "  UPDATE tool_calls SET status = 'suspended',"                          \
+    "      kind = json_extract(new.data, '$.kind'),"                         \
+    "      executor = json_extract(new.data, '$.executor'),"                 \
+    "      deadline = json_extract(new.data, '$.deadline')"                  \
+    "    WHERE new.type = 'suspension'"                                      \
+    "      AND conversation = new.conversation"                              \
+    "      AND id = json_extract(new.data, '$.tool_call_id');"               \
+    "  UPDATE tool_calls SET status = 'resolved'"                            \
+    "    WHERE new.type = 'resolution' AND status = 'suspended'"             \
+    "      AND conversation = new.conversation"                              \
+    "      AND id = json_extract(new.data, '$.tool_call_id');"               \
+    "  UPDATE tool_calls SET status = 'done',"                               \
+    "      ok = json_extract(new.data, '$.ok'),"                             \
+    "      result = coalesce(json_extract(new.data, '$.result'),"            \
+    "                        json_extract(new.data, '$.error'))"             \
+    "    WHERE new.type = 'tool_result'"                                     \
+    "      AND conversation = new.conversation"                              \
+    "      AND id = json_extract(new.data, '$.tool_call_id');"               \
+    "  UPDATE conversations SET state = CASE"                                \
+    "    WHEN new.type IN ('turn_completed', 'turn_failed', 'cancelled')"    \
+    "      THEN 'idle'"                                                      \
+    "    WHEN EXISTS (SELECT 1 FROM tool_calls"                              \
+    "      WHERE conversation = new.conversation"                            \
+    "        AND status IN ('called', 'resolved')) THEN 'running'"           \
+    "    WHEN EXISTS (SELECT 1 FROM tool_calls"                              \
+    "      WHERE conversation = new.conversation"                            \
+    "        AND status = 'suspended') THEN 'awaiting_input'"                \
+    "    ELSE 'running' END"                                                 \
+    "    WHERE id = new.conversation;"                                       \
+    "END;"
+
+
+static char  ngx_http_agent_sqlite_create[] =
+    "BEGIN IMMEDIATE;"
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+    "INSERT INTO meta VALUES ('schema_version', '2');"
+    NGX_HTTP_AGENT_SQLITE_TABLES
+    NGX_HTTP_AGENT_SQLITE_DERIVED
+    "COMMIT;";
+
+
+/* version 1 had no derived tables: the log is replayed through the trigger */
+
+static char  ngx_http_agent_sqlite_migrate_1[] =
+    "BEGIN IMMEDIATE;"
+    "ALTER TABLE conversations ADD COLUMN state TEXT NOT NULL"
+    "  DEFAULT 'idle';"
+    "ALTER TABLE events RENAME TO events_v1;"
+    "CREATE TABLE events ("
     "  conversation TEXT NOT NULL, seq INTEGER NOT NULL,"
     "  type TEXT NOT NULL, data TEXT NOT NULL,"
-    "  PRIMARY KEY (conversation, seq)) WITHOUT ROWID;";
+    "  PRIMARY KEY (conversation, seq)) WITHOUT ROWID;"
+    NGX_HTTP_AGENT_SQLITE_DERIVED
+    "INSERT INTO events SELECT conversation, seq, type, data FROM events_v1"
+    "  ORDER BY conversation, seq;"
+    "DROP TABLE events_v1;"
+    "UPDATE meta SET value = '2' WHERE key = 'schema_version';"
+    "COMMIT;";
 
 
 static ngx_int_t
 ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
 {
-    int       rc;
-    char     *err;
-    sqlite3  *db;
+    int        rc;
+    char      *err, *sql;
+    sqlite3   *db;
+    ngx_int_t  version;
 
-    db = ngx_http_agent_sqlite_connect(path, log);
+    db = ngx_http_agent_sqlite_connect(path, log, NGX_LOG_EMERG);
     if (db == NULL) {
         return NGX_ERROR;
     }
 
     err = NULL;
-    rc = sqlite3_exec(db, ngx_http_agent_sqlite_schema, NULL, NULL, &err);
+    rc = sqlite3_exec(db, "PRAGMA journal_mode=WAL", NULL, NULL, &err);
 
     if (rc != SQLITE_OK) {
+        goto failed;
+    }
+
+    version = ngx_http_agent_sqlite_version(db);
+
+    switch (version) {
+
+    case 0:
+        sql = ngx_http_agent_sqlite_create;
+        break;
+
+    case 1:
+        ngx_log_error(NGX_LOG_NOTICE, log, 0,
+                      "agent store \"%V\": migrating the schema from "
+                      "version 1 to %d", path, NGX_HTTP_AGENT_SQLITE_VERSION);
+        sql = ngx_http_agent_sqlite_migrate_1;
+        break;
+
+    case NGX_HTTP_AGENT_SQLITE_VERSION:
+        sql = NULL;
+        break;
+
+    case NGX_ERROR:
         ngx_log_error(NGX_LOG_EMERG, log, 0,
-                      "agent store \"%V\": %s", path,
-                      err ? err : sqlite3_errstr(rc));
-        sqlite3_free(err);
+                      "agent store \"%V\": %s", path, sqlite3_errmsg(db));
         sqlite3_close(db);
         return NGX_ERROR;
+
+    default:
+        ngx_log_error(NGX_LOG_EMERG, log, 0,
+                      "agent store \"%V\" has schema version %i, newer than "
+                      "this module's %d", path, version,
+                      NGX_HTTP_AGENT_SQLITE_VERSION);
+        sqlite3_close(db);
+        return NGX_ERROR;
+    }
+
+    if (sql) {
+        rc = sqlite3_exec(db, sql, NULL, NULL, &err);
+
+        if (rc != SQLITE_OK) {
+            (void) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+            goto failed;
+        }
     }
 
     sqlite3_close(db);
 
     return NGX_OK;
+
+failed:
+
+    ngx_log_error(NGX_LOG_EMERG, log, 0, "agent store \"%V\": %s", path,
+                  err ? err : sqlite3_errstr(rc));
+    sqlite3_free(err);
+    sqlite3_close(db);
+
+    return NGX_ERROR;
+}
+
+
+/* 0 for a new file */
+
+static ngx_int_t
+ngx_http_agent_sqlite_version(sqlite3 *db)
+{
+    int            rc;
+    ngx_int_t      version;
+    sqlite3_stmt  *stmt;
+
+    rc = sqlite3_prepare_v2(db, "SELECT value FROM meta"
+                                " WHERE key = 'schema_version'",
+                            -1, &stmt, NULL);
+    if (rc != SQLITE_OK) {
+        /* no meta table */
+        return sqlite3_errcode(db) == SQLITE_ERROR ? 0 : NGX_ERROR;
+    }
+
+    version = 0;
+
+    rc = sqlite3_step(stmt);
+
+    if (rc == SQLITE_ROW) {
+        version = sqlite3_column_int(stmt, 0);
+
+        if (version <= 0) {
+            version = NGX_ERROR;
+        }
+
+    } else if (rc != SQLITE_DONE) {
+        version = NGX_ERROR;
+    }
+
+    sqlite3_finalize(stmt);
+
+    return version;
 }
 
 
 static sqlite3 *
-ngx_http_agent_sqlite_connect(ngx_str_t *path, ngx_log_t *log)
+ngx_http_agent_sqlite_connect(ngx_str_t *path, ngx_log_t *log,
+    ngx_uint_t level)
 {
     int       rc;
     sqlite3  *db;
@@ -99,7 +277,7 @@ ngx_http_agent_sqlite_connect(ngx_str_t *path, ngx_log_t *log)
                          | SQLITE_OPEN_NOMUTEX, NULL);
 
     if (rc != SQLITE_OK) {
-        ngx_log_error(NGX_LOG_EMERG, log, 0,
+        ngx_log_error(level, log, 0,
                       "agent store \"%V\" cannot be opened: %s", path,
                       db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
         sqlite3_close(db);
@@ -124,8 +302,8 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_event_t *ev,
     sqlite3_stmt  *event, *conv;
 
     if (ngx_http_agent_sqlite_db == NULL) {
-        ngx_http_agent_sqlite_db = ngx_http_agent_sqlite_connect(path, log);
-
+        ngx_http_agent_sqlite_db = ngx_http_agent_sqlite_connect(path, log,
+                                                                 NGX_LOG_ERR);
         if (ngx_http_agent_sqlite_db == NULL) {
             return NGX_ERROR;
         }
@@ -159,7 +337,22 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_event_t *ev,
         goto failed;
     }
 
+    /* the conversation's row first: the trigger updates its state */
+
     for (i = 0; i < n; i++) {
+        sqlite3_bind_text(conv, 1, (char *) ev[i].conv.data, ev[i].conv.len,
+                          SQLITE_STATIC);
+        sqlite3_bind_text(conv, 2, (char *) ev[i].agent.data,
+                          ev[i].agent.len, SQLITE_STATIC);
+        sqlite3_bind_int64(conv, 3, ev[i].seq);
+
+        rc = sqlite3_step(conv);
+        sqlite3_reset(conv);
+
+        if (rc != SQLITE_DONE) {
+            goto failed;
+        }
+
         sqlite3_bind_text(event, 1, (char *) ev[i].conv.data, ev[i].conv.len,
                           SQLITE_STATIC);
         sqlite3_bind_int64(event, 2, ev[i].seq);
@@ -172,19 +365,6 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_event_t *ev,
 
         rc = sqlite3_step(event);
         sqlite3_reset(event);
-
-        if (rc != SQLITE_DONE) {
-            goto failed;
-        }
-
-        sqlite3_bind_text(conv, 1, (char *) ev[i].conv.data, ev[i].conv.len,
-                          SQLITE_STATIC);
-        sqlite3_bind_text(conv, 2, (char *) ev[i].agent.data,
-                          ev[i].agent.len, SQLITE_STATIC);
-        sqlite3_bind_int64(conv, 3, ev[i].seq);
-
-        rc = sqlite3_step(conv);
-        sqlite3_reset(conv);
 
         if (rc != SQLITE_DONE) {
             goto failed;
@@ -214,6 +394,272 @@ failed:
                         NULL);
 
     return NGX_ERROR;
+}
+
+
+/*
+ * On a pool thread, with a connection of its own (reads run beside a
+ * flush): the conversation's row, its events, and the source ids of its
+ * last messages.
+ */
+
+static ngx_int_t
+ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
+    ngx_pool_t *pool, ngx_log_t *log)
+{
+    int                             rc;
+    sqlite3                        *db;
+    sqlite3_stmt                   *stmt;
+    ngx_http_agent_store_event_t   *ev;
+    ngx_http_agent_store_source_t  *src;
+
+    db = ngx_http_agent_sqlite_connect(path, log, NGX_LOG_ERR);
+    if (db == NULL) {
+        return NGX_ERROR;
+    }
+
+    stmt = NULL;
+
+    rd->events = ngx_array_create(pool, 16,
+                                  sizeof(ngx_http_agent_store_event_t));
+    rd->sources = ngx_array_create(pool, 4,
+                                   sizeof(ngx_http_agent_store_source_t));
+    if (rd->events == NULL || rd->sources == NULL) {
+        goto failed;
+    }
+
+    /* one read transaction: the row and the events agree */
+
+    rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
+    if (rc != SQLITE_OK) {
+        goto failed;
+    }
+
+    rc = sqlite3_prepare_v2(db, "SELECT agent, last_seq FROM conversations"
+                                " WHERE id = ?", -1, &stmt, NULL);
+    if (rc != SQLITE_OK) {
+        goto failed;
+    }
+
+    sqlite3_bind_text(stmt, 1, (char *) rd->id.data, rd->id.len,
+                      SQLITE_STATIC);
+
+    rc = sqlite3_step(stmt);
+
+    if (rc == SQLITE_DONE) {
+        rd->last_seq = 0;
+        goto done;
+    }
+
+    if (rc != SQLITE_ROW
+        || ngx_http_agent_sqlite_text(pool, stmt, 0, &rd->agent) != NGX_OK)
+    {
+        goto failed;
+    }
+
+    rd->last_seq = sqlite3_column_int64(stmt, 1);
+
+    sqlite3_finalize(stmt);
+
+    if (rd->after == NGX_HTTP_AGENT_STORE_TAIL) {
+        rc = sqlite3_prepare_v2(db,
+                 "SELECT seq, type, data FROM events WHERE conversation = ?1"
+                 " AND seq >= coalesce((SELECT max(seq) FROM events"
+                 " WHERE conversation = ?1 AND type = 'user_msg'), 1)"
+                 " ORDER BY seq", -1, &stmt, NULL);
+
+    } else {
+        rc = sqlite3_prepare_v2(db,
+                 "SELECT seq, type, data FROM events WHERE conversation = ?1"
+                 " AND seq > ?2 AND (?3 = 0 OR seq <= ?3) ORDER BY seq",
+                 -1, &stmt, NULL);
+
+        sqlite3_bind_int64(stmt, 2, rd->after);
+        sqlite3_bind_int64(stmt, 3, rd->upto);
+    }
+
+    if (rc != SQLITE_OK) {
+        goto failed;
+    }
+
+    sqlite3_bind_text(stmt, 1, (char *) rd->id.data, rd->id.len,
+                      SQLITE_STATIC);
+
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+        ev = ngx_array_push(rd->events);
+        if (ev == NULL) {
+            goto failed;
+        }
+
+        ngx_memzero(ev, sizeof(ngx_http_agent_store_event_t));
+
+        ev->seq = sqlite3_column_int64(stmt, 0);
+        ev->conv = rd->id;
+        ev->agent = rd->agent;
+
+        for (ev->type = 0;
+             ev->type < NGX_HTTP_AGENT_EV_TURN_STARTED;
+             ev->type++)
+        {
+            if (ngx_strcmp(sqlite3_column_text(stmt, 1),
+                           ngx_http_agent_event_names[ev->type].data)
+                == 0)
+            {
+                break;
+            }
+        }
+
+        if (ev->type == NGX_HTTP_AGENT_EV_TURN_STARTED
+            || ngx_http_agent_sqlite_text(pool, stmt, 2, &ev->data) != NGX_OK)
+        {
+            ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\": event "
+                          "%uL of \"%V\" cannot be read", path, ev->seq,
+                          &rd->id);
+            goto failed;
+        }
+    }
+
+    if (rc != SQLITE_DONE) {
+        goto failed;
+    }
+
+    sqlite3_finalize(stmt);
+
+    rc = sqlite3_prepare_v2(db,
+             "SELECT seq, json_extract(data, '$.turn'),"
+             " json_extract(data, '$.source_id') FROM events"
+             " WHERE conversation = ? AND type = 'user_msg'"
+             " ORDER BY seq DESC LIMIT 16", -1, &stmt, NULL);
+    if (rc != SQLITE_OK) {
+        goto failed;
+    }
+
+    sqlite3_bind_text(stmt, 1, (char *) rd->id.data, rd->id.len,
+                      SQLITE_STATIC);
+
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+        if (sqlite3_column_type(stmt, 2) != SQLITE_TEXT) {
+            continue;
+        }
+
+        src = ngx_array_push(rd->sources);
+        if (src == NULL
+            || ngx_http_agent_sqlite_text(pool, stmt, 2, &src->source_id)
+               != NGX_OK)
+        {
+            goto failed;
+        }
+
+        src->seq = sqlite3_column_int64(stmt, 0);
+        src->turn = sqlite3_column_int64(stmt, 1);
+    }
+
+    if (rc != SQLITE_DONE) {
+        goto failed;
+    }
+
+done:
+
+    sqlite3_finalize(stmt);
+    (void) sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+    sqlite3_close(db);
+
+    return NGX_OK;
+
+failed:
+
+    ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\" cannot read "
+                  "\"%V\": %s", path, &rd->id, sqlite3_errmsg(db));
+
+    sqlite3_finalize(stmt);
+    (void) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_close(db);
+
+    return NGX_ERROR;
+}
+
+
+#define NGX_HTTP_AGENT_SQLITE_SWEEP  64
+
+static ngx_int_t
+ngx_http_agent_sqlite_sweep(ngx_str_t *path, uint64_t now, ngx_array_t *ids,
+    ngx_pool_t *pool, ngx_log_t *log)
+{
+    int            rc;
+    sqlite3       *db;
+    ngx_str_t     *id;
+    sqlite3_stmt  *stmt;
+
+    db = ngx_http_agent_sqlite_connect(path, log, NGX_LOG_ERR);
+    if (db == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = sqlite3_prepare_v2(db,
+             "SELECT conversation FROM (SELECT DISTINCT conversation"
+             " FROM tool_calls WHERE status = 'suspended' AND deadline <= ?1"
+             " LIMIT ?2)"
+             " UNION SELECT id FROM (SELECT id FROM conversations"
+             " WHERE state = 'running' LIMIT ?2)", -1, &stmt, NULL);
+    if (rc != SQLITE_OK) {
+        goto failed;
+    }
+
+    sqlite3_bind_int64(stmt, 1, now);
+    sqlite3_bind_int(stmt, 2, NGX_HTTP_AGENT_SQLITE_SWEEP);
+
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+        id = ngx_array_push(ids);
+        if (id == NULL
+            || ngx_http_agent_sqlite_text(pool, stmt, 0, id) != NGX_OK)
+        {
+            goto failed;
+        }
+    }
+
+    if (rc != SQLITE_DONE) {
+        goto failed;
+    }
+
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+
+    return NGX_OK;
+
+failed:
+
+    ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\" cannot be "
+                  "swept: %s", path, sqlite3_errmsg(db));
+
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+
+    return NGX_ERROR;
+}
+
+
+static ngx_int_t
+ngx_http_agent_sqlite_text(ngx_pool_t *pool, sqlite3_stmt *stmt, int col,
+    ngx_str_t *s)
+{
+    const u_char  *text;
+
+    text = sqlite3_column_text(stmt, col);
+
+    s->len = sqlite3_column_bytes(stmt, col);
+    s->data = ngx_pnalloc(pool, s->len + 1);
+
+    if (s->data == NULL || (text == NULL && s->len)) {
+        return NGX_ERROR;
+    }
+
+    if (s->len) {
+        ngx_memcpy(s->data, text, s->len);
+    }
+
+    s->data[s->len] = '\0';
+
+    return NGX_OK;
 }
 
 

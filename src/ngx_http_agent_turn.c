@@ -13,6 +13,7 @@
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_turn.h"
+#include "ngx_http_agent_revive.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_provider.h"
 #include "ngx_http_agent_tools.h"
@@ -376,7 +377,16 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
     ngx_http_agent_turn_t  *t = ev->data;
 
     ngx_str_t               body;
+    ngx_int_t               rc;
     ngx_http_agent_reply_t *reply;
+
+    /* the history in the store only is read once per turn, first */
+
+    rc = ngx_http_agent_turn_history(t);
+
+    if (rc == NGX_AGAIN) {
+        return;
+    }
 
     /* the previous call's pool: its reply and tool calls are logged */
     if (t->pool) {
@@ -389,7 +399,7 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
     t->recorded = 0;
 
     t->pool = ngx_create_pool(4096, &t->log);
-    if (t->pool == NULL) {
+    if (t->pool == NULL || rc != NGX_OK) {
         goto failed;
     }
 
@@ -488,13 +498,18 @@ ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t, ngx_str_t *body)
         return NGX_ERROR;
     }
 
-    events = ngx_palloc(t->pool, conv->nlog * sizeof(ngx_str_t));
+    events = ngx_palloc(t->pool,
+                        (t->nhistory + conv->nlog) * sizeof(ngx_str_t));
     if (events == NULL) {
         ngx_http_agent_zone_unlock(t->zone);
         return NGX_ERROR;
     }
 
-    i = 0;
+    /* the lease is held: nothing leaves the zone's log during the turn */
+
+    for (i = 0; i < t->nhistory; i++) {
+        events[i] = t->history[i];
+    }
 
     for (q = ngx_queue_head(&conv->log);
          q != ngx_queue_sentinel(&conv->log);

@@ -51,6 +51,11 @@ struct ngx_http_agent_turn_s {
     ngx_uint_t                    model_calls;
     ngx_uint_t                    attempt;
 
+    /* the log before the zone's, read from the store, for the turn */
+    ngx_str_t                    *history;
+    ngx_uint_t                    nhistory;
+    uint64_t                      history_upto;
+
     /* the model call in progress */
     ngx_pool_t                   *pool;
     ngx_http_agent_reply_t       *reply;

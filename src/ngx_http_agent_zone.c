@@ -260,6 +260,7 @@ ngx_http_agent_conv_find_locked(ngx_http_agent_zone_t *z, ngx_str_t *id)
         if (rc == 0) {
             ngx_queue_remove(&conv->lru);
             ngx_queue_insert_tail(&z->sh->lru, &conv->lru);
+            conv->accessed = ngx_current_msec;
             return conv;
         }
 
@@ -291,6 +292,7 @@ ngx_http_agent_conv_create_locked(ngx_http_agent_zone_t *z, ngx_str_t *id)
     conv->id_len = id->len;
     conv->state = NGX_HTTP_AGENT_IDLE;
     conv->updated = ngx_current_msec;
+    conv->accessed = ngx_current_msec;
 
     ngx_queue_init(&conv->log);
     ngx_queue_init(&conv->queued);
@@ -387,6 +389,135 @@ ngx_http_agent_conv_delete_locked(ngx_http_agent_zone_t *z,
 
 
 /*
+ * A conversation leaves the zone only when the store holds all of it and
+ * nothing in the zone waits on it: at rest, no turn, nothing queued, no
+ * subscriber.  Its waiting calls' deadlines are the store's sweep's.
+ */
+
+ngx_int_t
+ngx_http_agent_conv_evictable_locked(ngx_http_agent_conv_t *conv)
+{
+    ngx_uint_t  i;
+
+    if ((conv->state != NGX_HTTP_AGENT_IDLE
+         && conv->state != NGX_HTTP_AGENT_AWAITING_INPUT)
+        || conv->lease || conv->nqueued || conv->cancel
+        || conv->flushing || conv->flushed < conv->seq || conv->seq == 0)
+    {
+        return 0;
+    }
+
+    for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
+        if (conv->subs[i].count) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+void
+ngx_http_agent_conv_evict_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv)
+{
+    ngx_queue_t             *q;
+    ngx_http_agent_event_t  *ev;
+
+    while (!ngx_queue_empty(&conv->log)) {
+        q = ngx_queue_head(&conv->log);
+        ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+        ngx_queue_remove(q);
+        ngx_slab_free_locked(z->shpool, ev);
+    }
+
+    if (conv->npending) {
+        ngx_queue_remove(&conv->waiting);
+    }
+
+    if (conv->dirty_linked) {
+        ngx_queue_remove(&conv->dirty);
+    }
+
+    z->sh->evicted++;
+
+    ngx_http_agent_conv_delete_locked(z, conv);
+}
+
+
+/*
+ * The history before the current turn, once written, is read from the
+ * store when it is needed: the zone keeps the turn that may still change
+ * (a flat footprint however long the conversation).
+ */
+
+void
+ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv)
+{
+    ngx_queue_t             *q;
+    ngx_http_agent_event_t  *ev;
+
+    /* a turn holding the lease reads the history it was given */
+
+    if (!z->store || conv->lease) {
+        return;
+    }
+
+    while (!ngx_queue_empty(&conv->log)) {
+        q = ngx_queue_head(&conv->log);
+        ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+        if (ev->seq > conv->flushed || ev->seq >= conv->turn_seq) {
+            break;
+        }
+
+        conv->base = ev->seq;
+
+        ngx_queue_remove(q);
+        conv->nlog--;
+        ngx_slab_free_locked(z->shpool, ev);
+    }
+}
+
+
+/* an event read back from the store, as it was written */
+
+ngx_http_agent_event_t *
+ngx_http_agent_log_restore_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, uint64_t seq, ngx_uint_t type,
+    ngx_str_t *data)
+{
+    ngx_http_agent_event_t  *ev;
+
+    ev = ngx_http_agent_alloc_locked(z, offsetof(ngx_http_agent_event_t, data)
+                                        + data->len);
+    if (ev == NULL) {
+        return NULL;
+    }
+
+    ngx_memcpy(ev->data, data->data, data->len);
+    ev->len = data->len;
+    ev->type = type;
+    ev->seq = seq;
+    ev->pos = ++conv->pos;
+
+    ngx_queue_insert_tail(&conv->log, &ev->queue);
+    conv->nlog++;
+
+    conv->seq = seq;
+    conv->flushed = seq;
+
+    if (type == NGX_HTTP_AGENT_EV_USER_MSG) {
+        conv->turn_seq = seq;
+    }
+
+    return ev;
+}
+
+
+/*
  * An event is stored as the JSON its subscribers get:
  * {"type":T,"seq":N,"turn":N,"ts":N, <fields>}, where fields is a JSON
  * object whose members are appended (the caller builds it without the
@@ -449,6 +580,11 @@ ngx_http_agent_event_add_locked(ngx_http_agent_zone_t *z,
 
     if (canonical) {
         conv->seq = seq;
+
+        if (type == NGX_HTTP_AGENT_EV_USER_MSG) {
+            conv->turn_seq = seq;
+        }
+
         ngx_queue_insert_tail(&conv->log, &ev->queue);
         conv->nlog++;
 

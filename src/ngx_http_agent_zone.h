@@ -96,6 +96,13 @@ typedef struct {
 
     uint64_t                      seq;        /* last canonical seq */
     uint64_t                      pos;        /* last event position */
+
+    /*
+     * the log in the zone is the events after base: those up to base
+     * are in the store only (history before the current turn, written)
+     */
+    uint64_t                      base;
+    uint64_t                      turn_seq;   /* the last user_msg's seq */
     ngx_uint_t                    turn;       /* turns started */
 
     /* the worker running the turn, 0 when none */
@@ -141,6 +148,7 @@ typedef struct {
     ngx_uint_t                    nsources;
 
     ngx_msec_t                    updated;
+    ngx_msec_t                    accessed;
 } ngx_http_agent_conv_t;
 
 
@@ -163,6 +171,12 @@ typedef struct {
                                                  running, for recovery */
     ngx_queue_t                   dirty;      /* with events to write */
     ngx_uint_t                    count;
+
+    /* conversations that left the zone, ever: a revival checks it */
+    ngx_uint_t                    evicted;
+
+    /* the last sweep of the store, ms */
+    uint64_t                      swept;
 } ngx_http_agent_sh_t;
 
 
@@ -214,6 +228,14 @@ ngx_http_agent_conv_t *ngx_http_agent_conv_find_locked(
 ngx_http_agent_conv_t *ngx_http_agent_conv_create_locked(
     ngx_http_agent_zone_t *z, ngx_str_t *id);
 void ngx_http_agent_conv_delete_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv);
+ngx_int_t ngx_http_agent_conv_evictable_locked(ngx_http_agent_conv_t *conv);
+void ngx_http_agent_conv_evict_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv);
+ngx_http_agent_event_t *ngx_http_agent_log_restore_locked(
+    ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv, uint64_t seq,
+    ngx_uint_t type, ngx_str_t *data);
+void ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
 void ngx_http_agent_lease_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv, ngx_pid_t pid);

@@ -1,0 +1,822 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <yajl/yajl_tree.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_conf.h"
+#include "ngx_http_agent_json.h"
+#include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_store.h"
+#include "ngx_http_agent_turn.h"
+#include "ngx_http_agent_revive.h"
+#include "ngx_http_agent_provider.h"
+
+
+/*
+ * A conversation comes back from the store with the current turn's
+ * events (from its user_msg on): its waiting calls with their original
+ * deadlines, and, if the log ends inside a turn, the turn taken over as
+ * after a worker's death.  Older history stays in the store.
+ */
+
+struct ngx_http_agent_revival_s {
+    ngx_http_request_t           *request;
+    ngx_http_agent_revive_ctx_t  *ctx;
+    ngx_http_agent_zone_t        *zone;
+    ngx_uint_t                    evicted;
+    ngx_msec_t                    start;
+};
+
+
+/* a call of the turn read back */
+typedef struct {
+    ngx_str_t                     id;
+    ngx_str_t                     name;
+    ngx_uint_t                    executor;
+    ngx_uint_t                    kind;
+    uint64_t                      deadline;
+    unsigned                      suspended:1;
+    unsigned                      resolved:1;
+    unsigned                      result:1;
+} ngx_http_agent_revive_call_t;
+
+
+static void ngx_http_agent_revive_read(ngx_http_agent_store_read_t *rd,
+    ngx_int_t rc, void *data);
+static ngx_int_t ngx_http_agent_revive_calls(ngx_pool_t *pool,
+    ngx_http_agent_store_read_t *rd, ngx_array_t *calls, ngx_uint_t *turn);
+static ngx_int_t ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_store_read_t *rd, ngx_array_t *calls, ngx_uint_t turn,
+    ngx_uint_t *resume);
+static void ngx_http_agent_revive_resume(ngx_http_agent_zone_t *z,
+    ngx_str_t *id, ngx_str_t *agent, ngx_uint_t turn);
+static void ngx_http_agent_revive_again(ngx_http_request_t *r);
+static void ngx_http_agent_revive_ctx_cleanup(void *data);
+static void ngx_http_agent_history_read(ngx_http_agent_store_read_t *rd,
+    ngx_int_t rc, void *data);
+static void ngx_http_agent_turn_history_read(ngx_http_agent_store_read_t *rd,
+    ngx_int_t rc, void *data);
+
+
+ngx_http_agent_revive_ctx_t *
+ngx_http_agent_revive_ctx(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t  *cln;
+
+    for (cln = r->pool->cleanup; cln; cln = cln->next) {
+        if (cln->handler == ngx_http_agent_revive_ctx_cleanup) {
+            return cln->data;
+        }
+    }
+
+    return NULL;
+}
+
+
+static ngx_http_agent_revive_ctx_t *
+ngx_http_agent_revive_ctx_get(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t           *cln;
+    ngx_http_agent_revive_ctx_t  *ctx;
+
+    ctx = ngx_http_agent_revive_ctx(r);
+    if (ctx) {
+        return ctx;
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, sizeof(ngx_http_agent_revive_ctx_t));
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    ctx = cln->data;
+    ngx_memzero(ctx, sizeof(ngx_http_agent_revive_ctx_t));
+    ctx->request = r;
+
+    cln->handler = ngx_http_agent_revive_ctx_cleanup;
+
+    return ctx;
+}
+
+
+/* the request goes first: a revival under way finishes for nobody */
+
+static void
+ngx_http_agent_revive_ctx_cleanup(void *data)
+{
+    ngx_http_agent_revive_ctx_t *ctx = data;
+
+    if (ctx->revival) {
+        ctx->revival->request = NULL;
+        ctx->revival->ctx = NULL;
+    }
+}
+
+
+ngx_int_t
+ngx_http_agent_revive(ngx_http_request_t *r, ngx_str_t *id)
+{
+    ngx_http_agent_revival_t     *rv;
+    ngx_http_agent_revive_ctx_t  *ctx;
+    ngx_http_agent_main_conf_t   *amcf;
+
+    amcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_agent_module);
+
+    if (amcf->store == NULL || id->len == 0
+        || id->len > NGX_HTTP_AGENT_ID_LEN)
+    {
+        return NGX_DECLINED;
+    }
+
+    ctx = NULL;
+
+    if (r) {
+        ctx = ngx_http_agent_revive_ctx_get(r);
+        if (ctx == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (ctx->revived) {
+            return NGX_DECLINED;
+        }
+
+        ctx->revived = 1;
+    }
+
+    /* its own memory: it outlives a request that goes away */
+
+    rv = ngx_alloc(sizeof(ngx_http_agent_revival_t), ngx_cycle->log);
+    if (rv == NULL) {
+        return NGX_ERROR;
+    }
+
+    rv->request = r;
+    rv->ctx = ctx;
+    rv->zone = amcf->zone;
+    rv->start = ngx_current_msec;
+
+    ngx_http_agent_zone_lock(rv->zone);
+    rv->evicted = rv->zone->sh->evicted;
+    ngx_http_agent_zone_unlock(rv->zone);
+
+    if (ngx_http_agent_store_read(NULL, id, NGX_HTTP_AGENT_STORE_TAIL, 0,
+                                  ngx_http_agent_revive_read, rv)
+        != NGX_OK)
+    {
+        ngx_free(rv);
+        return NGX_ERROR;
+    }
+
+    if (r) {
+        ctx->revival = rv;
+        r->main->count++;
+    }
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_agent_revive_read(ngx_http_agent_store_read_t *rd, ngx_int_t rc,
+    void *data)
+{
+    ngx_http_agent_revival_t *rv = data;
+
+    ngx_uint_t              turn, resume;
+    ngx_array_t             calls;
+    ngx_pool_t             *pool;
+    ngx_http_request_t     *r;
+    ngx_http_agent_conv_t  *conv;
+
+    r = rv->request;
+
+    if (rv->ctx) {
+        rv->ctx->revival = NULL;
+    }
+
+    pool = NULL;
+    resume = 0;
+    turn = 0;
+
+    if (rc != NGX_OK || rd->last_seq == 0) {
+        goto done;
+    }
+
+    pool = ngx_create_pool(4096, ngx_cycle->log);
+    if (pool == NULL
+        || ngx_array_init(&calls, pool, 4,
+                          sizeof(ngx_http_agent_revive_call_t))
+           != NGX_OK
+        || ngx_http_agent_revive_calls(pool, rd, &calls, &turn) != NGX_OK)
+    {
+        rc = NGX_ERROR;
+        goto done;
+    }
+
+    ngx_http_agent_zone_lock(rv->zone);
+
+    conv = ngx_http_agent_conv_find_locked(rv->zone, &rd->id);
+
+    if (conv == NULL && rv->zone->sh->evicted != rv->evicted) {
+        /*
+         * it may have come back and left again while this was read:
+         * what was read may be older than what left, read it again
+         */
+        ngx_http_agent_zone_unlock(rv->zone);
+        ngx_destroy_pool(pool);
+
+        rv->evicted = rv->zone->sh->evicted;
+
+        if (rv->ctx) {
+            rv->ctx->revival = rv;
+        }
+
+        if (ngx_http_agent_store_read(NULL, &rd->id,
+                                      NGX_HTTP_AGENT_STORE_TAIL, 0,
+                                      ngx_http_agent_revive_read, rv)
+            == NGX_OK)
+        {
+            return;
+        }
+
+        if (rv->ctx) {
+            rv->ctx->revival = NULL;
+        }
+
+        pool = NULL;
+        rc = NGX_ERROR;
+        goto done;
+    }
+
+    if (conv == NULL) {
+        rc = ngx_http_agent_revive_locked(rv->zone, rd, &calls, turn,
+                                          &resume);
+    }
+
+    ngx_http_agent_zone_unlock(rv->zone);
+
+    if (conv == NULL && rc == NGX_OK) {
+        ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
+                      "agent conversation \"%V\" revived from the store: "
+                      "seq %uL, %ui events in the zone, in %M ms",
+                      &rd->id, rd->last_seq, rd->events->nelts,
+                      ngx_current_msec - rv->start);
+
+        if (resume) {
+            ngx_http_agent_revive_resume(rv->zone, &rd->id, &rd->agent, turn);
+        }
+    }
+
+done:
+
+    if (rc != NGX_OK) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "agent conversation \"%V\" could not be revived",
+                      &rd->id);
+    }
+
+    if (pool) {
+        ngx_destroy_pool(pool);
+    }
+
+    ngx_free(rv);
+
+    if (r == NULL) {
+        return;
+    }
+
+    if (rc != NGX_OK) {
+        ngx_http_finalize_request(r,
+            ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                      "unavailable",
+                                      "the conversation could not be read "
+                                      "from the store"));
+        return;
+    }
+
+    ngx_http_agent_revive_again(r);
+}
+
+
+/*
+ * A request for a conversation the zone does not hold: it is revived, or
+ * answered 404 when the store does not have it either.
+ */
+
+ngx_int_t
+ngx_http_agent_not_found(ngx_http_request_t *r, ngx_str_t *id)
+{
+    switch (ngx_http_agent_revive(r, id)) {
+
+    case NGX_DECLINED:
+        return ngx_http_agent_json_error(r, NGX_HTTP_NOT_FOUND, "not_found",
+                                         "no such conversation");
+    case NGX_DONE:
+        return NGX_DONE;
+
+    default:
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+}
+
+
+/* the handler runs again, as the content phase ran it */
+
+static void
+ngx_http_agent_revive_again(ngx_http_request_t *r)
+{
+    ngx_connection_t  *c;
+
+    c = r->connection;
+
+    ngx_http_finalize_request(r, r->content_handler(r));
+    ngx_http_run_posted_requests(c);
+}
+
+
+/* the turn's calls, and where each stands */
+
+static ngx_int_t
+ngx_http_agent_revive_calls(ngx_pool_t *pool, ngx_http_agent_store_read_t *rd,
+    ngx_array_t *calls, ngx_uint_t *turn)
+{
+    ngx_str_t                      id, s;
+    yajl_val                       root, v;
+    ngx_uint_t                     i, j;
+    ngx_http_agent_store_event_t  *ev;
+    ngx_http_agent_revive_call_t  *call;
+
+    ev = rd->events->elts;
+
+    for (i = 0; i < rd->events->nelts; i++) {
+
+        if (i + 1 < rd->events->nelts
+            && (ev[i].type < NGX_HTTP_AGENT_EV_TOOL_CALL
+                || ev[i].type > NGX_HTTP_AGENT_EV_RESOLUTION))
+        {
+            continue;
+        }
+
+        root = yajl_tree_parse((char *) ev[i].data.data, NULL, 0);
+        if (root == NULL) {
+            return NGX_ERROR;
+        }
+
+        v = ngx_http_agent_provider_get(root, "turn");
+        if (YAJL_IS_INTEGER(v)) {
+            *turn = YAJL_GET_INTEGER(v);
+        }
+
+        if (ngx_http_agent_provider_string(
+                ngx_http_agent_provider_get(root, "tool_call_id"), &id)
+            != NGX_OK)
+        {
+            yajl_tree_free(root);
+            continue;
+        }
+
+        call = calls->elts;
+
+        for (j = 0; j < calls->nelts; j++) {
+            if (call[j].id.len == id.len
+                && ngx_strncmp(call[j].id.data, id.data, id.len) == 0)
+            {
+                break;
+            }
+        }
+
+        if (j == calls->nelts) {
+            if (ev[i].type != NGX_HTTP_AGENT_EV_TOOL_CALL) {
+                yajl_tree_free(root);
+                continue;
+            }
+
+            call = ngx_array_push(calls);
+            if (call == NULL) {
+                yajl_tree_free(root);
+                return NGX_ERROR;
+            }
+
+            ngx_memzero(call, sizeof(ngx_http_agent_revive_call_t));
+
+            call->id.data = ngx_pstrdup(pool, &id);
+            call->id.len = id.len;
+
+            if (call->id.data == NULL) {
+                yajl_tree_free(root);
+                return NGX_ERROR;
+            }
+
+        } else {
+            call = &call[j];
+        }
+
+        switch (ev[i].type) {
+
+        case NGX_HTTP_AGENT_EV_SUSPENSION:
+            call->suspended = 1;
+
+            if (ngx_http_agent_provider_string(
+                    ngx_http_agent_provider_get(root, "name"), &s)
+                == NGX_OK)
+            {
+                call->name.data = ngx_pstrdup(pool, &s);
+                call->name.len = s.len;
+            }
+
+            v = ngx_http_agent_provider_get(root, "deadline");
+            call->deadline = YAJL_IS_INTEGER(v) ? YAJL_GET_INTEGER(v) : 0;
+
+            if (ngx_http_agent_provider_string(
+                    ngx_http_agent_provider_get(root, "executor"), &s)
+                == NGX_OK)
+            {
+                for (j = 0; ngx_http_agent_executors[j].name.len; j++) {
+                    if (ngx_http_agent_executors[j].name.len == s.len
+                        && ngx_strncmp(ngx_http_agent_executors[j].name.data,
+                                       s.data, s.len) == 0)
+                    {
+                        call->executor = ngx_http_agent_executors[j].value;
+                    }
+                }
+            }
+
+            if (ngx_http_agent_provider_string(
+                    ngx_http_agent_provider_get(root, "kind"), &s)
+                == NGX_OK)
+            {
+                for (j = 1; j <= NGX_HTTP_AGENT_PENDING_CLIENT_EXEC; j++) {
+                    if (ngx_http_agent_pending_kinds[j].len == s.len
+                        && ngx_strncmp(ngx_http_agent_pending_kinds[j].data,
+                                       s.data, s.len) == 0)
+                    {
+                        call->kind = j;
+                    }
+                }
+            }
+
+            break;
+
+        case NGX_HTTP_AGENT_EV_RESOLUTION:
+            call->resolved = 1;
+            break;
+
+        case NGX_HTTP_AGENT_EV_TOOL_RESULT:
+            call->result = 1;
+            break;
+        }
+
+        yajl_tree_free(root);
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Under the lock: the record, its events, its recent source ids, its
+ * waiting calls; the state follows from the log.
+ */
+
+static ngx_int_t
+ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_store_read_t *rd, ngx_array_t *calls, ngx_uint_t turn,
+    ngx_uint_t *resume)
+{
+    ngx_uint_t                      i, waiting, running;
+    ngx_http_agent_conv_t          *conv;
+    ngx_http_agent_source_t        *src;
+    ngx_http_agent_store_event_t   *ev;
+    ngx_http_agent_revive_call_t   *call;
+    ngx_http_agent_store_source_t  *ss;
+
+    if (rd->events->nelts == 0) {
+        return NGX_ERROR;
+    }
+
+    conv = ngx_http_agent_conv_create_locked(z, &rd->id);
+    if (conv == NULL) {
+        return NGX_ERROR;
+    }
+
+    conv->agent_len = ngx_min(rd->agent.len, NGX_HTTP_AGENT_TOOL_NAME_LEN);
+    ngx_memcpy(conv->agent, rd->agent.data, conv->agent_len);
+    conv->turn = turn;
+
+    ev = rd->events->elts;
+    conv->base = ev[0].seq - 1;
+
+    for (i = 0; i < rd->events->nelts; i++) {
+        if (ngx_http_agent_log_restore_locked(z, conv, ev[i].seq, ev[i].type,
+                                              &ev[i].data)
+            == NULL)
+        {
+            ngx_http_agent_conv_evict_locked(z, conv);
+            return NGX_ERROR;
+        }
+    }
+
+    /* the oldest first, as they were taken */
+
+    ss = rd->sources->elts;
+
+    for (i = rd->sources->nelts; i > 0; i--) {
+        src = &conv->sources[conv->nsources++ % NGX_HTTP_AGENT_SOURCE_IDS];
+        src->hash = ngx_crc32_short(ss[i - 1].source_id.data,
+                                    ss[i - 1].source_id.len);
+        src->turn = ss[i - 1].turn;
+        src->seq = ss[i - 1].seq;
+    }
+
+    if (ev[rd->events->nelts - 1].type == NGX_HTTP_AGENT_EV_TURN_COMPLETED
+        || ev[rd->events->nelts - 1].type == NGX_HTTP_AGENT_EV_TURN_FAILED
+        || ev[rd->events->nelts - 1].type == NGX_HTTP_AGENT_EV_CANCELLED)
+    {
+        conv->state = NGX_HTTP_AGENT_IDLE;
+        *resume = 0;
+        return NGX_OK;
+    }
+
+    waiting = 0;
+    running = 0;
+    call = calls->elts;
+
+    for (i = 0; i < calls->nelts; i++) {
+        if (call[i].result) {
+            continue;
+        }
+
+        if (call[i].suspended && !call[i].resolved) {
+            if (ngx_http_agent_pending_add_locked(z, conv, &call[i].id,
+                                                  &call[i].name,
+                                                  call[i].executor,
+                                                  call[i].kind,
+                                                  call[i].deadline)
+                == NULL)
+            {
+                ngx_http_agent_conv_evict_locked(z, conv);
+                return NGX_ERROR;
+            }
+
+            waiting++;
+            continue;
+        }
+
+        running++;
+    }
+
+    if (waiting && running == 0) {
+        /* at rest: the expiry timer watches the deadlines */
+        conv->state = NGX_HTTP_AGENT_AWAITING_INPUT;
+        *resume = 0;
+        return NGX_OK;
+    }
+
+    /* the turn goes on here: a model call, or calls to run again */
+
+    conv->state = NGX_HTTP_AGENT_EXECUTING_TOOLS;
+    ngx_http_agent_lease_locked(z, conv, ngx_pid);
+    *resume = 1;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_agent_revive_resume(ngx_http_agent_zone_t *z, ngx_str_t *id,
+    ngx_str_t *name, ngx_uint_t turn)
+{
+    ngx_str_t                    fields;
+    ngx_http_agent_t            *agent;
+    ngx_http_agent_conv_t       *conv;
+    ngx_http_agent_main_conf_t  *amcf;
+
+    amcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_agent_module);
+
+    agent = ngx_http_agent_find(amcf, name);
+
+    ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                  "agent turn of \"%V\" was cut off, recovered from the "
+                  "store", id);
+
+    if (agent && agent->conf_ctx
+        && ngx_http_agent_turn_start(NULL, agent, z, id, turn, 1) == NGX_OK)
+    {
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                  "agent \"%V\" of conversation \"%V\" cannot run its turn",
+                  name, id);
+
+    /* the turn ends: the log says why */
+
+    ngx_str_set(&fields, "{\"reason\":\"the agent is not configured\"}");
+
+    ngx_http_agent_zone_lock(z);
+
+    conv = ngx_http_agent_conv_find_locked(z, id);
+
+    if (conv && conv->lease == ngx_pid) {
+        (void) ngx_http_agent_event_add_locked(z, conv,
+                                               NGX_HTTP_AGENT_EV_TURN_FAILED,
+                                               &fields);
+        conv->state = NGX_HTTP_AGENT_IDLE;
+        ngx_http_agent_lease_locked(z, conv, 0);
+    }
+
+    ngx_http_agent_zone_unlock(z);
+}
+
+
+/*
+ * History for a request: the events after..upto, read from the store and
+ * kept in the request's ctx as events, then the handler runs again.
+ */
+
+ngx_int_t
+ngx_http_agent_history(ngx_http_request_t *r, ngx_str_t *id, uint64_t after,
+    uint64_t upto)
+{
+    ngx_http_agent_revive_ctx_t  *ctx;
+
+    ctx = ngx_http_agent_revive_ctx_get(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ngx_http_agent_store_read(r->pool, id, after, upto,
+                                  ngx_http_agent_history_read, ctx)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->after = after;
+    ctx->upto = upto;
+    ctx->nhistory = 0;
+
+    r->main->count++;
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_agent_history_read(ngx_http_agent_store_read_t *rd, ngx_int_t rc,
+    void *data)
+{
+    ngx_http_agent_revive_ctx_t *ctx = data;
+
+    ngx_uint_t                     i;
+    ngx_http_request_t            *r;
+    ngx_http_agent_event_t        *e;
+    ngx_http_agent_store_event_t  *ev;
+
+    r = ctx->request;
+
+    if (rc != NGX_OK) {
+        goto failed;
+    }
+
+    ctx->history = ngx_palloc(r->pool, (rd->events->nelts + 1)
+                                       * sizeof(ngx_http_agent_event_t *));
+    if (ctx->history == NULL) {
+        goto failed;
+    }
+
+    ev = rd->events->elts;
+
+    for (i = 0; i < rd->events->nelts; i++) {
+        e = ngx_palloc(r->pool, offsetof(ngx_http_agent_event_t, data)
+                                + ev[i].data.len);
+        if (e == NULL) {
+            goto failed;
+        }
+
+        e->seq = ev[i].seq;
+        e->pos = 0;
+        e->type = ev[i].type;
+        e->len = ev[i].data.len;
+        ngx_memcpy(e->data, ev[i].data.data, e->len);
+
+        ctx->history[i] = e;
+    }
+
+    ctx->nhistory = rd->events->nelts;
+
+    /* an empty read: the store is behind what the zone gave up */
+
+    if (ctx->nhistory == 0 || ev[ctx->nhistory - 1].seq != ctx->upto) {
+        goto failed;
+    }
+
+    ngx_http_agent_revive_again(r);
+
+    return;
+
+failed:
+
+    ctx->nhistory = 0;
+
+    ngx_http_finalize_request(r,
+        ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                  "unavailable",
+                                  "the history could not be read from the "
+                                  "store"));
+}
+
+
+/*
+ * A turn reads the history the zone gave up once, before its first model
+ * call; the lease it holds keeps the zone's log as it is until it ends.
+ */
+
+ngx_int_t
+ngx_http_agent_turn_history(ngx_http_agent_turn_t *t)
+{
+    uint64_t                base;
+    ngx_http_agent_conv_t  *conv;
+
+    if (t->history_upto == (uint64_t) -1) {
+        return NGX_ERROR;
+    }
+
+    ngx_http_agent_zone_lock(t->zone);
+
+    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+    base = conv ? conv->base : 0;
+
+    ngx_http_agent_zone_unlock(t->zone);
+
+    if (base == t->history_upto) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_agent_store_read(t->request->pool, &t->id, 0, base,
+                                  ngx_http_agent_turn_history_read, t)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_AGAIN;
+}
+
+
+static void
+ngx_http_agent_turn_history_read(ngx_http_agent_store_read_t *rd,
+    ngx_int_t rc, void *data)
+{
+    ngx_http_agent_turn_t *t = data;
+
+    ngx_uint_t                     i;
+    ngx_str_t                     *h;
+    ngx_http_agent_store_event_t  *ev;
+
+    ev = rd->events ? rd->events->elts : NULL;
+
+    if (rc != NGX_OK || rd->events->nelts != rd->upto) {
+        ngx_log_error(NGX_LOG_ERR, &t->log, 0, "agent turn could not read "
+                      "the history of \"%V\" from the store", &t->id);
+
+        /* the model call fails the turn: nothing is sent without it */
+        t->history_upto = (uint64_t) -1;
+        goto next;
+    }
+
+    h = ngx_palloc(t->request->pool, rd->events->nelts * sizeof(ngx_str_t));
+    if (h == NULL) {
+        t->history_upto = (uint64_t) -1;
+        goto next;
+    }
+
+    for (i = 0; i < rd->events->nelts; i++) {
+        h[i].data = ngx_pstrdup(t->request->pool, &ev[i].data);
+        h[i].len = ev[i].data.len;
+
+        if (h[i].data == NULL) {
+            t->history_upto = (uint64_t) -1;
+            goto next;
+        }
+    }
+
+    t->history = h;
+    t->nhistory = rd->events->nelts;
+    t->history_upto = rd->upto;
+
+next:
+
+    t->event.handler = ngx_http_agent_turn_model_call;
+    ngx_post_event(&t->event, &ngx_posted_events);
+}

@@ -1,0 +1,57 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#ifndef _NGX_HTTP_AGENT_REVIVE_H_INCLUDED_
+#define _NGX_HTTP_AGENT_REVIVE_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_turn.h"
+
+
+typedef struct ngx_http_agent_revival_s  ngx_http_agent_revival_t;
+
+
+/* what the store gave a request: a revival, and a page of history */
+typedef struct {
+    ngx_http_request_t           *request;
+    ngx_http_agent_revival_t     *revival;    /* in progress */
+    ngx_uint_t                    revived;
+
+    uint64_t                      after;
+    uint64_t                      upto;
+    ngx_http_agent_event_t      **history;
+    ngx_uint_t                    nhistory;
+} ngx_http_agent_revive_ctx_t;
+
+
+/*
+ * The one door back into the zone: a conversation that is not there is
+ * read from the store and put back as it was, then the request's handler
+ * runs again (r == NULL: nobody waits).  NGX_DECLINED: no store, or this
+ * request had its revival; NGX_DONE: it is under way.
+ */
+ngx_int_t ngx_http_agent_revive(ngx_http_request_t *r, ngx_str_t *id);
+
+/* revived, or answered 404; the zone is not locked */
+ngx_int_t ngx_http_agent_not_found(ngx_http_request_t *r, ngx_str_t *id);
+
+ngx_http_agent_revive_ctx_t *ngx_http_agent_revive_ctx(ngx_http_request_t *r);
+
+/* the events after..upto for the request, then its handler runs again */
+ngx_int_t ngx_http_agent_history(ngx_http_request_t *r, ngx_str_t *id,
+    uint64_t after, uint64_t upto);
+
+/* NGX_AGAIN: the turn's history is being read, the model call follows */
+ngx_int_t ngx_http_agent_turn_history(ngx_http_agent_turn_t *t);
+
+
+#endif /* _NGX_HTTP_AGENT_REVIVE_H_INCLUDED_ */
