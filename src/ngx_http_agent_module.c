@@ -185,6 +185,13 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       0,
       ngx_http_agent_inspect_handler },
 
+    { ngx_string("agent_zone_status"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_agent_zone_status,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
       ngx_null_command
 };
 

@@ -738,8 +738,8 @@ failed:
 
 
 /*
- * A turn reads the history the zone gave up once, before its first model
- * call; the lease it holds keeps the zone's log as it is until it ends.
+ * A turn reads the history the zone gave up before a model call, when
+ * more of it left the zone since the last read.
  */
 
 ngx_int_t
@@ -763,8 +763,10 @@ ngx_http_agent_turn_history(ngx_http_agent_turn_t *t)
         return NGX_OK;
     }
 
-    if (ngx_http_agent_store_read(t->request->pool, &t->id, 0, base,
-                                  ngx_http_agent_turn_history_read, t)
+    /* what left since the last read is added to it */
+
+    if (ngx_http_agent_store_read(t->request->pool, &t->id, t->history_upto,
+                                  base, ngx_http_agent_turn_history_read, t)
         != NGX_OK)
     {
         return NGX_ERROR;
@@ -786,7 +788,9 @@ ngx_http_agent_turn_history_read(ngx_http_agent_store_read_t *rd,
 
     ev = rd->events ? rd->events->elts : NULL;
 
-    if (rc != NGX_OK || rd->events->nelts != rd->upto) {
+    if (rc != NGX_OK || rd->upto < rd->after
+        || rd->events->nelts != rd->upto - rd->after)
+    {
         ngx_log_error(NGX_LOG_ERR, &t->log, 0, "agent turn could not read "
                       "the history of \"%V\" from the store", &t->id);
 
@@ -795,24 +799,29 @@ ngx_http_agent_turn_history_read(ngx_http_agent_store_read_t *rd,
         goto next;
     }
 
-    h = ngx_palloc(t->request->pool, rd->events->nelts * sizeof(ngx_str_t));
+    h = ngx_palloc(t->request->pool,
+                   (t->nhistory + rd->events->nelts) * sizeof(ngx_str_t));
     if (h == NULL) {
         t->history_upto = (uint64_t) -1;
         goto next;
     }
 
-    for (i = 0; i < rd->events->nelts; i++) {
-        h[i].data = ngx_pstrdup(t->request->pool, &ev[i].data);
-        h[i].len = ev[i].data.len;
+    for (i = 0; i < t->nhistory; i++) {
+        h[i] = t->history[i];
+    }
 
-        if (h[i].data == NULL) {
+    for (i = 0; i < rd->events->nelts; i++) {
+        h[t->nhistory + i].data = ngx_pstrdup(t->request->pool, &ev[i].data);
+        h[t->nhistory + i].len = ev[i].data.len;
+
+        if (h[t->nhistory + i].data == NULL) {
             t->history_upto = (uint64_t) -1;
             goto next;
         }
     }
 
     t->history = h;
-    t->nhistory = rd->events->nelts;
+    t->nhistory += rd->events->nelts;
     t->history_upto = rd->upto;
 
 next:

@@ -439,7 +439,25 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
                                     t->model_calls)
                         - t->message_id;
 
-    if (ngx_http_agent_turn_request_body(t, &body) != NGX_OK) {
+    rc = ngx_http_agent_turn_request_body(t, &body);
+
+    if (rc == NGX_AGAIN) {
+        /* more history left the zone meanwhile: this call starts again */
+
+        if (--t->attempt == 0) {
+            t->model_calls--;
+        }
+
+        rc = ngx_http_agent_turn_history(t);
+
+        if (rc == NGX_AGAIN) {
+            return;
+        }
+
+        goto failed;
+    }
+
+    if (rc != NGX_OK) {
         goto failed;
     }
 
@@ -505,7 +523,10 @@ ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t, ngx_str_t *body)
         return NGX_ERROR;
     }
 
-    /* the lease is held: nothing leaves the zone's log during the turn */
+    if (conv->base != t->history_upto) {
+        ngx_http_agent_zone_unlock(t->zone);
+        return NGX_AGAIN;
+    }
 
     for (i = 0; i < t->nhistory; i++) {
         events[i] = t->history[i];

@@ -456,12 +456,11 @@ void
 ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv)
 {
+    ngx_uint_t               i;
     ngx_queue_t             *q;
     ngx_http_agent_event_t  *ev;
 
-    /* a turn holding the lease reads the history it was given */
-
-    if (!z->store || conv->lease) {
+    if (!z->store) {
         return;
     }
 
@@ -478,6 +477,22 @@ ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
         ngx_queue_remove(q);
         conv->nlog--;
         ngx_slab_free_locked(z->shpool, ev);
+    }
+
+    if (conv->base == 0 || ngx_queue_empty(&conv->log)) {
+        return;
+    }
+
+    /* and the deltas of the turns before: their messages replace them */
+
+    q = ngx_queue_head(&conv->log);
+    ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+    for (i = 0; i < NGX_HTTP_AGENT_LIVE_RING; i++) {
+        if (conv->live[i] && conv->live[i]->pos < ev->pos) {
+            ngx_slab_free_locked(z->shpool, conv->live[i]);
+            conv->live[i] = NULL;
+        }
     }
 }
 

@@ -178,6 +178,13 @@ sub test_config {
     my ($self) = @_;
 
     $self->sanitizer_env;
+
+    # nginx -t returns from main() without freeing its cycle: whether
+    # LeakSanitizer still finds a pointer to it on the dead stack is
+    # chance.  Leaks are checked in every nginx that runs.
+    local $ENV{ASAN_OPTIONS} =
+        $ENV{ASAN_OPTIONS} =~ s/detect_leaks=1/detect_leaks=0/r;
+
     my @args = $self->nginx_args('-t');
     my $out = `@args 2>&1`;
     return ($? >> 8, $out);
