@@ -1,0 +1,134 @@
+#!/usr/bin/perl
+
+# The store's schema is versioned and migrates itself: a version 1 file
+# (the log only) gets the derived tables, filled from its log, when the
+# configuration is loaded, and its conversations are served as before.
+# A file newer than the module is refused at nginx -t.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+
+use Test::Agent;
+use Test::Agent::Engine;
+use Test::Agent::MockProvider;
+
+plan(skip_all => 'no sqlite3 command') unless `sqlite3 -version 2>&1` =~ /^3/;
+
+my $t = Test::Agent->new;
+my $mock = Test::Agent::MockProvider->new(default => sub {
+    return { text => 'after the migration' };
+});
+
+my $db = $t->testdir . '/agent.db';
+
+sub sql {
+    my ($q) = @_;
+    my $r = `sqlite3 -separator '|' '$db' "$q" 2>&1`;
+    chomp $r;
+    return $r;
+}
+
+# version 1, as the module wrote it: a finished turn and one that waits
+
+my @events = (
+    [ 'a', 1, 'user_msg', '{"type":"user_msg","seq":1,"turn":1,"ts":1,'
+        . '"content":"hi"}' ],
+    [ 'a', 2, 'assistant_msg', '{"type":"assistant_msg","seq":2,"turn":1,'
+        . '"ts":2,"content":"hello","tool_calls":[],"status":"completed"}' ],
+    [ 'a', 3, 'turn_completed', '{"type":"turn_completed","seq":3,"turn":1,'
+        . '"ts":3}' ],
+    [ 'b', 1, 'user_msg', '{"type":"user_msg","seq":1,"turn":1,"ts":1,'
+        . '"content":"ask me"}' ],
+    [ 'b', 2, 'assistant_msg', '{"type":"assistant_msg","seq":2,"turn":1,'
+        . '"ts":2,"content":"","tool_calls":[{"id":"q1","name":"ask_user",'
+        . '"arguments":"{}"}],"status":"completed"}' ],
+    [ 'b', 3, 'tool_call', '{"type":"tool_call","seq":3,"turn":1,"ts":3,'
+        . '"tool_call_id":"q1","name":"ask_user","arguments":"{}",'
+        . '"executor":"human"}' ],
+    [ 'b', 4, 'suspension', '{"type":"suspension","seq":4,"turn":1,"ts":4,'
+        . '"tool_call_id":"q1","name":"ask_user","executor":"human",'
+        . '"kind":"elicitation","arguments":{},"deadline":4102444800000}' ],
+);
+
+my $v1 = "PRAGMA journal_mode=WAL;"
+    . "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+    . "INSERT INTO meta VALUES ('schema_version', '1');"
+    . "CREATE TABLE conversations (id TEXT PRIMARY KEY, agent TEXT NOT NULL,"
+    . " last_seq INTEGER NOT NULL, updated INTEGER NOT NULL);"
+    . "CREATE TABLE events (conversation TEXT NOT NULL, seq INTEGER NOT NULL,"
+    . " type TEXT NOT NULL, data TEXT NOT NULL,"
+    . " PRIMARY KEY (conversation, seq)) WITHOUT ROWID;"
+    . "INSERT INTO conversations VALUES ('a', 'chat', 3, 0),"
+    . " ('b', 'chat', 4, 0);";
+
+for my $e (@events) {
+    (my $data = $e->[3]) =~ s/'/''/g;
+    $v1 .= "INSERT INTO events VALUES ('$e->[0]', $e->[1], '$e->[2]',"
+        . " '$data');";
+}
+
+open my $fh, '|-', "sqlite3 '$db' > /dev/null" or die "sqlite3: $!\n";
+print $fh $v1;
+close $fh;
+
+is(sql("SELECT value FROM meta"), '1', 'a version 1 file');
+
+my $tools = <<'EOF';
+    agent_tool ask_user {
+        executor human;
+        timeout 1h;
+    }
+EOF
+
+$t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
+    tools => $tools, agent => 'tools ask_user;',
+    http => "agent_store $db;"));
+$t->run;
+
+is(sql("SELECT value FROM meta"), '2', 'migrated to version 2');
+is(sql("SELECT count(*) FROM events"), scalar @events, 'the log kept');
+is(sql("SELECT id, name, executor, kind, status, deadline FROM tool_calls"),
+   'q1|ask_user|human|elicitation|suspended|4102444800000',
+   'tool calls derived from the log');
+is(sql("SELECT id, state FROM conversations ORDER BY id"),
+   "a|idle\nb|awaiting_input", 'states derived from the log');
+like($t->read_file('error.log'), qr/migrating the schema from version 1/,
+     'migration logged');
+
+my $c = inspect($t, 'a')->{json};
+is(log_types($c), 'user_msg assistant_msg turn_completed',
+   'a migrated conversation is served');
+
+is(send_message($t, 'a', 'again')->{status}, 202, 'and goes on');
+$c = wait_state($t, 'a', 'idle');
+is($c->{messages}[-2]{content}, 'after the migration', 'a new turn');
+is(sql("SELECT max(seq) FROM events WHERE conversation = 'a'"), 6,
+   'written after the old log');
+
+$c = inspect($t, 'b')->{json};
+is($c->{state}, 'awaiting_input', 'the waiting call is back');
+is($c->{pending}[0]{deadline}, 4102444800000, 'with its deadline');
+is(resolve($t, 'b', 'q1', { result => 'fine' })->{status}, 200,
+   'and resolvable');
+is(wait_state($t, 'b', 'idle')->{messages}[-1]{type}, 'turn_completed',
+   'its turn finished');
+is(sql("SELECT status, ok FROM tool_calls WHERE id = 'q1'"), 'done|1',
+   'the derived row follows');
+
+$t->done(more => 1);
+
+# a newer schema than the module's is refused
+
+sql("UPDATE meta SET value = '3' WHERE key = 'schema_version'");
+
+my ($rc, $out) = $t->test_config;
+isnt($rc, 0, 'nginx -t fails on a newer schema');
+like($out, qr/schema version 3, newer than this module's 2/, 'and says why');
+
+$mock->stop;
+done_testing;
