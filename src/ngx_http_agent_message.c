@@ -40,6 +40,10 @@ static ngx_int_t ngx_http_agent_message_answer(ngx_http_request_t *r,
     ngx_uint_t duplicate);
 static ngx_int_t ngx_http_agent_message_busy(ngx_http_request_t *r,
     ngx_http_agent_state_e state);
+static ngx_int_t ngx_http_agent_message_queued(ngx_http_request_t *r,
+    ngx_str_t *id, ngx_http_agent_store_queued_t *queued, ngx_str_t *json);
+static void ngx_http_agent_message_queued_done(
+    ngx_http_agent_store_read_t *rd, ngx_int_t rc, void *data);
 static ngx_int_t ngx_http_agent_message_busy_locked(ngx_http_request_t *r,
     ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv,
     ngx_http_agent_message_t *msg, uint32_t hash);
@@ -281,9 +285,10 @@ ngx_http_agent_message_busy_locked(ngx_http_request_t *r,
     ngx_str_t                   json, id;
     ngx_pid_t                   lease, pids[NGX_HTTP_AGENT_SUB_WORKERS];
     ngx_uint_t                  n, turn, start, position;
-    ngx_queue_t                *q;
-    ngx_http_agent_queued_t    *m;
-    ngx_http_agent_loc_conf_t  *alcf;
+    ngx_queue_t                    *q;
+    ngx_http_agent_queued_t        *m;
+    ngx_http_agent_loc_conf_t      *alcf;
+    ngx_http_agent_store_queued_t   queued;
 
     alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
 
@@ -312,16 +317,32 @@ ngx_http_agent_message_busy_locked(ngx_http_request_t *r,
                                          "their turn");
     }
 
-    if (ngx_http_agent_queue_add_locked(z, conv, &msg->fields, hash,
-                                        alcf->busy
-                                        == NGX_HTTP_AGENT_BUSY_INTERRUPT)
-        == NULL)
-    {
+    /* its user_msg will name it: the store's copy goes when it is written */
+
+    queued.id = ++conv->queue_id;
+    queued.front = (alcf->busy == NGX_HTTP_AGENT_BUSY_INTERRUPT);
+    queued.data.data = ngx_pnalloc(r->pool, msg->fields.len + 32);
+
+    if (queued.data.data == NULL) {
+        ngx_http_agent_zone_unlock(z);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = ngx_cpymem(queued.data.data, msg->fields.data, msg->fields.len - 1);
+    p = ngx_sprintf(p, "%s\"queue_id\":%L}",
+                    msg->fields.len > 2 ? "," : "", queued.id);
+    queued.data.len = p - queued.data.data;
+
+    m = ngx_http_agent_queue_add_locked(z, conv, &queued.data, hash,
+                                        queued.front);
+    if (m == NULL) {
         ngx_http_agent_zone_unlock(z);
         return ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
                                          "zone_full",
                                          "no room for the message");
     }
+
+    m->id = queued.id;
 
     position = conv->nqueued;
     start = 0;
@@ -381,7 +402,80 @@ ngx_http_agent_message_busy_locked(ngx_http_request_t *r,
                            lease ? ",\"interrupting\":true" : "")
                - p;
 
-    return ngx_http_agent_json_send(r, NGX_HTTP_ACCEPTED, &json);
+    return ngx_http_agent_message_queued(r, &id, &queued, &json);
+}
+
+
+/*
+ * With a store, a queued message is acknowledged once it is written
+ * there, so that it survives a restart before its turn.
+ */
+
+typedef struct {
+    ngx_http_request_t        *request;
+    ngx_str_t                  json;
+} ngx_http_agent_queued_ack_t;
+
+
+static ngx_int_t
+ngx_http_agent_message_queued(ngx_http_request_t *r, ngx_str_t *id,
+    ngx_http_agent_store_queued_t *queued, ngx_str_t *json)
+{
+    ngx_http_agent_main_conf_t   *amcf;
+    ngx_http_agent_queued_ack_t  *ack;
+
+    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
+
+    if (amcf->store == NULL) {
+        return ngx_http_agent_json_send(r, NGX_HTTP_ACCEPTED, json);
+    }
+
+    ack = ngx_palloc(r->pool, sizeof(ngx_http_agent_queued_ack_t));
+    if (ack == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ack->request = r;
+    ack->json = *json;
+
+    if (ngx_http_agent_store_enqueue(r->pool, id, queued,
+                                     ngx_http_agent_message_queued_done, ack)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    r->main->count++;
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_agent_message_queued_done(ngx_http_agent_store_read_t *rd,
+    ngx_int_t rc, void *data)
+{
+    ngx_http_agent_queued_ack_t *ack = data;
+
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    r = ack->request;
+    c = r->connection;
+
+    if (rc == NGX_OK) {
+        ngx_http_finalize_request(r,
+            ngx_http_agent_json_send(r, NGX_HTTP_ACCEPTED, &ack->json));
+
+    } else {
+        ngx_http_finalize_request(r,
+            ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                      "not_durable",
+                                      "the message was queued but is not "
+                                      "written yet"));
+    }
+
+    ngx_http_run_posted_requests(c);
 }
 
 

@@ -16,6 +16,7 @@
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_store.h"
 #include "ngx_http_agent_turn.h"
+#include "ngx_http_agent_message.h"
 #include "ngx_http_agent_revive.h"
 #include "ngx_http_agent_provider.h"
 
@@ -57,7 +58,7 @@ static ngx_int_t ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_store_read_t *rd, ngx_array_t *calls, ngx_uint_t turn,
     ngx_uint_t *resume);
 static void ngx_http_agent_revive_resume(ngx_http_agent_zone_t *z,
-    ngx_str_t *id, ngx_str_t *agent, ngx_uint_t turn);
+    ngx_str_t *id, ngx_str_t *agent, ngx_uint_t turn, ngx_uint_t resume);
 static void ngx_http_agent_revive_again(ngx_http_request_t *r);
 static void ngx_http_agent_revive_ctx_cleanup(void *data);
 static void ngx_http_agent_history_read(ngx_http_agent_store_read_t *rd,
@@ -272,7 +273,9 @@ ngx_http_agent_revive_read(ngx_http_agent_store_read_t *rd, ngx_int_t rc,
                       ngx_current_msec - rv->start);
 
         if (resume) {
-            ngx_http_agent_revive_resume(rv->zone, &rd->id, &rd->agent, turn);
+            ngx_http_agent_revive_resume(rv->zone, &rd->id, &rd->agent,
+                                         resume == 2 ? turn + 1 : turn,
+                                         resume == 1);
         }
     }
 
@@ -492,8 +495,11 @@ ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_store_read_t *rd, ngx_array_t *calls, ngx_uint_t turn,
     ngx_uint_t *resume)
 {
+    uint64_t                        seq;
     ngx_uint_t                      i, waiting, running;
     ngx_http_agent_conv_t          *conv;
+    ngx_http_agent_queued_t        *m;
+    ngx_http_agent_store_queued_t  *sq;
     ngx_http_agent_source_t        *src;
     ngx_http_agent_store_event_t   *ev;
     ngx_http_agent_revive_call_t   *call;
@@ -525,6 +531,21 @@ ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
         }
     }
 
+    /* messages that wait for their turn, in their order */
+
+    sq = rd->queued->elts;
+
+    for (i = 0; i < rd->queued->nelts; i++) {
+        m = ngx_http_agent_queue_add_locked(z, conv, &sq[i].data, 0, 0);
+        if (m == NULL) {
+            ngx_http_agent_conv_evict_locked(z, conv);
+            return NGX_ERROR;
+        }
+
+        m->id = sq[i].id;
+        conv->queue_id = ngx_max(conv->queue_id, sq[i].id);
+    }
+
     /* the oldest first, as they were taken */
 
     ss = rd->sources->elts;
@@ -542,7 +563,12 @@ ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
         || ev[rd->events->nelts - 1].type == NGX_HTTP_AGENT_EV_CANCELLED)
     {
         conv->state = NGX_HTTP_AGENT_IDLE;
-        *resume = 0;
+
+        /* a message that waited runs now */
+        *resume = (conv->nqueued
+                   && ngx_http_agent_message_next_locked(z, conv, &conv->turn,
+                                                         &seq)
+                      == NGX_OK) ? 2 : 0;
         return NGX_OK;
     }
 
@@ -591,9 +617,11 @@ ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
 }
 
 
+/* resume: the turn goes on from the log, or else a queued message runs */
+
 static void
 ngx_http_agent_revive_resume(ngx_http_agent_zone_t *z, ngx_str_t *id,
-    ngx_str_t *name, ngx_uint_t turn)
+    ngx_str_t *name, ngx_uint_t turn, ngx_uint_t resume)
 {
     ngx_str_t                    fields;
     ngx_http_agent_t            *agent;
@@ -605,12 +633,15 @@ ngx_http_agent_revive_resume(ngx_http_agent_zone_t *z, ngx_str_t *id,
 
     agent = ngx_http_agent_find(amcf, name);
 
-    ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
-                  "agent turn of \"%V\" was cut off, recovered from the "
-                  "store", id);
+    if (resume) {
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                      "agent turn of \"%V\" was cut off, recovered from the "
+                      "store", id);
+    }
 
     if (agent && agent->conf_ctx
-        && ngx_http_agent_turn_start(NULL, agent, z, id, turn, 1) == NGX_OK)
+        && ngx_http_agent_turn_start(NULL, agent, z, id, turn, resume)
+           == NGX_OK)
     {
         return;
     }

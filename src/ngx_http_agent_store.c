@@ -570,14 +570,36 @@ struct ngx_http_agent_store_reader_s {
 };
 
 
+static ngx_int_t ngx_http_agent_store_task(ngx_pool_t *owner, ngx_str_t *id,
+    uint64_t after, uint64_t upto, ngx_http_agent_store_queued_t *q,
+    ngx_http_agent_store_read_pt handler, void *data);
 static void ngx_http_agent_store_read_thread(void *data, ngx_log_t *log);
 static void ngx_http_agent_store_read_done(ngx_event_t *ev);
 static void ngx_http_agent_store_read_cleanup(void *data);
 
 
 ngx_int_t
+ngx_http_agent_store_enqueue(ngx_pool_t *owner, ngx_str_t *id,
+    ngx_http_agent_store_queued_t *q, ngx_http_agent_store_read_pt handler,
+    void *data)
+{
+    return ngx_http_agent_store_task(owner, id, 0, 0, q, handler, data);
+}
+
+
+ngx_int_t
 ngx_http_agent_store_read(ngx_pool_t *owner, ngx_str_t *id, uint64_t after,
     uint64_t upto, ngx_http_agent_store_read_pt handler, void *data)
+{
+    return ngx_http_agent_store_task(owner, id, after, upto, NULL, handler,
+                                     data);
+}
+
+
+static ngx_int_t
+ngx_http_agent_store_task(ngx_pool_t *owner, ngx_str_t *id, uint64_t after,
+    uint64_t upto, ngx_http_agent_store_queued_t *q,
+    ngx_http_agent_store_read_pt handler, void *data)
 {
     ngx_pool_t                   *pool;
     ngx_thread_task_t              *task;
@@ -610,6 +632,15 @@ ngx_http_agent_store_read(ngx_pool_t *owner, ngx_str_t *id, uint64_t after,
 
     if (rd->rd.id.data == NULL) {
         goto failed;
+    }
+
+    if (q) {
+        rd->rd.queue = *q;
+        rd->rd.queue.data.data = ngx_pstrdup(pool, &q->data);
+
+        if (rd->rd.queue.data.data == NULL) {
+            goto failed;
+        }
     }
 
     if (owner) {
@@ -648,6 +679,11 @@ static void
 ngx_http_agent_store_read_thread(void *data, ngx_log_t *log)
 {
     ngx_http_agent_store_reader_t *rd = data;
+
+    if (rd->rd.queue.data.len) {
+        rd->rc = rd->conf->store->enqueue(&rd->conf->path, &rd->rd, log);
+        return;
+    }
 
     rd->rc = rd->conf->store->read(&rd->conf->path, &rd->rd, rd->pool, log);
 }

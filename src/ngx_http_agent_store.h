@@ -31,6 +31,14 @@ typedef struct {
 } ngx_http_agent_store_source_t;
 
 
+/* a message waiting for its turn; front: it goes before the others */
+typedef struct {
+    int64_t                       id;
+    ngx_uint_t                    front;
+    ngx_str_t                     data;
+} ngx_http_agent_store_queued_t;
+
+
 /*
  * Events read back: those after "after" up to "upto" (0: all), or, with
  * after NGX_HTTP_AGENT_STORE_TAIL, those from the last user_msg on.
@@ -48,6 +56,10 @@ typedef struct {
     uint64_t                      last_seq;
     ngx_array_t                  *events;     /* store_event_t */
     ngx_array_t                  *sources;    /* store_source_t */
+    ngx_array_t                  *queued;     /* store_queued_t */
+
+    /* a message to queue instead of a read */
+    ngx_http_agent_store_queued_t queue;
 } ngx_http_agent_store_read_t;
 
 
@@ -76,6 +88,10 @@ typedef struct {
     ngx_int_t                   (*sweep)(ngx_str_t *path, uint64_t now,
                                          ngx_array_t *ids, ngx_pool_t *pool,
                                          ngx_log_t *log);
+    /* on a thread of the pool: rd->queue, for rd->id */
+    ngx_int_t                   (*enqueue)(ngx_str_t *path,
+                                           ngx_http_agent_store_read_t *rd,
+                                           ngx_log_t *log);
     /* in a worker that exits, once the pool's threads are gone */
     void                        (*close)(void);
 } ngx_http_agent_store_t;
@@ -106,6 +122,11 @@ typedef void (*ngx_http_agent_store_read_pt)(ngx_http_agent_store_read_t *rd,
 /* reads on the pool: the handler runs unless the owner pool went first */
 ngx_int_t ngx_http_agent_store_read(ngx_pool_t *owner, ngx_str_t *id,
     uint64_t after, uint64_t upto, ngx_http_agent_store_read_pt handler,
+    void *data);
+
+/* writes a queued message on the pool, then the handler runs */
+ngx_int_t ngx_http_agent_store_enqueue(ngx_pool_t *owner, ngx_str_t *id,
+    ngx_http_agent_store_queued_t *q, ngx_http_agent_store_read_pt handler,
     void *data);
 
 /* a round of the expiry timer: at most one sweep a second in the zone */

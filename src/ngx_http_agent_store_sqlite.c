@@ -34,6 +34,8 @@ static ngx_int_t ngx_http_agent_sqlite_read(ngx_str_t *path,
     ngx_http_agent_store_read_t *rd, ngx_pool_t *pool, ngx_log_t *log);
 static ngx_int_t ngx_http_agent_sqlite_sweep(ngx_str_t *path, uint64_t now,
     ngx_array_t *ids, ngx_pool_t *pool, ngx_log_t *log);
+static ngx_int_t ngx_http_agent_sqlite_enqueue(ngx_str_t *path,
+    ngx_http_agent_store_read_t *rd, ngx_log_t *log);
 static void ngx_http_agent_sqlite_close(void);
 static sqlite3 *ngx_http_agent_sqlite_connect(ngx_str_t *path,
     ngx_log_t *log, ngx_uint_t level);
@@ -47,6 +49,7 @@ ngx_http_agent_store_t  ngx_http_agent_store_sqlite = {
     ngx_http_agent_sqlite_write,
     ngx_http_agent_sqlite_read,
     ngx_http_agent_sqlite_sweep,
+    ngx_http_agent_sqlite_enqueue,
     ngx_http_agent_sqlite_close
 };
 
@@ -80,6 +83,10 @@ static sqlite3  *ngx_http_agent_sqlite_db;
     "  PRIMARY KEY (conversation, id)) WITHOUT ROWID;"                       \
     "CREATE INDEX tool_calls_due ON tool_calls (deadline)"                   \
     "  WHERE status = 'suspended';"                                          \
+    "CREATE TABLE queued ("                                                  \
+    "  conversation TEXT NOT NULL, id INTEGER NOT NULL,"                     \
+    "  front INTEGER NOT NULL, data TEXT NOT NULL,"                          \
+    "  PRIMARY KEY (conversation, id)) WITHOUT ROWID;"                       \
     "CREATE INDEX conversations_state ON conversations (state)"              \
     "  WHERE state = 'running';"                                             \
     "CREATE TRIGGER events_derive AFTER INSERT ON events BEGIN"              \
@@ -107,6 +114,9 @@ static sqlite3  *ngx_http_agent_sqlite_db;
     "    WHERE new.type = 'tool_result'"                                     \
     "      AND conversation = new.conversation"                              \
     "      AND id = json_extract(new.data, '$.tool_call_id');"               \
+    "  DELETE FROM queued WHERE new.type = 'user_msg'"                       \
+    "    AND conversation = new.conversation"                                \
+    "    AND id = json_extract(new.data, '$.queue_id');"                     \
     "  UPDATE conversations SET state = CASE"                                \
     "    WHEN new.type IN ('turn_completed', 'turn_failed', 'cancelled')"    \
     "      THEN 'idle'"                                                      \
@@ -411,6 +421,7 @@ ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
     sqlite3                        *db;
     sqlite3_stmt                   *stmt;
     ngx_http_agent_store_event_t   *ev;
+    ngx_http_agent_store_queued_t  *q;
     ngx_http_agent_store_source_t  *src;
 
     db = ngx_http_agent_sqlite_connect(path, log, NGX_LOG_ERR);
@@ -424,7 +435,9 @@ ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
                                   sizeof(ngx_http_agent_store_event_t));
     rd->sources = ngx_array_create(pool, 4,
                                    sizeof(ngx_http_agent_store_source_t));
-    if (rd->events == NULL || rd->sources == NULL) {
+    rd->queued = ngx_array_create(pool, 1,
+                                  sizeof(ngx_http_agent_store_queued_t));
+    if (rd->events == NULL || rd->sources == NULL || rd->queued == NULL) {
         goto failed;
     }
 
@@ -558,6 +571,36 @@ ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
         goto failed;
     }
 
+    sqlite3_finalize(stmt);
+
+    /* messages waiting for their turn, in the order they will run */
+
+    rc = sqlite3_prepare_v2(db,
+             "SELECT id, data FROM queued WHERE conversation = ?"
+             " ORDER BY front DESC, CASE front WHEN 1 THEN -id ELSE id END",
+             -1, &stmt, NULL);
+    if (rc != SQLITE_OK) {
+        goto failed;
+    }
+
+    sqlite3_bind_text(stmt, 1, (char *) rd->id.data, rd->id.len,
+                      SQLITE_STATIC);
+
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+        q = ngx_array_push(rd->queued);
+        if (q == NULL
+            || ngx_http_agent_sqlite_text(pool, stmt, 1, &q->data) != NGX_OK)
+        {
+            goto failed;
+        }
+
+        q->id = sqlite3_column_int64(stmt, 0);
+    }
+
+    if (rc != SQLITE_DONE) {
+        goto failed;
+    }
+
 done:
 
     sqlite3_finalize(stmt);
@@ -600,7 +643,9 @@ ngx_http_agent_sqlite_sweep(ngx_str_t *path, uint64_t now, ngx_array_t *ids,
              " FROM tool_calls WHERE status = 'suspended' AND deadline <= ?1"
              " LIMIT ?2)"
              " UNION SELECT id FROM (SELECT id FROM conversations"
-             " WHERE state = 'running' LIMIT ?2)", -1, &stmt, NULL);
+             " WHERE state = 'running' LIMIT ?2)"
+             " UNION SELECT conversation FROM (SELECT DISTINCT conversation"
+             " FROM queued LIMIT ?2)", -1, &stmt, NULL);
     if (rc != SQLITE_OK) {
         goto failed;
     }
@@ -630,6 +675,65 @@ failed:
 
     ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\" cannot be "
                   "swept: %s", path, sqlite3_errmsg(db));
+
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+
+    return NGX_ERROR;
+}
+
+
+/*
+ * A message that waits for its turn, unless its turn has already been
+ * written (the user_msg names the queue id): the trigger takes it out
+ * when its user_msg is written.
+ */
+
+static ngx_int_t
+ngx_http_agent_sqlite_enqueue(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
+    ngx_log_t *log)
+{
+    int            rc;
+    sqlite3       *db;
+    sqlite3_stmt  *stmt;
+
+    db = ngx_http_agent_sqlite_connect(path, log, NGX_LOG_ERR);
+    if (db == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = sqlite3_prepare_v2(db,
+             "INSERT OR REPLACE INTO queued (conversation, id, front, data)"
+             " SELECT ?1, ?2, ?3, ?4 WHERE NOT EXISTS (SELECT 1 FROM events"
+             " WHERE conversation = ?1 AND type = 'user_msg'"
+             " AND json_extract(data, '$.queue_id') = ?2)",
+             -1, &stmt, NULL);
+    if (rc != SQLITE_OK) {
+        goto failed;
+    }
+
+    sqlite3_bind_text(stmt, 1, (char *) rd->id.data, rd->id.len,
+                      SQLITE_STATIC);
+    sqlite3_bind_int64(stmt, 2, rd->queue.id);
+    sqlite3_bind_int(stmt, 3, rd->queue.front);
+    sqlite3_bind_text(stmt, 4, (char *) rd->queue.data.data,
+                      rd->queue.data.len, SQLITE_STATIC);
+
+    rc = sqlite3_step(stmt);
+
+    if (rc != SQLITE_DONE) {
+        goto failed;
+    }
+
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+
+    return NGX_OK;
+
+failed:
+
+    ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\" cannot queue a "
+                  "message of \"%V\": %s", path, &rd->id, sqlite3_errmsg(db));
 
     sqlite3_finalize(stmt);
     sqlite3_close(db);

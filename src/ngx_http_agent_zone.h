@@ -138,6 +138,7 @@ typedef struct {
     /* messages taken while a turn ran, to run after it, in order */
     ngx_queue_t                   queued;     /* ngx_http_agent_queued_t */
     ngx_uint_t                    nqueued;
+    int64_t                       queue_id;   /* the last one given */
 
     /* the agent that runs the conversation's turns */
     u_char                        agent[NGX_HTTP_AGENT_TOOL_NAME_LEN];
@@ -155,6 +156,7 @@ typedef struct {
 /* a message waiting for its turn: its user_msg fields */
 typedef struct {
     ngx_queue_t                   queue;
+    int64_t                       id;         /* its queue_id */
     uint32_t                      hash;       /* of its source_id, or 0 */
     size_t                        len;
     u_char                        data[1];

@@ -56,7 +56,7 @@ sub conf {
     my ($http) = @_;
     return engine_conf($mock, workers => 2, zone => '4m', tools => $tools,
         agent => 'tools ask_user ask_soon;', server => $status,
-        http => "agent_store $db; $http");
+        http => "agent_store $db; agent_busy queue; $http");
 }
 
 $t->write_file_expand('nginx.conf', conf(''));
@@ -246,14 +246,22 @@ is($c->{messages}[-1]{type}, 'turn_completed', 'its turn went on');
 is(resolve($t, 'p1', 'w1', { result => 'yes' })->{status}, 409,
    'once');
 
-# a crash of the whole server mid-turn: the next start takes it over
+# a crash of the whole server mid-turn: the next start takes it over, and
+# the message queued behind it runs after it
 
 $mock->reset;
 $mock->script({ text => 'cut off', chunks => 6, pause_after => 2 },
-              { text => 'recovered' });
+              { text => 'recovered' }, { text => 'queued one done' });
 
 is(send_message($t, 'm1', 'hold on')->{status}, 202, 'message taken');
 ok($mock->wait_paused(0), 'streaming');
+
+$r = send_message($t, 'm1', 'and then this');
+is($r->{status}, 202, 'a message queued behind the turn');
+ok($r->{json}{queued}, 'said queued');
+like(sql("SELECT data FROM queued WHERE conversation = 'm1'"),
+     qr/"content":"and then this".*"queue_id":1/,
+     'written before it was acknowledged');
 
 my @workers = $t->worker_pids;
 kill 'KILL', $t->master_pid, @workers;
@@ -265,9 +273,13 @@ $t->run;
 
 like(wait_sql("SELECT group_concat(type, ' ') FROM"
               . " (SELECT type FROM events WHERE conversation = 'm1'"
-              . " ORDER BY seq)", qr/turn_completed/),
-     qr/^user_msg assistant_msg turn_completed$/,
-     'the cut-off turn ran again after the start, without a request');
+              . " ORDER BY seq)", qr/turn_completed.*turn_completed/),
+     qr/^(user_msg assistant_msg turn_completed ?){2}$/,
+     'the cut-off turn ran again after the start, without a request, then'
+     . ' the queued message');
+like(sql("SELECT data FROM events WHERE conversation = 'm1' AND seq = 4"),
+     qr/"content":"and then this"/, 'the queued message, once');
+is(sql("SELECT count(*) FROM queued"), 0, 'no longer queued');
 is($mock->requests->[1]{json}{messages}[-1]{content}, 'hold on',
    'the model call was made again');
 like(sql("SELECT data FROM events WHERE conversation = 'm1' AND seq = 2"),
