@@ -51,6 +51,17 @@ ngx_http_agent_turn_resume(ngx_event_t *ev)
     ngx_http_agent_conv_t   *conv;
     ngx_http_agent_event_t  *e;
 
+    if (t->unrecorded) {
+        ngx_log_error(NGX_LOG_ERR, &t->log, 0, "agent turn could not record "
+                      "a tool's result, it ends");
+
+        ngx_str_set(&reason, "{\"reason\":\"a tool result could not be "
+                             "recorded\"}");
+        ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_EV_TURN_FAILED, &reason,
+                                NGX_HTTP_AGENT_IDLE);
+        return;
+    }
+
     if (t->pool) {
         ngx_destroy_pool(t->pool);
     }

@@ -1066,6 +1066,14 @@ ngx_http_agent_tools_result(ngx_http_agent_call_t *call, ngx_str_t *result,
         return NGX_ERROR;
     }
 
-    return ngx_http_agent_emit(t->zone, &t->id,
-                               NGX_HTTP_AGENT_EV_TOOL_RESULT, &fields);
+    if (ngx_http_agent_emit(t->zone, &t->id, NGX_HTTP_AGENT_EV_TOOL_RESULT,
+                            &fields)
+        != NGX_OK)
+    {
+        /* not sent again in a loop: the turn ends when the batch does */
+        t->unrecorded = 1;
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
 }

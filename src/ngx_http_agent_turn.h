@@ -87,6 +87,9 @@ struct ngx_http_agent_turn_s {
     unsigned                      cancelling:1;
     unsigned                      recorded:1;
 
+    /* a tool's result found no room in the zone: the turn cannot go on */
+    unsigned                      unrecorded:1;
+
     /* nginx takes a request's log data for an ngx_http_log_ctx_t */
     ngx_http_log_ctx_t            log_ctx;
 };

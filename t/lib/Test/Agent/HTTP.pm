@@ -88,6 +88,8 @@ sub http_post {
 sub parse_head {
     my ($head) = @_;
 
+    return unless defined $head;
+
     my ($line, @lines) = split /\r\n/, $head;
     my ($status) = $line =~ m{^HTTP/\d\.\d (\d{3})} or return;
     my %h;
