@@ -558,6 +558,9 @@ ngx_http_agent_store_ack_cleanup(void *data)
  * result is then dropped.  The result lives until the handler returns.
  */
 
+#define NGX_HTTP_AGENT_STORE_HOLD  60000
+
+
 struct ngx_http_agent_store_reader_s {
     ngx_http_agent_store_conf_t  *conf;
     ngx_pool_t                   *pool;
@@ -567,6 +570,9 @@ struct ngx_http_agent_store_reader_s {
     ngx_http_agent_store_read_pt  handler;
     void                         *data;
     ngx_uint_t                    gone;       /* the owner is */
+
+    /* a worker that is exiting waits for the task while this is set */
+    ngx_event_t                   hold;
 };
 
 
@@ -576,6 +582,7 @@ static ngx_int_t ngx_http_agent_store_task(ngx_pool_t *owner, ngx_str_t *id,
 static void ngx_http_agent_store_read_thread(void *data, ngx_log_t *log);
 static void ngx_http_agent_store_read_done(ngx_event_t *ev);
 static void ngx_http_agent_store_read_cleanup(void *data);
+static void ngx_http_agent_store_read_hold(ngx_event_t *ev);
 
 
 ngx_int_t
@@ -665,6 +672,17 @@ ngx_http_agent_store_task(ngx_pool_t *owner, ngx_str_t *id, uint64_t after,
         goto failed;
     }
 
+    /*
+     * not cancelable: a worker shutting down gracefully waits for the
+     * answer of a request that waits for the store
+     */
+
+    rd->hold.handler = ngx_http_agent_store_read_hold;
+    rd->hold.data = rd;
+    rd->hold.log = ngx_cycle->log;
+
+    ngx_add_timer(&rd->hold, NGX_HTTP_AGENT_STORE_HOLD);
+
     return NGX_OK;
 
 failed:
@@ -694,6 +712,10 @@ ngx_http_agent_store_read_done(ngx_event_t *ev)
 {
     ngx_http_agent_store_reader_t *rd = ev->data;
 
+    if (rd->hold.timer_set) {
+        ngx_del_timer(&rd->hold);
+    }
+
     if (rd->gone) {
         ngx_destroy_pool(rd->pool);
         return;
@@ -706,6 +728,16 @@ ngx_http_agent_store_read_done(ngx_event_t *ev)
     rd->handler(&rd->rd, rd->rc, rd->data);
 
     ngx_destroy_pool(rd->pool);
+}
+
+
+static void
+ngx_http_agent_store_read_hold(ngx_event_t *ev)
+{
+    ngx_log_error(NGX_LOG_WARN, ev->log, 0,
+                  "agent store task is still running");
+
+    ngx_add_timer(ev, NGX_HTTP_AGENT_STORE_HOLD);
 }
 
 
