@@ -18,8 +18,9 @@ static ngx_int_t ngx_http_agent_zone_init(ngx_shm_zone_t *shm_zone,
 static void ngx_http_agent_rbtree_insert_value(ngx_rbtree_node_t *temp,
     ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel);
 static void *ngx_http_agent_alloc_locked(ngx_http_agent_zone_t *z,
-    size_t size);
-static ngx_uint_t ngx_http_agent_expire_locked(ngx_http_agent_zone_t *z);
+    ngx_http_agent_conv_t *pinned, size_t size);
+static ngx_uint_t ngx_http_agent_expire_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *pinned);
 
 
 ngx_str_t  ngx_http_agent_event_names[] = {
@@ -280,7 +281,8 @@ ngx_http_agent_conv_create_locked(ngx_http_agent_zone_t *z, ngx_str_t *id)
         return NULL;
     }
 
-    conv = ngx_http_agent_alloc_locked(z, sizeof(ngx_http_agent_conv_t));
+    conv = ngx_http_agent_alloc_locked(z, NULL,
+                                       sizeof(ngx_http_agent_conv_t));
     if (conv == NULL) {
         return NULL;
     }
@@ -312,8 +314,9 @@ ngx_http_agent_queue_add_locked(ngx_http_agent_zone_t *z,
 {
     ngx_http_agent_queued_t  *m;
 
-    m = ngx_http_agent_alloc_locked(z, offsetof(ngx_http_agent_queued_t, data)
-                                       + fields->len);
+    m = ngx_http_agent_alloc_locked(z, conv,
+                                    offsetof(ngx_http_agent_queued_t, data)
+                                    + fields->len);
     if (m == NULL) {
         return NULL;
     }
@@ -506,8 +509,9 @@ ngx_http_agent_log_restore_locked(ngx_http_agent_zone_t *z,
 {
     ngx_http_agent_event_t  *ev;
 
-    ev = ngx_http_agent_alloc_locked(z, offsetof(ngx_http_agent_event_t, data)
-                                        + data->len);
+    ev = ngx_http_agent_alloc_locked(z, conv,
+                                     offsetof(ngx_http_agent_event_t, data)
+                                     + data->len);
     if (ev == NULL) {
         return NULL;
     }
@@ -560,7 +564,7 @@ ngx_http_agent_event_add_locked(ngx_http_agent_zone_t *z,
           + 2 * NGX_INT64_LEN + NGX_INT_T_LEN
           + fields->len;
 
-    ev = ngx_http_agent_alloc_locked(z,
+    ev = ngx_http_agent_alloc_locked(z, conv,
                                   offsetof(ngx_http_agent_event_t, data) + len);
     if (ev == NULL) {
         return NULL;
@@ -900,12 +904,16 @@ ngx_http_agent_sub_pids_locked(ngx_http_agent_conv_t *conv, ngx_pid_t *pids)
 /*
  * Allocation failure frees what can go without loss, least recently used
  * conversation first, and tries again: the live events of conversations
- * at rest (deltas nobody can be waiting for).  Conversations themselves
- * leave the zone only once the durable store holds them.
+ * at rest (deltas nobody can be waiting for), then, with a store, whole
+ * conversations at rest that it holds (they come back when asked for),
+ * then the deltas of running turns.
+ * Only idle ones leave this way: they are in none of the zone's queues
+ * that a caller may be walking.  pinned is the one the caller works on.
  */
 
 static void *
-ngx_http_agent_alloc_locked(ngx_http_agent_zone_t *z, size_t size)
+ngx_http_agent_alloc_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *pinned, size_t size)
 {
     void  *p;
 
@@ -916,7 +924,7 @@ ngx_http_agent_alloc_locked(ngx_http_agent_zone_t *z, size_t size)
             return p;
         }
 
-        if (ngx_http_agent_expire_locked(z) == 0) {
+        if (ngx_http_agent_expire_locked(z, pinned) == 0) {
             ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
                           "agent zone \"%V\" is full",
                           &z->shm_zone->shm.name);
@@ -927,7 +935,8 @@ ngx_http_agent_alloc_locked(ngx_http_agent_zone_t *z, size_t size)
 
 
 static ngx_uint_t
-ngx_http_agent_expire_locked(ngx_http_agent_zone_t *z)
+ngx_http_agent_expire_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *pinned)
 {
     ngx_uint_t              i, freed;
     ngx_queue_t            *q;
@@ -944,6 +953,42 @@ ngx_http_agent_expire_locked(ngx_http_agent_zone_t *z)
         if (conv->state != NGX_HTTP_AGENT_IDLE || conv->lease) {
             continue;
         }
+
+        for (i = 0; i < NGX_HTTP_AGENT_LIVE_RING; i++) {
+            if (conv->live[i]) {
+                ngx_slab_free_locked(z->shpool, conv->live[i]);
+                conv->live[i] = NULL;
+                freed++;
+            }
+        }
+    }
+
+    if (freed) {
+        return freed;
+    }
+
+    for (q = ngx_queue_head(&z->sh->lru);
+         q != ngx_queue_sentinel(&z->sh->lru) && z->store;
+         q = ngx_queue_next(q))
+    {
+        conv = ngx_queue_data(q, ngx_http_agent_conv_t, lru);
+
+        if (conv != pinned && conv->state == NGX_HTTP_AGENT_IDLE
+            && conv->npending == 0
+            && ngx_http_agent_conv_evictable_locked(conv))
+        {
+            ngx_http_agent_conv_evict_locked(z, conv);
+            return 1;
+        }
+    }
+
+    /* last, the deltas of turns running: subscribers still get the log */
+
+    for (q = ngx_queue_head(&z->sh->lru);
+         q != ngx_queue_sentinel(&z->sh->lru) && freed == 0;
+         q = ngx_queue_next(q))
+    {
+        conv = ngx_queue_data(q, ngx_http_agent_conv_t, lru);
 
         for (i = 0; i < NGX_HTTP_AGENT_LIVE_RING; i++) {
             if (conv->live[i]) {

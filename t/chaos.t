@@ -37,6 +37,9 @@ my $KILLS = $ENV{CHAOS_KILLS} // 8;
 my $RELOADS = $ENV{CHAOS_RELOADS} // 3;
 my $SEED = $ENV{CHAOS_SEED} // int(rand 1e6);
 
+# room for every conversation's working set at once: they all run turns
+my $ZONE = ($N * 32 > 1024 ? $N * 32 : 1024) . 'k';
+
 srand($SEED);
 
 my $JSON = JSON::PP->new->utf8->canonical;
@@ -117,7 +120,7 @@ EOF
 # the zone is sized for every log of the run: a full zone is zone.t's
 
 $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 4,
-    zone => '1m', tools => $tools, agent => 'tools lookup deploy;',
+    zone => $ZONE, tools => $tools, agent => 'tools lookup deploy;',
     server => $server, http => "agent_store $db;\n"
             . "    log_format keys '\$http_idempotency_key "
             . "\$http_x_agent_conversation \$uri \$status';"));
