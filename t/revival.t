@@ -53,8 +53,9 @@ my $status = <<'EOF';
 EOF
 
 sub conf {
-    my ($http) = @_;
-    return engine_conf($mock, workers => 2, zone => '4m', tools => $tools,
+    my ($http, $zone) = @_;
+    return engine_conf($mock, workers => 2, zone => $zone // '4m',
+        tools => $tools,
         agent => 'tools ask_user ask_soon;', server => $status,
         http => "agent_store $db; agent_busy queue; $http");
 }
@@ -336,6 +337,24 @@ sleep 1.5;
 is(zone()->{conversations}, 0, 'evicted again');
 is(send_message($t, 'v1', 'again')->{json}{seq}, 4,
    'message to an evicted conversation appends');
+
+$t->done(more => 1);
+
+# a zone too small for every conversation: those at rest make room
+
+$t->write_file_expand('nginx.conf', conf('', '128k'));
+$t->run;
+
+my @codes;
+for my $i (1 .. 40) {
+    push @codes, send_message($t, "s$i", "hello $i")->{status};
+    wait_state($t, "s$i", 'idle');
+}
+is(join(' ', grep { $_ != 202 } @codes), '', '40 conversations in 128k');
+cmp_ok(zone()->{conversations}, '<', 40, 'not all of them in the zone');
+is(inspect($t, 's1')->{json}{messages}[0]{content}, 'hello 1',
+   'the first one comes back');
+unlike($t->read_file('error.log'), qr/is full/, 'the zone was never full');
 
 $mock->stop;
 $t->done;
