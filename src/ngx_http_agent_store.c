@@ -35,6 +35,8 @@ typedef struct {
 } ngx_http_agent_flush_t;
 
 
+static ngx_int_t ngx_http_agent_store_dir_check(ngx_cycle_t *cycle,
+    ngx_core_conf_t *ccf, ngx_str_t *path);
 static void ngx_http_agent_store_flush(ngx_event_t *ev);
 static ngx_uint_t ngx_http_agent_store_collect_locked(
     ngx_http_agent_flush_t *f, ngx_http_agent_conv_t *conv);
@@ -138,15 +140,68 @@ ngx_http_agent_store_init_module(ngx_cycle_t *cycle)
 
     ccf = (ngx_core_conf_t *) ngx_get_conf(cycle->conf_ctx, ngx_core_module);
 
-    if (geteuid() == 0 && ccf->user != (ngx_uid_t) NGX_CONF_UNSET_UINT
-        && chown((char *) scf->path.data, ccf->user, -1) == -1)
-    {
+    if (geteuid() != 0 || ccf->user == (ngx_uid_t) NGX_CONF_UNSET_UINT) {
+        return NGX_OK;
+    }
+
+    if (chown((char *) scf->path.data, ccf->user, -1) == -1) {
         ngx_log_error(NGX_LOG_EMERG, cycle->log, ngx_errno,
                       "chown(\"%s\") failed", scf->path.data);
         return NGX_ERROR;
     }
 
-    return NGX_OK;
+    return ngx_http_agent_store_dir_check(cycle, ccf, &scf->path);
+}
+
+
+/*
+ * SQLite makes the WAL and shared-memory files beside the database, as
+ * the workers' user: its directory must let that user write, or every
+ * read and write fails later.  Said now, once.
+ */
+
+static ngx_int_t
+ngx_http_agent_store_dir_check(ngx_cycle_t *cycle, ngx_core_conf_t *ccf,
+    ngx_str_t *path)
+{
+    u_char           *p, dir[NGX_MAX_PATH];
+    size_t            len;
+    ngx_file_info_t   fi;
+
+    p = path->data + path->len;
+
+    while (p > path->data && *(p - 1) != '/') {
+        p--;
+    }
+
+    len = (p > path->data + 1) ? (size_t) (p - path->data - 1) : 1;
+
+    if (len >= NGX_MAX_PATH) {
+        return NGX_OK;
+    }
+
+    ngx_memcpy(dir, path->data, len);
+    dir[len] = '\0';
+
+    if (ngx_file_info(dir, &fi) == NGX_FILE_ERROR) {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, ngx_errno,
+                      ngx_file_info_n " \"%s\" failed", dir);
+        return NGX_ERROR;
+    }
+
+    if ((fi.st_uid == ccf->user && (fi.st_mode & S_IWUSR))
+        || (fi.st_gid == ccf->group && (fi.st_mode & S_IWGRP))
+        || (fi.st_mode & S_IWOTH))
+    {
+        return NGX_OK;
+    }
+
+    ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
+                  "agent store \"%V\": the directory \"%s\" must be "
+                  "writable by the workers' user \"%s\" (SQLite makes its "
+                  "WAL files there)", path, dir, ccf->username);
+
+    return NGX_ERROR;
 }
 
 

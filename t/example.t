@@ -45,4 +45,8 @@ is($d->{provider}, 'openai_chat', 'its provider');
 is_deeply([map { $_->{name} } @{$d->{tools}}],
           [qw(get_time send_note ask_user)], 'its tools');
 
+$r = http_get('/agents/zone', port => $t->port(8080));
+is(decode_json($r->{body})->{zone}, 'agents', 'zone status');
+ok(-s $t->testdir . '/demo/agent.db', 'the store is created');
+
 $t->done;

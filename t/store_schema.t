@@ -130,5 +130,27 @@ my ($rc, $out) = $t->test_config;
 isnt($rc, 0, 'nginx -t fails on a newer schema');
 like($out, qr/schema version 3, newer than this module's 2/, 'and says why');
 
+# SQLite writes its WAL files beside the database as the workers' user:
+# a directory they cannot write is refused at once
+
+SKIP: {
+    skip 'needs root to start workers as another user', 2 if $> != 0;
+
+    my $dir = $t->testdir . '/locked';
+    mkdir $dir, 0755;
+
+    $t->write_file_expand('nginx.conf', engine_conf($mock,
+        http => "agent_store $dir/agent.db;"));
+
+    my $conf = $t->read_file('nginx.conf');
+    $conf =~ s/^user root;$/user nobody nogroup;/m;
+    $t->write_file('nginx.conf', $conf);
+
+    ($rc, $out) = $t->test_config;
+    isnt($rc, 0, 'nginx -t fails on a directory the workers cannot write');
+    like($out, qr/the directory "\Q$dir\E" must be writable by the/,
+         'and says why') or diag($out);
+}
+
 $mock->stop;
 done_testing;
