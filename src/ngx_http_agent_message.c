@@ -280,11 +280,11 @@ ngx_http_agent_message_busy_locked(ngx_http_request_t *r,
     ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv,
     ngx_http_agent_message_t *msg, uint32_t hash)
 {
-    u_char                     *p;
-    uint64_t                    seq;
-    ngx_str_t                   json, id;
-    ngx_pid_t                   lease, pids[NGX_HTTP_AGENT_SUB_WORKERS];
-    ngx_uint_t                  n, turn, start, position;
+    u_char                         *p;
+    uint64_t                        seq;
+    ngx_str_t                       json, id;
+    ngx_pid_t                       lease, pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_uint_t                      n, turn, start, position;
     ngx_queue_t                    *q;
     ngx_http_agent_queued_t        *m;
     ngx_http_agent_loc_conf_t      *alcf;

@@ -33,8 +33,12 @@ struct ngx_http_agent_revival_s {
     ngx_http_agent_revive_ctx_t  *ctx;
     ngx_http_agent_zone_t        *zone;
     ngx_uint_t                    evicted;
+    ngx_uint_t                    reads;
     ngx_msec_t                    start;
 };
+
+
+#define NGX_HTTP_AGENT_REVIVE_READS  8
 
 
 /* a call of the turn read back */
@@ -162,6 +166,7 @@ ngx_http_agent_revive(ngx_http_request_t *r, ngx_str_t *id)
 
     rv->request = r;
     rv->ctx = ctx;
+    rv->reads = 0;
     rv->zone = amcf->zone;
     rv->start = ngx_current_msec;
 
@@ -227,15 +232,17 @@ ngx_http_agent_revive_read(ngx_http_agent_store_read_t *rd, ngx_int_t rc,
 
     conv = ngx_http_agent_conv_find_locked(rv->zone, &rd->id);
 
-    if (conv == NULL && rv->zone->sh->evicted != rv->evicted) {
+    if (conv == NULL && rv->zone->sh->evicted != rv->evicted
+        && rv->reads++ < NGX_HTTP_AGENT_REVIVE_READS)
+    {
         /*
          * it may have come back and left again while this was read:
          * what was read may be older than what left, read it again
          */
+        rv->evicted = rv->zone->sh->evicted;
+
         ngx_http_agent_zone_unlock(rv->zone);
         ngx_destroy_pool(pool);
-
-        rv->evicted = rv->zone->sh->evicted;
 
         if (rv->ctx) {
             rv->ctx->revival = rv;
@@ -258,7 +265,11 @@ ngx_http_agent_revive_read(ngx_http_agent_store_read_t *rd, ngx_int_t rc,
         goto done;
     }
 
-    if (conv == NULL) {
+    if (conv == NULL && rv->zone->sh->evicted != rv->evicted) {
+        /* the zone is too busy evicting to tell */
+        rc = NGX_ERROR;
+
+    } else if (conv == NULL) {
         rc = ngx_http_agent_revive_locked(rv->zone, rd, &calls, turn,
                                           &resume);
     }
