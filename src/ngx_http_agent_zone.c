@@ -459,13 +459,15 @@ void
 ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv)
 {
-    ngx_uint_t               i;
+    ngx_uint_t               i, trimmed;
     ngx_queue_t             *q;
     ngx_http_agent_event_t  *ev;
 
     if (!z->store) {
         return;
     }
+
+    trimmed = 0;
 
     while (!ngx_queue_empty(&conv->log)) {
         q = ngx_queue_head(&conv->log);
@@ -480,9 +482,12 @@ ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
         ngx_queue_remove(q);
         conv->nlog--;
         ngx_slab_free_locked(z->shpool, ev);
+        trimmed++;
     }
 
-    if (conv->base == 0 || ngx_queue_empty(&conv->log)) {
+    /* most flushes, those within a turn, trim nothing */
+
+    if (trimmed == 0 || ngx_queue_empty(&conv->log)) {
         return;
     }
 
