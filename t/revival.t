@@ -65,7 +65,7 @@ $t->run;
 
 sub sql {
     my ($q) = @_;
-    my $r = `sqlite3 -separator '|' '$db' "$q" 2>&1`;
+    my $r = `sqlite3 -cmd '.timeout 5000' -separator '|' '$db' "$q" 2>&1`;
     chomp $r;
     return $r;
 }

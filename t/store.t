@@ -38,7 +38,7 @@ $t->run;
 
 sub sql {
     my ($q) = @_;
-    my $r = `sqlite3 -separator '|' '$db' "$q" 2>&1`;
+    my $r = `sqlite3 -cmd '.timeout 5000' -separator '|' '$db' "$q" 2>&1`;
     chomp $r;
     return $r;
 }
@@ -108,13 +108,14 @@ send_message($t, 'w0', 'first');
 wait_state($t, 'w0', 'idle');
 
 # the lock is known to be held only once sqlite3 says so: it may take
-# a while to start on a loaded machine
+# a while to start on a loaded machine, and wait for a flush of w0's
+# turn to finish
 my $held = $t->testdir . '/lock.out';
 open my $lock, '|-', "sqlite3 '$db' > '$held'" or die "sqlite3: $!\n";
 $lock->autoflush(1);
-print $lock "BEGIN IMMEDIATE;\nINSERT INTO meta VALUES ('lock', 'held');\n"
-    . "SELECT 'held';\n";
-for (1 .. 200) {
+print $lock ".bail on\n.timeout 10000\nBEGIN IMMEDIATE;\n"
+    . "INSERT INTO meta VALUES ('lock', 'held');\nSELECT 'held';\n";
+for (1 .. 300) {
     last if -s $held;
     select undef, undef, undef, 0.05;
 }
