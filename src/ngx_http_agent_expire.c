@@ -13,6 +13,7 @@
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_wake.h"
+#include "ngx_http_agent_message.h"
 #include "ngx_http_agent_expire.h"
 #include "ngx_http_agent_store.h"
 
@@ -38,6 +39,7 @@ typedef struct {
     ngx_pid_t                     pids[NGX_HTTP_AGENT_SUB_WORKERS];
     ngx_uint_t                    npids;
     unsigned                      resume:1;
+    unsigned                      next:1;     /* a queued message starts */
 } ngx_http_agent_expired_t;
 
 
@@ -50,6 +52,9 @@ static ngx_uint_t ngx_http_agent_alive(ngx_pid_t pid);
 static void ngx_http_agent_expire_evict_locked(
     ngx_http_agent_main_conf_t *amcf, ngx_http_agent_zone_t *z);
 static void ngx_http_agent_expire_subs_locked(ngx_http_agent_conv_t *conv);
+static ngx_uint_t ngx_http_agent_expire_stalled_locked(
+    ngx_http_agent_zone_t *z, ngx_http_agent_expired_t *expired,
+    ngx_uint_t n);
 
 
 static ngx_event_t  ngx_http_agent_expire_event;
@@ -106,6 +111,8 @@ ngx_http_agent_expire_handler(ngx_event_t *ev)
 
     ngx_http_agent_zone_lock(z);
 
+    ngx_http_agent_zone_reserve_locked(z);
+
     for (q = ngx_queue_head(&z->sh->waiting);
          q != ngx_queue_sentinel(&z->sh->waiting)
          && n < NGX_HTTP_AGENT_EXPIRE_RESUME;
@@ -126,6 +133,7 @@ ngx_http_agent_expire_handler(ngx_event_t *ev)
         expired[n].agent_len = conv->agent_len;
         expired[n].turn = conv->turn;
         expired[n].resume = 0;
+        expired[n].next = 0;
 
         /* the last waiting call is gone and no turn runs: this one goes on */
 
@@ -174,9 +182,14 @@ ngx_http_agent_expire_handler(ngx_event_t *ev)
         expired[n].agent_len = conv->agent_len;
         expired[n].turn = conv->turn;
         expired[n].resume = 1;
+        expired[n].next = 0;
         expired[n].npids = ngx_http_agent_sub_pids_locked(conv,
                                                           expired[n].pids);
         n++;
+    }
+
+    if (z->sh->stalled) {
+        n = ngx_http_agent_expire_stalled_locked(z, expired, n);
     }
 
     if (amcf->store) {
@@ -335,7 +348,7 @@ ngx_http_agent_expire_resume(ngx_http_agent_main_conf_t *amcf,
 
     ngx_http_agent_wake(&id, e->pids, e->npids);
 
-    if (!e->resume) {
+    if (!e->resume && !e->next) {
         return;
     }
 
@@ -343,6 +356,11 @@ ngx_http_agent_expire_resume(ngx_http_agent_main_conf_t *amcf,
     name.len = e->agent_len;
 
     agent = ngx_http_agent_find(amcf, &name);
+
+    if (e->next) {
+        ngx_http_agent_turn_next(agent, amcf->zone, &id, e->turn);
+        return;
+    }
 
     if (agent == NULL || agent->conf_ctx == NULL
         || ngx_http_agent_turn_start(NULL, agent, amcf->zone, &id, e->turn, 1)
@@ -360,6 +378,62 @@ ngx_http_agent_expire_resume(ngx_http_agent_main_conf_t *amcf,
  * input, agent_evict_awaiting) leave the zone, least recently used first;
  * the store has all of them, and a request or the sweep brings them back.
  */
+
+/*
+ * Queued messages that found no room to start when their turn came
+ * (a full zone): tried again, and the flag stays up while some wait.
+ */
+
+static ngx_uint_t
+ngx_http_agent_expire_stalled_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_expired_t *expired, ngx_uint_t n)
+{
+    uint64_t                seq;
+    ngx_uint_t              turn;
+    ngx_queue_t            *q;
+    ngx_http_agent_conv_t  *conv;
+
+    z->sh->stalled = 0;
+
+    for (q = ngx_queue_head(&z->sh->lru);
+         q != ngx_queue_sentinel(&z->sh->lru);
+         q = ngx_queue_next(q))
+    {
+        conv = ngx_queue_data(q, ngx_http_agent_conv_t, lru);
+
+        if (conv->state != NGX_HTTP_AGENT_IDLE || conv->lease
+            || conv->nqueued == 0)
+        {
+            continue;
+        }
+
+        if (n == NGX_HTTP_AGENT_EXPIRE_RESUME) {
+            z->sh->stalled = 1;
+            break;
+        }
+
+        if (ngx_http_agent_message_next_locked(z, conv, &turn, &seq)
+            != NGX_OK)
+        {
+            /* no room yet: the flag is up again */
+            break;
+        }
+
+        ngx_memcpy(expired[n].id, conv->id, conv->id_len);
+        expired[n].id_len = conv->id_len;
+        ngx_memcpy(expired[n].agent, conv->agent, conv->agent_len);
+        expired[n].agent_len = conv->agent_len;
+        expired[n].turn = turn;
+        expired[n].resume = 0;
+        expired[n].next = 1;
+        expired[n].npids = ngx_http_agent_sub_pids_locked(conv,
+                                                          expired[n].pids);
+        n++;
+    }
+
+    return n;
+}
+
 
 #define NGX_HTTP_AGENT_EVICT_ROUND  64
 

@@ -454,7 +454,7 @@ ngx_http_agent_inspect_has(ngx_array_t *calls, ngx_str_t *id)
 /*
  * agent_zone_status: what the zone holds, for monitoring and sizing:
  * {"zone":NAME,"size":BYTES,"pages":N,"free_pages":N,"used":BYTES,
- *  "conversations":N}
+ *  "conversations":N,"reserve":BOOL}
  */
 
 static ngx_int_t ngx_http_agent_zone_status_handler(ngx_http_request_t *r);
@@ -482,7 +482,7 @@ ngx_http_agent_zone_status_handler(ngx_http_request_t *r)
 {
     ngx_int_t                    rc;
     ngx_str_t                    json;
-    ngx_uint_t                   pages, free, count;
+    ngx_uint_t                   pages, free, count, reserve;
     ngx_slab_pool_t             *shpool;
     ngx_http_agent_zone_t       *z;
     ngx_http_agent_main_conf_t  *amcf;
@@ -512,6 +512,7 @@ ngx_http_agent_zone_status_handler(ngx_http_request_t *r)
     pages = (shpool->end - shpool->start) / ngx_pagesize;
     free = shpool->pfree;
     count = z->sh->count;
+    reserve = (z->sh->reserve != NULL);
 
     ngx_http_agent_zone_unlock(z);
 
@@ -523,9 +524,10 @@ ngx_http_agent_zone_status_handler(ngx_http_request_t *r)
     json.len = ngx_sprintf(json.data,
                            "{\"zone\":\"%V\",\"size\":%uz,\"pages\":%ui,"
                            "\"free_pages\":%ui,\"used\":%ui,"
-                           "\"conversations\":%ui}",
+                           "\"conversations\":%ui,\"reserve\":%s}",
                            &z->shm_zone->shm.name, z->shm_zone->shm.size,
-                           pages, free, (pages - free) * ngx_pagesize, count)
+                           pages, free, (pages - free) * ngx_pagesize, count,
+                           reserve ? "true" : "false")
                - json.data;
 
     return ngx_http_agent_json_send(r, NGX_HTTP_OK, &json);

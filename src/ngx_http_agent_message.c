@@ -231,11 +231,40 @@ ngx_http_agent_message_start_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv, ngx_str_t *fields, uint32_t hash,
     ngx_uint_t *turn, uint64_t *seq)
 {
-    ngx_str_t                 empty;
+    ngx_str_t                 empty, closed;
     ngx_http_agent_event_t   *ev;
     ngx_http_agent_source_t  *src;
 
     ngx_str_set(&empty, "{}");
+
+    /*
+     * The last turn ended without its end in the log (a full zone):
+     * closed now, its calls paired, before the next one starts.
+     */
+
+    if (!ngx_queue_empty(&conv->log)) {
+        ev = ngx_queue_data(ngx_queue_last(&conv->log),
+                            ngx_http_agent_event_t, queue);
+
+        if (ev->type != NGX_HTTP_AGENT_EV_TURN_COMPLETED
+            && ev->type != NGX_HTTP_AGENT_EV_TURN_FAILED
+            && ev->type != NGX_HTTP_AGENT_EV_CANCELLED)
+        {
+            ngx_str_set(&closed, "{\"reason\":\"the turn's end could not "
+                                 "be recorded\"}");
+
+            if (ngx_http_agent_turn_pair_locked(z, conv,
+                                                NGX_HTTP_AGENT_UNPAIRED)
+                != NGX_OK
+                || ngx_http_agent_event_add_locked(z, conv,
+                                                NGX_HTTP_AGENT_EV_TURN_FAILED,
+                                                &closed)
+                   == NULL)
+            {
+                return NGX_ERROR;
+            }
+        }
+    }
 
     conv->turn++;
 
@@ -507,6 +536,8 @@ ngx_http_agent_message_next_locked(ngx_http_agent_zone_t *z,
                                             seq)
         != NGX_OK)
     {
+        /* the expiry timer tries again once the zone has room */
+        z->sh->stalled = 1;
         return NGX_ERROR;
     }
 

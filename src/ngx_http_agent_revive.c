@@ -670,6 +670,8 @@ ngx_http_agent_revive_resume(ngx_http_agent_zone_t *z, ngx_str_t *id,
     conv = ngx_http_agent_conv_find_locked(z, id);
 
     if (conv && conv->lease == ngx_pid) {
+        (void) ngx_http_agent_turn_pair_locked(z, conv,
+                                               NGX_HTTP_AGENT_UNPAIRED);
         (void) ngx_http_agent_event_add_locked(z, conv,
                                                NGX_HTTP_AGENT_EV_TURN_FAILED,
                                                &fields);

@@ -1254,6 +1254,11 @@ ngx_http_agent_turn_end(ngx_http_agent_turn_t *t, ngx_uint_t type,
     }
 
     if (conv) {
+        if (type == NGX_HTTP_AGENT_EV_TURN_FAILED) {
+            (void) ngx_http_agent_turn_pair_locked(t->zone, conv,
+                                                   NGX_HTTP_AGENT_UNPAIRED);
+        }
+
         if (fields
             && ngx_http_agent_event_add_locked(t->zone, conv, type, fields)
                == NULL)

@@ -149,6 +149,14 @@ void ngx_http_agent_turn_cancel_check(void);
 ngx_int_t ngx_http_agent_cancel_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
 
+#define NGX_HTTP_AGENT_UNPAIRED                                              \
+    "[failed] the turn ended before the call had a result"
+
+/* under the lock: an error result for each call of the turn left without
+   one, before the turn's terminal event */
+ngx_int_t ngx_http_agent_turn_pair_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, char *error);
+
 /* appends an event built from fields and wakes the subscribers */
 ngx_int_t ngx_http_agent_emit(ngx_http_agent_zone_t *zone, ngx_str_t *id,
     ngx_uint_t type, ngx_str_t *fields);

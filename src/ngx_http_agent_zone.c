@@ -142,6 +142,7 @@ ngx_http_agent_zone_init(ngx_shm_zone_t *shm_zone, void *data)
     ngx_http_agent_zone_t  *oz = data;
 
     size_t                  len;
+    ngx_uint_t              pages;
     ngx_http_agent_zone_t  *z;
 
     z = shm_zone->data;
@@ -185,6 +186,13 @@ ngx_http_agent_zone_init(ngx_shm_zone_t *shm_zone, void *data)
 
     /* a full zone is answered with 503 and logged once per request */
     z->shpool->log_nomem = 0;
+
+    pages = (z->shpool->end - z->shpool->start) / ngx_pagesize
+            / NGX_HTTP_AGENT_RESERVE_SHARE;
+    pages = ngx_max(1, ngx_min(pages, NGX_HTTP_AGENT_RESERVE_MAX));
+
+    z->sh->reserve_size = pages * ngx_pagesize;
+    z->sh->reserve = ngx_slab_alloc(z->shpool, z->sh->reserve_size);
 
     return NGX_OK;
 }
@@ -541,6 +549,41 @@ ngx_http_agent_log_restore_locked(ngx_http_agent_zone_t *z,
 }
 
 
+/* the current turn's first event in the log: its user_msg */
+
+ngx_queue_t *
+ngx_http_agent_log_turn_locked(ngx_http_agent_conv_t *conv)
+{
+    ngx_queue_t             *q;
+    ngx_http_agent_event_t  *e;
+
+    for (q = ngx_queue_last(&conv->log);
+         q != ngx_queue_sentinel(&conv->log);
+         q = ngx_queue_prev(q))
+    {
+        e = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+        if (e->type == NGX_HTTP_AGENT_EV_USER_MSG) {
+            return q;
+        }
+    }
+
+    return ngx_queue_head(&conv->log);
+}
+
+
+/* the reserve back, once the zone has the room */
+
+void
+ngx_http_agent_zone_reserve_locked(ngx_http_agent_zone_t *z)
+{
+    if (z->sh->reserve == NULL) {
+        z->sh->reserve = ngx_slab_alloc_locked(z->shpool,
+                                               z->sh->reserve_size);
+    }
+}
+
+
 /*
  * An event is stored as the JSON its subscribers get:
  * {"type":T,"seq":N,"turn":N,"ts":N, <fields>}, where fields is a JSON
@@ -571,6 +614,30 @@ ngx_http_agent_event_add_locked(ngx_http_agent_zone_t *z,
 
     ev = ngx_http_agent_alloc_locked(z, conv,
                                   offsetof(ngx_http_agent_event_t, data) + len);
+
+    /*
+     * An event that ends a call or a turn is small, and a full zone gives
+     * up its reserve for it: a turn that cannot go on can still end, with
+     * its calls paired.  The expiry timer takes the reserve back.
+     */
+
+    if (ev == NULL && z->sh->reserve && len <= NGX_HTTP_AGENT_CLOSING_MAX
+        && (type == NGX_HTTP_AGENT_EV_TOOL_RESULT
+            || type == NGX_HTTP_AGENT_EV_RESOLUTION
+            || type == NGX_HTTP_AGENT_EV_TURN_FAILED
+            || type == NGX_HTTP_AGENT_EV_CANCELLED))
+    {
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                      "agent zone \"%V\" gives up its reserve to end a turn",
+                      &z->shm_zone->shm.name);
+
+        ngx_slab_free_locked(z->shpool, z->sh->reserve);
+        z->sh->reserve = NULL;
+
+        ev = ngx_slab_alloc_locked(z->shpool,
+                                  offsetof(ngx_http_agent_event_t, data) + len);
+    }
+
     if (ev == NULL) {
         return NULL;
     }

@@ -23,6 +23,14 @@
 #define NGX_HTTP_AGENT_CALL_ID_LEN       64
 #define NGX_HTTP_AGENT_TOOL_NAME_LEN     64
 
+/*
+ * Kept back in the zone for the events that end calls and turns: one
+ * page in 32 of the zone, from 1 to 8 pages.
+ */
+#define NGX_HTTP_AGENT_RESERVE_SHARE     32
+#define NGX_HTTP_AGENT_RESERVE_MAX       8
+#define NGX_HTTP_AGENT_CLOSING_MAX       1024
+
 
 /* conversation states; only idle and awaiting_input are at rest */
 typedef enum {
@@ -179,6 +187,13 @@ typedef struct {
 
     /* the last sweep of the store, ms */
     uint64_t                      swept;
+
+    /* a queued message found no room to start: the expiry tries again */
+    ngx_uint_t                    stalled;
+
+    /* pages kept back so that a full zone can still end its turns */
+    void                         *reserve;
+    size_t                        reserve_size;
 } ngx_http_agent_sh_t;
 
 
@@ -237,6 +252,8 @@ void ngx_http_agent_conv_evict_locked(ngx_http_agent_zone_t *z,
 ngx_http_agent_event_t *ngx_http_agent_log_restore_locked(
     ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv, uint64_t seq,
     ngx_uint_t type, ngx_str_t *data);
+void ngx_http_agent_zone_reserve_locked(ngx_http_agent_zone_t *z);
+ngx_queue_t *ngx_http_agent_log_turn_locked(ngx_http_agent_conv_t *conv);
 void ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
 void ngx_http_agent_lease_locked(ngx_http_agent_zone_t *z,
