@@ -387,6 +387,7 @@ $slow->stream->close;
 my @old = map { subscribe('c9', port => $spread) } 1 .. 4;
 $_->events_until(is_type('turn_completed'), 5) for @old;
 
+my %before = map { $_ => 1 } $t->worker_pids;
 ok($t->reload, 'reloaded');
 
 my $ended = 0;
@@ -395,6 +396,14 @@ for my $s (@old) {
     $ended++ if $s->stream->finished;
 }
 is($ended, 4, 'streams of the old workers ended with their last chunk');
+
+# an old worker that has not yet seen the reload may still accept on its
+# reuseport socket: the new subscribers come once they are all gone
+
+for (1 .. 200) {
+    last unless grep { $before{$_} } $t->worker_pids;
+    sleep 0.05;
+}
 
 $mock->script({ text => 'after the reload', chunks => 2, delay => 0.05,
                 latency => 0.5 });
