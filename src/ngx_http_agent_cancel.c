@@ -466,10 +466,7 @@ ngx_int_t
 ngx_http_agent_turn_pair_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv, char *error)
 {
-    u_char                    *p;
-    size_t                     len;
     ngx_int_t                  rc;
-    ngx_str_t                  fields;
     ngx_uint_t                 i;
     ngx_pool_t                *pool;
     ngx_array_t                calls;
@@ -524,40 +521,16 @@ ngx_http_agent_turn_pair_locked(ngx_http_agent_zone_t *z,
                       "agent call \"%V\" of \"%*s\" had no result: %s",
                       &c[i].id, conv->id_len, conv->id, error);
 
+        if (ngx_http_agent_error_result_locked(z, conv, &c[i].id, &c[i].name,
+                                               error)
+            != NGX_OK)
+        {
+            rc = NGX_ERROR;
+        }
+
         pd = ngx_http_agent_pending_find_locked(conv, &c[i].id);
         if (pd) {
             ngx_http_agent_pending_remove_locked(conv, pd);
-        }
-
-        len = sizeof("{\"tool_call_id\":\"\",\"name\":\"\",\"ok\":false,"
-                     "\"error\":\"\"}") - 1
-              + c[i].id.len + ngx_escape_json(NULL, c[i].id.data, c[i].id.len)
-              + c[i].name.len
-              + ngx_escape_json(NULL, c[i].name.data, c[i].name.len)
-              + ngx_strlen(error);
-
-        p = ngx_pnalloc(pool, len);
-        if (p == NULL) {
-            goto failed;
-        }
-
-        fields.data = p;
-
-        p = ngx_cpymem(p, "{\"tool_call_id\":\"",
-                       sizeof("{\"tool_call_id\":\"") - 1);
-        p = (u_char *) ngx_escape_json(p, c[i].id.data, c[i].id.len);
-        p = ngx_cpymem(p, "\",\"name\":\"", sizeof("\",\"name\":\"") - 1);
-        p = (u_char *) ngx_escape_json(p, c[i].name.data, c[i].name.len);
-        p = ngx_sprintf(p, "\",\"ok\":false,\"error\":\"%s\"}", error);
-
-        fields.len = p - fields.data;
-
-        if (ngx_http_agent_event_add_locked(z, conv,
-                                            NGX_HTTP_AGENT_EV_TOOL_RESULT,
-                                            &fields)
-            == NULL)
-        {
-            rc = NGX_ERROR;
         }
     }
 

@@ -283,7 +283,8 @@ ngx_http_agent_pending_settle_locked(ngx_http_agent_zone_t *z,
     ngx_uint_t how, char *reason)
 {
     u_char     buf[1024], *b;
-    ngx_str_t  fields;
+    ngx_int_t  rc;
+    ngx_str_t  fields, id, name;
 
     b = ngx_cpymem(buf, "{\"tool_call_id\":\"",
                    sizeof("{\"tool_call_id\":\"") - 1);
@@ -308,27 +309,61 @@ ngx_http_agent_pending_settle_locked(ngx_http_agent_zone_t *z,
         return NGX_ERROR;
     }
 
-    /* the same call and name, then the result */
-
-    b = buf + sizeof("{\"tool_call_id\":\"") - 1;
-    b = (u_char *) ngx_escape_json(b, p->id, p->id_len);
-    b = ngx_cpymem(b, "\",\"name\":\"", sizeof("\",\"name\":\"") - 1);
-    b = (u_char *) ngx_escape_json(b, p->name, p->name_len);
-    b = ngx_sprintf(b, "\",\"ok\":false,\"error\":\"%s\"}", reason);
-
-    fields.len = b - buf;
-
     ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
                   "agent call \"%*s\" of \"%*s\" settled: %s",
                   p->id_len, p->id, conv->id_len, conv->id, reason);
 
+    id.data = p->id;
+    id.len = p->id_len;
+    name.data = p->name;
+    name.len = p->name_len;
+
+    rc = ngx_http_agent_error_result_locked(z, conv, &id, &name, reason);
+
     ngx_http_agent_pending_remove_locked(conv, p);
 
-    if (ngx_http_agent_event_add_locked(z, conv,
-                                        NGX_HTTP_AGENT_EV_TOOL_RESULT,
-                                        &fields)
-        == NULL)
-    {
+    return rc;
+}
+
+
+/* the tool_result that ends a call with an error */
+
+ngx_int_t
+ngx_http_agent_error_result_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_str_t *id, ngx_str_t *name, char *error)
+{
+    u_char                  *b;
+    size_t                   len;
+    ngx_str_t                fields;
+    ngx_http_agent_event_t  *ev;
+
+    len = sizeof("{\"tool_call_id\":\"\",\"name\":\"\",\"ok\":false,"
+                 "\"error\":\"\"}") - 1
+          + id->len + ngx_escape_json(NULL, id->data, id->len)
+          + name->len + ngx_escape_json(NULL, name->data, name->len)
+          + ngx_strlen(error);
+
+    fields.data = ngx_alloc(len, ngx_cycle->log);
+    if (fields.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    b = ngx_cpymem(fields.data, "{\"tool_call_id\":\"",
+                   sizeof("{\"tool_call_id\":\"") - 1);
+    b = (u_char *) ngx_escape_json(b, id->data, id->len);
+    b = ngx_cpymem(b, "\",\"name\":\"", sizeof("\",\"name\":\"") - 1);
+    b = (u_char *) ngx_escape_json(b, name->data, name->len);
+    b = ngx_sprintf(b, "\",\"ok\":false,\"error\":\"%s\"}", error);
+
+    fields.len = b - fields.data;
+
+    ev = ngx_http_agent_event_add_locked(z, conv,
+                                         NGX_HTTP_AGENT_EV_TOOL_RESULT,
+                                         &fields);
+
+    ngx_free(fields.data);
+
+    if (ev == NULL) {
         return NGX_ERROR;
     }
 
@@ -372,12 +407,6 @@ ngx_http_agent_expire_resume(ngx_http_agent_main_conf_t *amcf,
     }
 }
 
-
-/*
- * Conversations at rest longer than agent_evict_idle (or, waiting for
- * input, agent_evict_awaiting) leave the zone, least recently used first;
- * the store has all of them, and a request or the sweep brings them back.
- */
 
 /*
  * Queued messages that found no room to start when their turn came
@@ -434,6 +463,12 @@ ngx_http_agent_expire_stalled_locked(ngx_http_agent_zone_t *z,
     return n;
 }
 
+
+/*
+ * Conversations at rest longer than agent_evict_idle (or, waiting for
+ * input, agent_evict_awaiting) leave the zone, least recently used first;
+ * the store has all of them, and a request or the sweep brings them back.
+ */
 
 #define NGX_HTTP_AGENT_EVICT_ROUND  64
 
