@@ -102,6 +102,13 @@ ngx_http_agent_cancel_handler(ngx_http_request_t *r)
         return ngx_http_agent_not_found(r, &id);
     }
 
+    if (ngx_http_agent_conv_agent_locked(conv, ngx_http_agent_api_agent(r))
+        != NGX_OK)
+    {
+        ngx_http_agent_zone_unlock(z);
+        return ngx_http_agent_api_foreign(r);
+    }
+
     if (conv->state == NGX_HTTP_AGENT_IDLE) {
         ngx_http_agent_zone_unlock(z);
         return ngx_http_agent_cancel_answer(r, &id, 0, 0,
@@ -552,6 +559,7 @@ static ngx_int_t
 ngx_http_agent_pair_event(ngx_pool_t *pool, ngx_http_agent_event_t *e,
     ngx_array_t *calls)
 {
+    char                    err[NGX_HTTP_AGENT_JSON_ERR];
     u_char                 *json;
     ngx_str_t               id;
     ngx_uint_t              i;
@@ -572,7 +580,9 @@ ngx_http_agent_pair_event(ngx_pool_t *pool, ngx_http_agent_event_t *e,
     ngx_memcpy(json, e->data, e->len);
     json[e->len] = '\0';
 
-    root = yajl_tree_parse((char *) json, NULL, 0);
+    root = ngx_http_agent_json_parse(json, e->len,
+                                     NGX_HTTP_AGENT_JSON_LOG_DEPTH, err,
+                                     sizeof(err));
     if (root == NULL) {
         return NGX_OK;
     }

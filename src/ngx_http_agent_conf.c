@@ -27,6 +27,7 @@
 
 #define NGX_HTTP_AGENT_MAX_MODEL_CALLS  10
 #define NGX_HTTP_AGENT_SUSPEND_TIMEOUT  300000
+#define NGX_HTTP_AGENT_MODEL_TIMEOUT    600000
 #define NGX_HTTP_AGENT_RETRY_ATTEMPTS   3
 #define NGX_HTTP_AGENT_RETRY_BASE       500
 #define NGX_HTTP_AGENT_RETRY_CAP        8000
@@ -51,6 +52,8 @@ static ngx_int_t ngx_http_agent_conf_read_file(ngx_conf_t *cf,
 static char *ngx_http_agent_conf_set_enum(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_agent_conf_utf8(ngx_conf_t *cf, void *post,
+    void *data);
+static char *ngx_http_agent_conf_positive(ngx_conf_t *cf, void *post,
     void *data);
 
 static ngx_http_agent_tool_t *ngx_http_agent_tool_find(
@@ -116,6 +119,9 @@ ngx_str_t  ngx_http_agent_pending_kinds[] = {
 
 static ngx_conf_post_t  ngx_http_agent_conf_utf8_post =
     { ngx_http_agent_conf_utf8 };
+
+static ngx_conf_post_t  ngx_http_agent_conf_positive_post =
+    { ngx_http_agent_conf_positive };
 
 static ngx_conf_num_bounds_t  ngx_http_agent_max_model_calls_bounds = {
     ngx_conf_check_num_bounds, 1, -1
@@ -248,6 +254,13 @@ static ngx_command_t  ngx_http_agent_block_commands[] = {
       0,
       offsetof(ngx_http_agent_t, suspend_timeout),
       NULL },
+
+    { ngx_string("model_timeout"),
+      NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      0,
+      offsetof(ngx_http_agent_t, model_timeout),
+      &ngx_http_agent_conf_positive_post },
 
     { ngx_string("retry"),
       NGX_CONF_1MORE,
@@ -460,6 +473,7 @@ ngx_http_agent_block(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     agent->name = value[1];
     agent->max_model_calls = NGX_CONF_UNSET;
     agent->suspend_timeout = NGX_CONF_UNSET_MSEC;
+    agent->model_timeout = NGX_CONF_UNSET_MSEC;
     agent->retry_attempts = NGX_CONF_UNSET_UINT;
     agent->retry_base = NGX_CONF_UNSET_MSEC;
     agent->retry_cap = NGX_CONF_UNSET_MSEC;
@@ -497,6 +511,8 @@ ngx_http_agent_block(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                         NGX_HTTP_AGENT_MAX_MODEL_CALLS);
     ngx_conf_init_msec_value(agent->suspend_timeout,
                              NGX_HTTP_AGENT_SUSPEND_TIMEOUT);
+    ngx_conf_init_msec_value(agent->model_timeout,
+                             NGX_HTTP_AGENT_MODEL_TIMEOUT);
     ngx_conf_init_uint_value(agent->retry_attempts,
                              NGX_HTTP_AGENT_RETRY_ATTEMPTS);
     ngx_conf_init_msec_value(agent->retry_base, NGX_HTTP_AGENT_RETRY_BASE);
@@ -911,6 +927,19 @@ ngx_http_agent_conf_utf8(ngx_conf_t *cf, void *post, void *data)
 
 
 static char *
+ngx_http_agent_conf_positive(ngx_conf_t *cf, void *post, void *data)
+{
+    ngx_msec_t  *ms = data;
+
+    if (*ms == 0) {
+        return "must be more than 0";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
 ngx_http_agent_tool_json(ngx_conf_t *cf, ngx_http_agent_tool_t *tool,
     ngx_str_t *json, ngx_str_t *what)
 {
@@ -947,6 +976,7 @@ ngx_http_agent_options(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_agent_t  *agent = conf;
 
     u_char              *p;
+    char                 buf[NGX_HTTP_AGENT_JSON_ERR];
     ngx_int_t            rc;
     ngx_str_t            json, err, *value;
     yajl_val             v;
@@ -986,8 +1016,11 @@ ngx_http_agent_options(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    v = yajl_tree_parse((char *) p, NULL, 0);
+    v = ngx_http_agent_json_parse(p, json.len, NGX_HTTP_AGENT_JSON_DEPTH,
+                                  buf, sizeof(buf));
     if (v == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "agent \"%V\": options %s",
+                           &agent->name, buf);
         return NGX_CONF_ERROR;
     }
 

@@ -84,6 +84,8 @@ ngx_http_agent_describe_agent(yajl_gen g, ngx_http_agent_t *agent)
     failed |= yajl_gen_integer(g, agent->max_model_calls);
     failed |= ngx_http_agent_json_key(g, "suspend_timeout_ms");
     failed |= yajl_gen_integer(g, agent->suspend_timeout);
+    failed |= ngx_http_agent_json_key(g, "model_timeout_ms");
+    failed |= yajl_gen_integer(g, agent->model_timeout);
 
     failed |= ngx_http_agent_json_key(g, "retry");
     failed |= yajl_gen_map_open(g);

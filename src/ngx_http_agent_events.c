@@ -44,12 +44,14 @@
 #define NGX_HTTP_AGENT_EVENTS_KEEP       2
 
 /*
- * Buffer memory queued for the client: from SLOW on, live events are
- * skipped; from STALL on, nothing more is read from the zone until the
- * client has caught up (the cursor waits, so no canonical event is lost).
+ * Output queued for a client that does not keep up is bounded by
+ * agent_events_buffer: from SLOW on (or half the limit), live events are
+ * skipped; a canonical event is queued only if it fits under the limit,
+ * else the cursor waits before it until the client has taken enough (no
+ * canonical event is lost); one larger than the limit goes in slices.
+ * send_timeout closes a client that takes nothing.
  */
 #define NGX_HTTP_AGENT_EVENTS_SLOW       (64 * 1024)
-#define NGX_HTTP_AGENT_EVENTS_STALL      (1024 * 1024)
 
 
 typedef struct {
@@ -71,6 +73,15 @@ typedef struct {
 
     uint64_t                         seq;       /* last canonical seq sent */
     uint64_t                         pos;       /* last position read */
+
+    /* live events up to this position came before the subscriber */
+    uint64_t                         live;
+
+    /* bytes of the frame of event seq + 1 queued so far (a slice) */
+    size_t                           offset;
+
+    size_t                           limit;     /* agent_events_buffer */
+    size_t                           queued;    /* waiting for the client */
 
     ngx_msec_t                       interval;  /* heartbeat */
     ngx_msec_t                       sent;      /* last output */
@@ -99,6 +110,9 @@ static ngx_int_t ngx_http_agent_events_after(ngx_http_request_t *r,
 static ngx_int_t ngx_http_agent_events_header(ngx_http_request_t *r);
 static ngx_int_t ngx_http_agent_events_header_add(ngx_http_request_t *r,
     char *key, char *value);
+static ngx_int_t ngx_http_agent_events_history_locked(
+    ngx_http_agent_events_sub_t *sub, ngx_http_agent_revive_ctx_t *ctx,
+    ngx_chain_t ***ll);
 static ngx_int_t ngx_http_agent_events_snapshot_locked(
     ngx_http_agent_events_sub_t *sub, ngx_http_agent_conv_t *conv,
     ngx_chain_t ***ll);
@@ -106,10 +120,10 @@ static ngx_int_t ngx_http_agent_events_pull(ngx_http_agent_events_sub_t *sub,
     ngx_chain_t **out);
 static ngx_int_t ngx_http_agent_events_copy_locked(
     ngx_http_agent_events_sub_t *sub, ngx_http_agent_event_t **evs,
-    ngx_uint_t n, ngx_uint_t slow, ngx_uint_t strict, ngx_chain_t ***ll);
-static size_t ngx_http_agent_events_frame_size(ngx_http_agent_event_t *ev);
+    ngx_uint_t n, ngx_uint_t strict, ngx_chain_t ***ll, ngx_uint_t *used);
+static size_t ngx_http_agent_events_head_size(ngx_http_agent_event_t *ev);
 static u_char *ngx_http_agent_events_frame(u_char *p,
-    ngx_http_agent_event_t *ev);
+    ngx_http_agent_event_t *ev, size_t off, size_t len, ngx_uint_t last);
 static ngx_chain_t *ngx_http_agent_events_buf(
     ngx_http_agent_events_sub_t *sub, size_t size);
 static size_t ngx_http_agent_events_busy(ngx_http_agent_events_sub_t *sub);
@@ -117,6 +131,7 @@ static ngx_int_t ngx_http_agent_events_send(ngx_http_agent_events_sub_t *sub,
     ngx_chain_t *out);
 static ngx_int_t ngx_http_agent_events_update(
     ngx_http_agent_events_sub_t *sub);
+static void ngx_http_agent_events_more(ngx_http_agent_events_sub_t *sub);
 static void ngx_http_agent_events_finish(ngx_http_agent_events_sub_t *sub);
 static void ngx_http_agent_events_close(ngx_http_agent_events_sub_t *sub,
     ngx_int_t rc);
@@ -149,6 +164,7 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
     ngx_http_agent_zone_t        *z;
     ngx_http_agent_conv_t        *conv;
     ngx_http_core_loc_conf_t     *clcf;
+    ngx_http_agent_loc_conf_t    *alcf;
     ngx_http_agent_main_conf_t   *amcf;
     ngx_http_agent_events_sub_t  *sub;
     ngx_http_agent_revive_ctx_t  *ctx;
@@ -164,6 +180,7 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
     }
 
     amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
+    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
 
     z = amcf->zone;
 
@@ -205,6 +222,7 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
     ngx_memcpy(sub->id_data, id.data, id.len);
     sub->seq = after;
     sub->interval = amcf->heartbeat;
+    sub->limit = alcf->events_buffer;
 
     /* set before the pid is registered: every way out unregisters it */
 
@@ -236,6 +254,12 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
     if (conv == NULL) {
         rc = NGX_HTTP_NOT_FOUND;
 
+    } else if (ngx_http_agent_conv_agent_locked(conv,
+                                                ngx_http_agent_api_agent(r))
+               != NGX_OK)
+    {
+        rc = NGX_HTTP_FORBIDDEN;
+
     } else if (r->header_only) {
         rc = NGX_OK;
 
@@ -250,24 +274,27 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
 
     } else {
         sub->registered = 1;
+        sub->live = conv->pos;
         rc = NGX_OK;
 
         if (base > after) {
-            rc = ngx_http_agent_events_copy_locked(sub, ctx->history,
-                                                   ctx->nhistory, 0, 0, &ll);
+            rc = ngx_http_agent_events_history_locked(sub, ctx, &ll);
         }
 
-        if (rc == NGX_OK) {
+        if (rc == NGX_OK && !sub->stalled) {
             rc = ngx_http_agent_events_snapshot_locked(sub, conv, &ll);
         }
-
-        sub->pos = conv->pos;
     }
 
     ngx_http_agent_zone_unlock(z);
 
     if (rc == NGX_HTTP_NOT_FOUND) {
         return ngx_http_agent_not_found(r, &sub->id);
+    }
+
+    if (rc == NGX_HTTP_FORBIDDEN) {
+        /* another agent's conversation: as if there were none */
+        return ngx_http_agent_api_foreign(r);
     }
 
     if (rc == NGX_AGAIN) {
@@ -336,6 +363,8 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
     if (ngx_http_agent_events_send(sub, out) != NGX_OK) {
         return NGX_ERROR;
     }
+
+    ngx_http_agent_events_more(sub);
 
     if (ngx_exiting || ngx_terminate) {
         ngx_http_agent_events_unregister(sub);
@@ -494,13 +523,51 @@ ngx_http_agent_events_header_add(ngx_http_request_t *r, char *key,
 }
 
 
-/* the canonical events after sub->seq, all of them */
+/*
+ * The history read from the store, as far as the limit takes it.  A
+ * subscriber stalled in it is not in the zone's log yet: when it has
+ * taken what is queued, the stream ends (the zone does not hold what
+ * comes next) and the client resumes with Last-Event-ID.
+ */
+
+static ngx_int_t
+ngx_http_agent_events_history_locked(ngx_http_agent_events_sub_t *sub,
+    ngx_http_agent_revive_ctx_t *ctx, ngx_chain_t ***ll)
+{
+    ngx_uint_t  i, n, used;
+
+    for (i = 0; i < ctx->nhistory; i += used) {
+        n = ngx_min(ctx->nhistory - i, NGX_HTTP_AGENT_EVENTS_BATCH);
+
+        if (ngx_http_agent_events_copy_locked(sub, ctx->history + i, n, 0,
+                                              ll, &used)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        if (used < n) {
+            sub->stalled = 1;
+            sub->pos = 0;
+            break;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The canonical events after sub->seq, as far as the limit takes them;
+ * the live tail starts after them, or, if the limit stopped them, the
+ * cursor waits before the first one left.
+ */
 
 static ngx_int_t
 ngx_http_agent_events_snapshot_locked(ngx_http_agent_events_sub_t *sub,
     ngx_http_agent_conv_t *conv, ngx_chain_t ***ll)
 {
-    ngx_uint_t               n;
+    ngx_uint_t               n, used;
     ngx_http_agent_event_t  *evs[NGX_HTTP_AGENT_EVENTS_BATCH];
 
     do {
@@ -510,13 +577,21 @@ ngx_http_agent_events_snapshot_locked(ngx_http_agent_events_sub_t *sub,
             break;
         }
 
-        if (ngx_http_agent_events_copy_locked(sub, evs, n, 0, 0, ll)
+        if (ngx_http_agent_events_copy_locked(sub, evs, n, 0, ll, &used)
             != NGX_OK)
         {
             return NGX_ERROR;
         }
 
+        if (used < n) {
+            sub->stalled = 1;
+            sub->pos = evs[used]->pos - 1;
+            return NGX_OK;
+        }
+
     } while (n == NGX_HTTP_AGENT_EVENTS_BATCH);
+
+    sub->pos = conv->pos;
 
     return NGX_OK;
 }
@@ -533,22 +608,21 @@ static ngx_int_t
 ngx_http_agent_events_pull(ngx_http_agent_events_sub_t *sub,
     ngx_chain_t **out)
 {
-    size_t                   busy;
     ngx_int_t                rc;
-    ngx_uint_t               n, i, slow;
+    ngx_uint_t               n, i, used;
     ngx_chain_t            **ll;
     ngx_http_agent_zone_t   *z;
     ngx_http_agent_conv_t   *conv;
     ngx_http_agent_event_t  *evs[NGX_HTTP_AGENT_EVENTS_BATCH];
 
-    busy = ngx_http_agent_events_busy(sub);
+    sub->queued = ngx_http_agent_events_busy(sub);
 
-    if (busy >= NGX_HTTP_AGENT_EVENTS_STALL) {
+    if (sub->queued >= sub->limit) {
         sub->stalled = 1;
         return NGX_OK;
     }
 
-    slow = (busy >= NGX_HTTP_AGENT_EVENTS_SLOW);
+    sub->stalled = 0;
 
     ll = out;
     rc = NGX_OK;
@@ -578,13 +652,21 @@ ngx_http_agent_events_pull(ngx_http_agent_events_sub_t *sub,
             break;
         }
 
-        rc = ngx_http_agent_events_copy_locked(sub, evs, n, slow, 1, &ll);
+        rc = ngx_http_agent_events_copy_locked(sub, evs, n, 1, &ll, &used);
 
         if (rc != NGX_OK) {
             break;
         }
 
-        sub->pos = evs[n - 1]->pos;
+        if (used) {
+            sub->pos = evs[used - 1]->pos;
+        }
+
+        if (used < n) {
+            /* the cursor waits until the client has taken enough */
+            sub->stalled = 1;
+            break;
+        }
 
         if (n < NGX_HTTP_AGENT_EVENTS_BATCH) {
             break;
@@ -595,7 +677,7 @@ done:
 
     ngx_http_agent_zone_unlock(z);
 
-    if (rc == NGX_OK && n == NGX_HTTP_AGENT_EVENTS_BATCH) {
+    if (rc == NGX_OK && n == NGX_HTTP_AGENT_EVENTS_BATCH && !sub->stalled) {
         /* more to read: after this is sent, and others had their turn */
         ngx_post_event(&sub->wake, &ngx_posted_next_events);
     }
@@ -605,31 +687,42 @@ done:
 
 
 /*
- * Frames for the events wanted, in one buffer appended at *ll: canonical
- * ones not sent yet, live ones unless the client is slow.
+ * Frames for the events wanted, in one buffer appended at *ll, as far as
+ * the limit allows (sub->queued is what already waits for the client):
+ * live events only while the client keeps up, and never those from
+ * before it subscribed; canonical ones not sent yet, in seq order, each
+ * whole if it fits, or, if it is larger than the limit itself, a slice
+ * of it.  *used is how many of evs were dealt with (sent, skipped or
+ * dropped): the cursor moves past those only.
  */
 
 static ngx_int_t
 ngx_http_agent_events_copy_locked(ngx_http_agent_events_sub_t *sub,
-    ngx_http_agent_event_t **evs, ngx_uint_t n, ngx_uint_t slow,
-    ngx_uint_t strict, ngx_chain_t ***ll)
+    ngx_http_agent_event_t **evs, ngx_uint_t n, ngx_uint_t strict,
+    ngx_chain_t ***ll, ngx_uint_t *used)
 {
-    size_t                   size;
+    u_char                   keep[NGX_HTTP_AGENT_EVENTS_BATCH];
+    size_t                   size, head, need, room, off, part, slow;
     uint64_t                 seq;
     ngx_buf_t               *b;
-    ngx_uint_t               i;
+    ngx_uint_t               i, last;
     ngx_chain_t             *cl;
     ngx_http_agent_event_t  *ev;
 
     size = 0;
+    part = 0;
     seq = sub->seq;
+    off = sub->offset;
+    slow = ngx_min(NGX_HTTP_AGENT_EVENTS_SLOW, sub->limit / 2);
 
     for (i = 0; i < n; i++) {
         ev = evs[i];
+        keep[i] = 0;
 
         if (ev->seq == 0) {
-            if (!slow) {
-                size += ngx_http_agent_events_frame_size(ev);
+            if (ev->pos > sub->live && sub->queued + size < slow) {
+                keep[i] = 1;
+                size += ngx_http_agent_events_head_size(ev) + ev->len + 2;
             }
 
             continue;
@@ -654,11 +747,37 @@ ngx_http_agent_events_copy_locked(ngx_http_agent_events_sub_t *sub,
                           "agent events: events %uL-%uL of conversation "
                           "\"%V\" are no longer in the zone",
                           seq + 1, ev->seq - 1, &sub->id);
+
+            off = 0;
+            sub->offset = 0;
         }
 
-        seq = ev->seq;
-        size += ngx_http_agent_events_frame_size(ev);
+        head = off ? 0 : ngx_http_agent_events_head_size(ev);
+        need = head + ev->len - off + 2;
+        room = (sub->limit > sub->queued + size)
+               ? sub->limit - sub->queued - size : 0;
+
+        if (need <= room) {
+            keep[i] = 1;
+            size += need;
+            seq = ev->seq;
+            off = 0;
+            continue;
+        }
+
+        if (ngx_http_agent_events_head_size(ev) + ev->len + 2 > sub->limit
+            && room >= NGX_HTTP_AGENT_EVENTS_BUF)
+        {
+            /* never fits whole: as much of it as fits now */
+            part = ngx_min(room - head, ev->len - off - 1);
+            keep[i] = 2;
+            size += head + part;
+        }
+
+        break;
     }
+
+    *used = i;
 
     if (size == 0) {
         return NGX_OK;
@@ -671,24 +790,34 @@ ngx_http_agent_events_copy_locked(ngx_http_agent_events_sub_t *sub,
 
     b = cl->buf;
 
-    for (i = 0; i < n; i++) {
+    last = (i < n && keep[i] == 2) ? i + 1 : i;
+
+    for (i = 0; i < last; i++) {
         ev = evs[i];
 
+        if (keep[i] == 0) {
+            continue;
+        }
+
         if (ev->seq == 0) {
-            if (!slow) {
-                b->last = ngx_http_agent_events_frame(b->last, ev);
-            }
-
+            b->last = ngx_http_agent_events_frame(b->last, ev, 0, ev->len, 1);
             continue;
         }
 
-        if (ev->seq <= sub->seq) {
-            continue;
+        if (keep[i] == 2) {
+            b->last = ngx_http_agent_events_frame(b->last, ev, sub->offset,
+                                                  part, 0);
+            sub->offset += part;
+            break;
         }
 
-        b->last = ngx_http_agent_events_frame(b->last, ev);
+        b->last = ngx_http_agent_events_frame(b->last, ev, sub->offset,
+                                              ev->len - sub->offset, 1);
         sub->seq = ev->seq;
+        sub->offset = 0;
     }
+
+    sub->queued += ngx_max(size, NGX_HTTP_AGENT_EVENTS_BUF);
 
     **ll = cl;
     *ll = &cl->next;
@@ -697,13 +826,15 @@ ngx_http_agent_events_copy_locked(ngx_http_agent_events_sub_t *sub,
 }
 
 
+/* "id: SEQ\nevent: TYPE\ndata: ", at most */
+
 static size_t
-ngx_http_agent_events_frame_size(ngx_http_agent_event_t *ev)
+ngx_http_agent_events_head_size(ngx_http_agent_event_t *ev)
 {
     size_t  size;
 
-    size = sizeof("event: \ndata: \n\n") - 1
-           + ngx_http_agent_event_names[ev->type].len + ev->len;
+    size = sizeof("event: \ndata: ") - 1
+           + ngx_http_agent_event_names[ev->type].len;
 
     if (ev->seq) {
         size += sizeof("id: \n") - 1 + NGX_INT64_LEN;
@@ -715,37 +846,45 @@ ngx_http_agent_events_frame_size(ngx_http_agent_event_t *ev)
 
 /*
  * id: SEQ (canonical events only, so that Last-Event-ID is always the
- * last canonical event the client got), event: TYPE, data: JSON.
+ * last canonical event the client got), event: TYPE, data: JSON.  A
+ * slice is len bytes of the JSON from off: the head comes with the first
+ * one, the blank line that ends the event with the last.  A client that
+ * loses the connection inside an event drops it, as SSE says.
  */
 
 static u_char *
-ngx_http_agent_events_frame(u_char *p, ngx_http_agent_event_t *ev)
+ngx_http_agent_events_frame(u_char *p, ngx_http_agent_event_t *ev,
+    size_t off, size_t len, ngx_uint_t last)
 {
-    u_char  *data, *last;
+    u_char  *data, *end;
 
-    if (ev->seq) {
-        p = ngx_sprintf(p, "id: %uL\n", ev->seq);
+    if (off == 0) {
+        if (ev->seq) {
+            p = ngx_sprintf(p, "id: %uL\n", ev->seq);
+        }
+
+        p = ngx_sprintf(p, "event: %V\ndata: ",
+                        &ngx_http_agent_event_names[ev->type]);
     }
 
-    p = ngx_sprintf(p, "event: %V\ndata: ",
-                    &ngx_http_agent_event_names[ev->type]);
-
     data = p;
-    p = ngx_cpymem(p, ev->data, ev->len);
+    p = ngx_cpymem(p, ev->data + off, len);
 
     /*
      * A line break in JSON is whitespace outside strings and escaped
      * inside them: a space keeps the value and the frame to one line.
      */
 
-    for (last = p; data < last; data++) {
+    for (end = p; data < end; data++) {
         if (*data == LF || *data == CR) {
             *data = ' ';
         }
     }
 
-    *p++ = LF;
-    *p++ = LF;
+    if (last) {
+        *p++ = LF;
+        *p++ = LF;
+    }
 
     return p;
 }
@@ -936,7 +1075,28 @@ ngx_http_agent_events_update(ngx_http_agent_events_sub_t *sub)
         return NGX_DONE;
     }
 
+    if (out) {
+        ngx_http_agent_events_more(sub);
+    }
+
     return NGX_OK;
+}
+
+
+/*
+ * A subscriber the limit stopped, whose client took at once what was
+ * queued, reads on: no write event would come for it.  Posted for the
+ * next cycle, so that other connections have their turn.
+ */
+
+static void
+ngx_http_agent_events_more(ngx_http_agent_events_sub_t *sub)
+{
+    if (sub->stalled
+        && ngx_http_agent_events_busy(sub) <= sub->limit / 2)
+    {
+        ngx_post_event(&sub->wake, &ngx_posted_next_events);
+    }
 }
 
 
@@ -1222,7 +1382,7 @@ ngx_http_agent_events_write_handler(ngx_http_request_t *r)
     }
 
     if (sub->stalled
-        && ngx_http_agent_events_busy(sub) < NGX_HTTP_AGENT_EVENTS_SLOW)
+        && ngx_http_agent_events_busy(sub) <= sub->limit / 2)
     {
         /* caught up: read on from where the cursor stopped */
         sub->stalled = 0;

@@ -40,6 +40,8 @@ typedef struct {
     ngx_uint_t                    npids;
     unsigned                      resume:1;
     unsigned                      next:1;     /* a queued message starts */
+    unsigned                      takeover:1;
+    unsigned                      give_up:1;
 } ngx_http_agent_expired_t;
 
 
@@ -134,6 +136,8 @@ ngx_http_agent_expire_handler(ngx_event_t *ev)
         expired[n].turn = conv->turn;
         expired[n].resume = 0;
         expired[n].next = 0;
+        expired[n].takeover = 0;
+        expired[n].give_up = 0;
 
         /* the last waiting call is gone and no turn runs: this one goes on */
 
@@ -183,6 +187,8 @@ ngx_http_agent_expire_handler(ngx_event_t *ev)
         expired[n].turn = conv->turn;
         expired[n].resume = 1;
         expired[n].next = 0;
+        expired[n].takeover = 1;
+        expired[n].give_up = (++conv->takeovers > NGX_HTTP_AGENT_TAKEOVERS);
         expired[n].npids = ngx_http_agent_sub_pids_locked(conv,
                                                           expired[n].pids);
         n++;
@@ -398,7 +404,11 @@ ngx_http_agent_expire_resume(ngx_http_agent_main_conf_t *amcf,
     }
 
     if (agent == NULL || agent->conf_ctx == NULL
-        || ngx_http_agent_turn_start(NULL, agent, amcf->zone, &id, e->turn, 1)
+        || ngx_http_agent_turn_start(NULL, agent, amcf->zone, &id, e->turn,
+                                     e->give_up ? NGX_HTTP_AGENT_TURN_GIVE_UP
+                                     : e->takeover
+                                       ? NGX_HTTP_AGENT_TURN_TAKEOVER
+                                       : NGX_HTTP_AGENT_TURN_RESUME)
            != NGX_OK)
     {
         ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
@@ -455,6 +465,8 @@ ngx_http_agent_expire_stalled_locked(ngx_http_agent_zone_t *z,
         expired[n].turn = turn;
         expired[n].resume = 0;
         expired[n].next = 1;
+        expired[n].takeover = 0;
+        expired[n].give_up = 0;
         expired[n].npids = ngx_http_agent_sub_pids_locked(conv,
                                                           expired[n].pids);
         n++;

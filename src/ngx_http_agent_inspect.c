@@ -104,6 +104,13 @@ ngx_http_agent_inspect_handler(ngx_http_request_t *r)
         return ngx_http_agent_not_found(r, &id);
     }
 
+    if (ngx_http_agent_conv_agent_locked(conv, ngx_http_agent_api_agent(r))
+        != NGX_OK)
+    {
+        ngx_http_agent_zone_unlock(z);
+        return ngx_http_agent_api_foreign(r);
+    }
+
     if (ngx_http_agent_inspect_pending_locked(r, conv, &pending) != NGX_OK
         || ngx_http_agent_inspect_running_locked(r, conv, &running)
            != NGX_OK)
@@ -375,6 +382,7 @@ ngx_http_agent_inspect_call(ngx_http_request_t *r,
     ngx_http_agent_bytes_t *scratch, ngx_http_agent_event_t *ev,
     ngx_array_t *calls)
 {
+    char                            err[NGX_HTTP_AGENT_JSON_ERR];
     yajl_val                        v;
     ngx_str_t                       id, name;
     ngx_http_agent_inspect_call_t  *call;
@@ -387,7 +395,9 @@ ngx_http_agent_inspect_call(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    v = yajl_tree_parse((char *) scratch->data, NULL, 0);
+    v = ngx_http_agent_json_parse(scratch->data, ev->len,
+                                  NGX_HTTP_AGENT_JSON_LOG_DEPTH, err,
+                                  sizeof(err));
 
     if (v == NULL) {
         /* cannot happen: the module writes every event */

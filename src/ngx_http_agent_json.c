@@ -8,6 +8,7 @@
 #include <ngx_http.h>
 
 #include <yajl/yajl_parse.h>
+#include <yajl/yajl_tree.h>
 
 #include "ngx_http_agent_json.h"
 
@@ -21,6 +22,9 @@
     ((c) == ' ' || (c) == '\t' || (c) == CR || (c) == LF)
 
 
+static ngx_int_t ngx_http_agent_json_scan(u_char *p, size_t len,
+    ngx_uint_t max, char **reason);
+static size_t ngx_http_agent_utf8_char(u_char *p, u_char *last);
 static int ngx_http_agent_json_start_map(void *ctx);
 static int ngx_http_agent_json_start_array(void *ctx);
 static void ngx_http_agent_json_gen_cleanup(void *data);
@@ -68,12 +72,22 @@ ngx_http_agent_json_trim(ngx_str_t *json)
 ngx_int_t
 ngx_http_agent_json_object(ngx_pool_t *pool, ngx_str_t *json, ngx_str_t *err)
 {
+    char           *reason;
     size_t          len, size, offset;
     u_char         *msg, *p;
     ngx_int_t       rc;
     ngx_uint_t      first;
     yajl_status     status;
     yajl_handle     h;
+
+    if (ngx_http_agent_json_scan(json->data, json->len,
+                                 NGX_HTTP_AGENT_JSON_DEPTH, &reason)
+        != NGX_OK)
+    {
+        err->data = (u_char *) reason;
+        err->len = ngx_strlen(reason);
+        return NGX_DECLINED;
+    }
 
     first = NGX_HTTP_AGENT_JSON_FIRST_NONE;
 
@@ -178,29 +192,261 @@ ngx_http_agent_json_start_array(void *ctx)
 }
 
 
-/* strings are copied into JSON as they are, so they must be UTF-8 */
+/*
+ * The one door for JSON from outside: provider events, tool results,
+ * client bodies and resolutions, and the log read back.  The text must
+ * be NUL-terminated at len.  Before yajl builds a tree (which it frees
+ * recursively) the nesting is checked against NGX_HTTP_AGENT_JSON_DEPTH,
+ * (NGX_HTTP_AGENT_JSON_LOG_DEPTH for the log, whose events wrap what
+ * came from outside), and a NUL, raw or escaped, is refused: the tree's strings are
+ * NUL-terminated and would end there.  NULL: err says why, on one line,
+ * as a predicate ("is nested deeper than 64 levels"); size > 1.
+ */
+
+yajl_val
+ngx_http_agent_json_parse(u_char *json, size_t len, ngx_uint_t depth,
+    char *err, size_t size)
+{
+    char      *reason, *lf, msg[NGX_HTTP_AGENT_JSON_ERR];
+    u_char    *p;
+    yajl_val   v;
+
+    if (ngx_http_agent_json_scan(json, len, depth, &reason) != NGX_OK) {
+        ngx_cpystrn((u_char *) err, (u_char *) reason, size);
+        return NULL;
+    }
+
+    msg[0] = '\0';
+
+    v = yajl_tree_parse((char *) json, msg, sizeof(msg));
+
+    if (v == NULL) {
+        /* yajl's message goes on with an excerpt on lines of its own */
+        lf = ngx_strchr(msg, LF);
+        if (lf) {
+            *lf = '\0';
+        }
+
+        p = ngx_snprintf((u_char *) err, size - 1, "is not valid JSON: %s",
+                         msg);
+        *p = '\0';
+    }
+
+    return v;
+}
+
+
+/* "the body " and "is nested deeper than 64 levels", joined */
+
+char *
+ngx_http_agent_json_reason(ngx_pool_t *pool, char *what, char *reason)
+{
+    u_char  *p;
+    size_t   len;
+
+    len = ngx_strlen(what) + ngx_strlen(reason) + 1;
+
+    p = ngx_pnalloc(pool, len);
+    if (p == NULL) {
+        return NULL;
+    }
+
+    ngx_sprintf(p, "%s%s%Z", what, reason);
+
+    return (char *) p;
+}
+
+
+static ngx_int_t
+ngx_http_agent_json_scan(u_char *p, size_t len, ngx_uint_t max,
+    char **reason)
+{
+    u_char      *last;
+    ngx_uint_t   depth, string;
+
+    last = p + len;
+    depth = 0;
+    string = 0;
+
+    for ( /* void */ ; p < last; p++) {
+
+        if (*p == '\0') {
+            *reason = "holds a NUL byte";
+            return NGX_DECLINED;
+        }
+
+        if (string) {
+            if (*p == '"') {
+                string = 0;
+
+            } else if (*p == '\\' && p + 1 < last && p[1] != '\0') {
+                p++;
+
+                if (*p == 'u' && last - p > 4
+                    && ngx_strncmp(p + 1, "0000", 4) == 0)
+                {
+                    *reason = "holds a NUL character (\\u0000)";
+                    return NGX_DECLINED;
+                }
+            }
+
+            continue;
+        }
+
+        switch (*p) {
+
+        case '"':
+            string = 1;
+            break;
+
+        case '[':
+        case '{':
+            if (++depth > max) {
+                *reason = (max == NGX_HTTP_AGENT_JSON_DEPTH)
+                          ? "is nested deeper than "
+                            NGX_HTTP_AGENT_JSON_DEPTH_STR " levels"
+                          : "is nested too deep";
+                return NGX_DECLINED;
+            }
+            break;
+
+        case ']':
+        case '}':
+            if (depth) {
+                depth--;
+            }
+            break;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Strings are copied into JSON as they are, so they must be UTF-8, and
+ * strictly so (no overlong forms, no surrogates, no NUL): what is written
+ * to the log must be what the guarded parser reads back.
+ */
 
 ngx_int_t
 ngx_http_agent_utf8(ngx_str_t *s)
 {
     u_char  *p, *last;
+    size_t   n;
 
     p = s->data;
     last = p + s->len;
 
     while (p < last) {
+        n = ngx_http_agent_utf8_char(p, last);
 
-        if (*p < 0x80) {
-            p++;
-            continue;
-        }
-
-        if (ngx_utf8_decode(&p, last - p) > 0x10ffff) {
+        if (n == 0) {
             return NGX_ERROR;
         }
+
+        p += n;
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * Bytes from a tool or a provider that are not UTF-8: each byte that
+ * does not start a valid sequence, and each NUL, becomes U+FFFD, as
+ * browsers do.  The
+ * text is copied only when something is replaced.
+ */
+
+ngx_int_t
+ngx_http_agent_utf8_fix(ngx_pool_t *pool, ngx_str_t *s)
+{
+    u_char  *p, *last, *d, *dst;
+    size_t   n;
+
+    if (ngx_http_agent_utf8(s) == NGX_OK) {
+        return NGX_OK;
+    }
+
+    /* U+FFFD is 3 bytes: at most 3 for each byte replaced */
+
+    dst = ngx_pnalloc(pool, s->len * 3 + 1);
+    if (dst == NULL) {
+        return NGX_ERROR;
+    }
+
+    d = dst;
+    p = s->data;
+    last = p + s->len;
+
+    while (p < last) {
+        n = ngx_http_agent_utf8_char(p, last);
+
+        if (n) {
+            d = ngx_cpymem(d, p, n);
+            p += n;
+            continue;
+        }
+
+        *d++ = 0xef; *d++ = 0xbf; *d++ = 0xbd;
+        p++;
+    }
+
+    *d = '\0';
+
+    s->data = dst;
+    s->len = d - dst;
+
+    return NGX_OK;
+}
+
+
+/* the length of the valid UTF-8 sequence at p, 0 if there is none */
+
+static size_t
+ngx_http_agent_utf8_char(u_char *p, u_char *last)
+{
+    size_t    n, i;
+    uint32_t  c, min;
+
+    c = *p;
+
+    if (c < 0x80) {
+        /* NUL is refused where JSON is read: never written either */
+        return (c != 0);
+    }
+
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 2; c &= 0x1f; min = 0x80;
+
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 3; c &= 0x0f; min = 0x800;
+
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4; c &= 0x07; min = 0x10000;
+
+    } else {
+        return 0;
+    }
+
+    if ((size_t) (last - p) < n) {
+        return 0;
+    }
+
+    for (i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80) {
+            return 0;
+        }
+
+        c = (c << 6) | (p[i] & 0x3f);
+    }
+
+    if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) {
+        return 0;
+    }
+
+    return n;
 }
 
 
@@ -224,6 +470,13 @@ ngx_http_agent_json_gen(ngx_pool_t *pool)
     if (g == NULL) {
         return NULL;
     }
+
+    /*
+     * a string that is not UTF-8 fails the document rather than reach
+     * the log, which could not be read back
+     */
+
+    yajl_gen_config(g, yajl_gen_validate_utf8, 1);
 
     cln->handler = ngx_http_agent_json_gen_cleanup;
     cln->data = g;

@@ -12,6 +12,15 @@
 #include <ngx_http.h>
 
 #include <yajl/yajl_gen.h>
+#include <yajl/yajl_tree.h>
+
+
+/* how deep JSON from outside may nest: yajl_gen stops at 128 */
+#define NGX_HTTP_AGENT_JSON_DEPTH       64
+#define NGX_HTTP_AGENT_JSON_DEPTH_STR   "64"
+/* the log's events wrap what came from outside in a few levels more */
+#define NGX_HTTP_AGENT_JSON_LOG_DEPTH   96
+#define NGX_HTTP_AGENT_JSON_ERR         256
 
 
 /*
@@ -27,7 +36,11 @@
 void ngx_http_agent_json_trim(ngx_str_t *json);
 ngx_int_t ngx_http_agent_json_object(ngx_pool_t *pool, ngx_str_t *json,
     ngx_str_t *err);
+yajl_val ngx_http_agent_json_parse(u_char *json, size_t len,
+    ngx_uint_t depth, char *err, size_t size);
+char *ngx_http_agent_json_reason(ngx_pool_t *pool, char *what, char *reason);
 ngx_int_t ngx_http_agent_utf8(ngx_str_t *s);
+ngx_int_t ngx_http_agent_utf8_fix(ngx_pool_t *pool, ngx_str_t *s);
 
 yajl_gen ngx_http_agent_json_gen(ngx_pool_t *pool);
 ngx_uint_t ngx_http_agent_json_str(yajl_gen g, ngx_str_t *s);

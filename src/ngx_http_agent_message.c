@@ -138,21 +138,23 @@ static ngx_int_t
 ngx_http_agent_message_parse(ngx_http_request_t *r, ngx_str_t *body,
     ngx_http_agent_message_t *msg, char **err)
 {
-    char          errbuf[128];
+    char          errbuf[NGX_HTTP_AGENT_JSON_ERR];
     yajl_gen      g;
     ngx_uint_t    failed;
     yajl_val      root, v;
     const char   *content_path[] = { "content", NULL };
     const char   *source_path[] = { "source_id", NULL };
 
-    if (ngx_strlen(body->data) != body->len) {
-        *err = "the body holds a NUL byte";
-        return NGX_DECLINED;
+    root = ngx_http_agent_json_parse(body->data, body->len,
+                                     NGX_HTTP_AGENT_JSON_DEPTH, errbuf,
+                                     sizeof(errbuf));
+
+    if (root == NULL) {
+        *err = ngx_http_agent_json_reason(r->pool, "the body ", errbuf);
+        return *err ? NGX_DECLINED : NGX_ERROR;
     }
 
-    root = yajl_tree_parse((const char *) body->data, errbuf, sizeof(errbuf));
-
-    if (root == NULL || !YAJL_IS_OBJECT(root)) {
+    if (!YAJL_IS_OBJECT(root)) {
         *err = "the body is not a JSON object";
         goto declined;
     }
@@ -267,6 +269,7 @@ ngx_http_agent_message_start_locked(ngx_http_agent_zone_t *z,
     }
 
     conv->turn++;
+    conv->takeovers = 0;
 
     ev = ngx_http_agent_event_add_locked(z, conv, NGX_HTTP_AGENT_EV_USER_MSG,
                                          fields);
@@ -606,6 +609,13 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
                                              "zone_full",
                                              "no room for the conversation");
         }
+    }
+
+    if (ngx_http_agent_conv_agent_locked(conv, &alcf->agent->name)
+        != NGX_OK)
+    {
+        ngx_http_agent_zone_unlock(z);
+        return ngx_http_agent_api_foreign(r);
     }
 
     if (hash) {

@@ -38,6 +38,9 @@ static char *ngx_http_agent_merge_api(ngx_conf_t *cf,
     ngx_http_agent_loc_conf_t *conf);
 static ngx_int_t ngx_http_agent_id(ngx_http_request_t *r,
     ngx_http_complex_value_t *cv, ngx_str_t *id);
+static char *ngx_http_agent_events_buffer_check(ngx_conf_t *cf, void *post,
+    void *data);
+static ngx_int_t ngx_http_agent_error_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_agent_postconfiguration(ngx_conf_t *cf);
 static ngx_int_t ngx_http_agent_init_process(ngx_cycle_t *cycle);
 static void ngx_http_agent_exit_process(ngx_cycle_t *cycle);
@@ -48,6 +51,42 @@ static void ngx_http_agent_exit_process(ngx_cycle_t *cycle);
  * location-level directive that selects one: ngx_conf_handler() skips a
  * command whose context does not match, as it does for "server".
  */
+
+/* nginx's own errors in an API location, as the module's JSON */
+
+typedef struct {
+    ngx_uint_t                    status;
+    char                         *code;
+    char                         *message;
+} ngx_http_agent_http_error_t;
+
+
+static ngx_http_agent_http_error_t  ngx_http_agent_http_errors[] = {
+    { NGX_HTTP_BAD_REQUEST, "bad_request", "the request is malformed" },
+    { NGX_HTTP_UNAUTHORIZED, "unauthorized", "authorization is required" },
+    { NGX_HTTP_FORBIDDEN, "forbidden", "access is forbidden" },
+    { NGX_HTTP_NOT_FOUND, "not_found", "not found" },
+    { NGX_HTTP_NOT_ALLOWED, "method_not_allowed",
+      "the method is not allowed" },
+    { NGX_HTTP_REQUEST_TIME_OUT, "timeout",
+      "the request was not received in time" },
+    { NGX_HTTP_LENGTH_REQUIRED, "length_required",
+      "the request body needs a length" },
+    { NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, "too_large",
+      "the request body is larger than client_max_body_size" },
+    { NGX_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "internal error" },
+    { NGX_HTTP_SERVICE_UNAVAILABLE, "unavailable",
+      "the service is unavailable" },
+    { 0, "http_error", "the request failed" }
+};
+
+
+static ngx_http_output_header_filter_pt  ngx_http_agent_next_header_filter;
+
+
+static ngx_conf_post_t  ngx_http_agent_events_buffer_post =
+    { ngx_http_agent_events_buffer_check };
+
 
 static ngx_conf_enum_t  ngx_http_agent_busy[] = {
     { ngx_string("reject"), NGX_HTTP_AGENT_BUSY_REJECT },
@@ -156,6 +195,13 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_agent_loc_conf_t, busy),
       &ngx_http_agent_busy },
+
+    { ngx_string("agent_events_buffer"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_agent_loc_conf_t, events_buffer),
+      &ngx_http_agent_events_buffer_post },
 
     { ngx_string("agent_cancel"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
@@ -296,6 +342,7 @@ ngx_http_agent_create_loc_conf(ngx_conf_t *cf)
     }
 
     alcf->busy = NGX_CONF_UNSET_UINT;
+    alcf->events_buffer = NGX_CONF_UNSET_SIZE;
 
     /*
      * set by ngx_pcalloc():
@@ -364,6 +411,9 @@ ngx_http_agent_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->busy, prev->busy,
                               NGX_HTTP_AGENT_BUSY_REJECT);
 
+    ngx_conf_merge_size_value(conf->events_buffer, prev->events_buffer,
+                              1024 * 1024);
+
     if (conf->api && ngx_http_agent_merge_api(cf, conf) != NGX_CONF_OK) {
         return NGX_CONF_ERROR;
     }
@@ -374,6 +424,21 @@ ngx_http_agent_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                                   "\"agent_describe\" needs an \"agent\" "
                                   "in the location");
         return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/* below a few frames, a stream could not make progress */
+
+static char *
+ngx_http_agent_events_buffer_check(ngx_conf_t *cf, void *post, void *data)
+{
+    size_t  *size = data;
+
+    if (*size < 16 * 1024) {
+        return "must be at least 16k";
     }
 
     return NGX_CONF_OK;
@@ -536,6 +601,33 @@ ngx_http_agent_api_request(ngx_http_request_t *r, ngx_uint_t methods,
 }
 
 
+/* the name of the agent the location serves */
+
+ngx_str_t *
+ngx_http_agent_api_agent(ngx_http_request_t *r)
+{
+    ngx_http_agent_loc_conf_t  *alcf;
+
+    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
+
+    return &alcf->agent->name;
+}
+
+
+/*
+ * A conversation of another agent is answered as an unknown one: the
+ * location says nothing of a conversation that belongs elsewhere, and
+ * changes nothing.
+ */
+
+ngx_int_t
+ngx_http_agent_api_foreign(ngx_http_request_t *r)
+{
+    return ngx_http_agent_json_error(r, NGX_HTTP_NOT_FOUND, "not_found",
+                                     "no such conversation");
+}
+
+
 ngx_int_t
 ngx_http_agent_tool_call_id(ngx_http_request_t *r, ngx_str_t *id)
 {
@@ -548,8 +640,9 @@ ngx_http_agent_tool_call_id(ngx_http_request_t *r, ngx_str_t *id)
 
 
 /*
- * An id is 1 to 64 bytes of letters, digits, "-", "_", "." and ":", so
- * that it is safe in a path, a header, a log line and a key.
+ * An id is 1 to 64 bytes of letters, digits, "-", "_", "." and ":", not
+ * only dots, so that it is safe in a path ("." and ".." name directories),
+ * a header, a log line and a key.
  */
 
 static ngx_int_t
@@ -557,7 +650,7 @@ ngx_http_agent_id(ngx_http_request_t *r, ngx_http_complex_value_t *cv,
     ngx_str_t *id)
 {
     u_char      c;
-    ngx_uint_t  i;
+    ngx_uint_t  i, dots;
 
     if (ngx_http_complex_value(r, cv, id) != NGX_OK) {
         return NGX_ERROR;
@@ -567,16 +660,27 @@ ngx_http_agent_id(ngx_http_request_t *r, ngx_http_complex_value_t *cv,
         return NGX_DECLINED;
     }
 
+    dots = 0;
+
     for (i = 0; i < id->len; i++) {
         c = id->data[i];
 
+        if (c == '.') {
+            dots++;
+            continue;
+        }
+
         if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
             || (c >= '0' && c <= '9')
-            || c == '-' || c == '_' || c == '.' || c == ':')
+            || c == '-' || c == '_' || c == ':')
         {
             continue;
         }
 
+        return NGX_DECLINED;
+    }
+
+    if (dots == id->len) {
         return NGX_DECLINED;
     }
 
@@ -587,7 +691,97 @@ ngx_http_agent_id(ngx_http_request_t *r, ngx_http_complex_value_t *cv,
 static ngx_int_t
 ngx_http_agent_postconfiguration(ngx_conf_t *cf)
 {
-    return ngx_http_agent_turn_init_filters(cf);
+    if (ngx_http_agent_turn_init_filters(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ngx_http_agent_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_agent_error_filter;
+
+    return NGX_OK;
+}
+
+
+/*
+ * Errors nginx answers itself in an API location (a body over
+ * client_max_body_size, found from Content-Length before any handler
+ * runs or in a chunked body as it is read; a malformed body; a timeout;
+ * access rules) would be its HTML page: the API answers JSON, errors
+ * included.  The page's header is made the JSON's, the JSON goes out
+ * here, and header_only keeps the HTML page from following it.
+ */
+
+static ngx_int_t
+ngx_http_agent_error_filter(ngx_http_request_t *r)
+{
+    u_char                       *p;
+    size_t                        len;
+    ngx_int_t                     rc;
+    ngx_buf_t                    *b;
+    ngx_chain_t                   out;
+    ngx_http_agent_loc_conf_t    *alcf;
+    ngx_http_agent_http_error_t  *e;
+
+    if (r != r->main
+        || r->err_status < NGX_HTTP_BAD_REQUEST
+        || r->headers_out.content_type.len != sizeof("text/html") - 1
+        || ngx_strncmp(r->headers_out.content_type.data, "text/html",
+                       sizeof("text/html") - 1)
+           != 0)
+    {
+        return ngx_http_agent_next_header_filter(r);
+    }
+
+    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
+
+    if (alcf == NULL || alcf->api == NULL) {
+        return ngx_http_agent_next_header_filter(r);
+    }
+
+    for (e = ngx_http_agent_http_errors; e->status; e++) {
+        if (e->status == r->err_status) {
+            break;
+        }
+    }
+
+    len = sizeof("{\"error\":{\"code\":\"\",\"message\":\"\"}}") - 1
+          + ngx_strlen(e->code) + ngx_strlen(e->message);
+
+    p = ngx_pnalloc(r->pool, len);
+    b = ngx_calloc_buf(r->pool);
+
+    if (p == NULL || b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->pos = p;
+    b->last = ngx_sprintf(p, "{\"error\":{\"code\":\"%s\","
+                          "\"message\":\"%s\"}}", e->code, e->message);
+    b->memory = 1;
+    b->last_buf = 1;
+    b->last_in_chain = 1;
+
+    r->headers_out.content_type_len = sizeof("application/json") - 1;
+    ngx_str_set(&r->headers_out.content_type, "application/json");
+    r->headers_out.content_type_lowcase = NULL;
+    r->headers_out.content_length_n = b->last - b->pos;
+
+    rc = ngx_http_agent_next_header_filter(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    out.buf = b;
+    out.next = NULL;
+
+    if (ngx_http_output_filter(r, &out) == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    r->header_only = 1;
+
+    return rc;
 }
 
 

@@ -110,6 +110,9 @@ typedef struct {
     ngx_int_t                     max_model_calls;
     ngx_msec_t                    suspend_timeout;
 
+    /* a model call's total time, however its stream keeps itself alive */
+    ngx_msec_t                    model_timeout;
+
     ngx_uint_t                    retry_attempts;
     ngx_msec_t                    retry_base;
     ngx_msec_t                    retry_cap;
@@ -162,6 +165,9 @@ typedef struct {
 
     ngx_uint_t                    busy;
 
+    /* output an event stream may queue for a client that does not read */
+    size_t                        events_buffer;
+
     u_char                       *agent_file;
     ngx_uint_t                    agent_line;
     u_char                       *describe_file;
@@ -178,6 +184,8 @@ ngx_int_t ngx_http_agent_conversation_id(ngx_http_request_t *r,
 ngx_int_t ngx_http_agent_tool_call_id(ngx_http_request_t *r, ngx_str_t *id);
 ngx_int_t ngx_http_agent_api_request(ngx_http_request_t *r,
     ngx_uint_t methods, char *allow, ngx_str_t *id, ngx_int_t *rc);
+ngx_str_t *ngx_http_agent_api_agent(ngx_http_request_t *r);
+ngx_int_t ngx_http_agent_api_foreign(ngx_http_request_t *r);
 
 
 extern ngx_module_t  ngx_http_agent_module;

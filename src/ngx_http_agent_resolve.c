@@ -156,19 +156,22 @@ static ngx_int_t
 ngx_http_agent_resolve_parse(ngx_http_request_t *r, ngx_str_t *body,
     ngx_http_agent_resolution_t *res, char **err)
 {
+    char         errbuf[NGX_HTTP_AGENT_JSON_ERR];
     yajl_gen     g;
     ngx_int_t    rc;
     ngx_str_t    s;
     yajl_val     root, v;
 
-    if (ngx_strlen(body->data) != body->len) {
-        *err = "the body holds a NUL byte";
-        return NGX_OK;
+    root = ngx_http_agent_json_parse(body->data, body->len,
+                                     NGX_HTTP_AGENT_JSON_DEPTH, errbuf,
+                                     sizeof(errbuf));
+
+    if (root == NULL) {
+        *err = ngx_http_agent_json_reason(r->pool, "the body ", errbuf);
+        return *err ? NGX_OK : NGX_ERROR;
     }
 
-    root = yajl_tree_parse((const char *) body->data, NULL, 0);
-
-    if (root == NULL || !YAJL_IS_OBJECT(root)) {
+    if (!YAJL_IS_OBJECT(root)) {
         *err = "the body is not a JSON object";
         goto done;
     }
@@ -273,6 +276,7 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
     ngx_str_t                    json;
     ngx_uint_t                   n, turn, resume, run;
     ngx_pid_t                    pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_time_t                  *tp;
     ngx_http_agent_zone_t       *z;
     ngx_http_agent_conv_t       *conv;
     ngx_http_agent_pending_t    *pend;
@@ -292,7 +296,25 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
         return ngx_http_agent_not_found(r, &res->conv);
     }
 
+    if (ngx_http_agent_conv_agent_locked(conv, ngx_http_agent_api_agent(r))
+        != NGX_OK)
+    {
+        ngx_http_agent_zone_unlock(z);
+        return ngx_http_agent_api_foreign(r);
+    }
+
     pend = ngx_http_agent_pending_find_locked(conv, &res->call);
+
+    tp = ngx_timeofday();
+
+    /*
+     * past its deadline a call is expired, whether or not a timer has
+     * settled it yet: the expiry, not this answer, ends it
+     */
+
+    if (pend && (uint64_t) tp->sec * 1000 + tp->msec >= pend->deadline) {
+        pend = NULL;
+    }
 
     if (pend == NULL) {
         ngx_http_agent_zone_unlock(z);
@@ -347,7 +369,8 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
     ngx_http_agent_wake(&res->conv, pids, n);
 
     if (resume
-        && ngx_http_agent_turn_start(r, alcf->agent, z, &res->conv, turn, 1)
+        && ngx_http_agent_turn_start(r, alcf->agent, z, &res->conv, turn,
+                                     NGX_HTTP_AGENT_TURN_RESUME)
            != NGX_OK)
     {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
@@ -580,6 +603,7 @@ static ngx_int_t
 ngx_http_agent_resolve_args_locked(ngx_http_request_t *r,
     ngx_http_agent_conv_t *conv, ngx_str_t *id, ngx_str_t *args)
 {
+    char                     err[NGX_HTTP_AGENT_JSON_ERR];
     u_char                  *p;
     ngx_str_t                s;
     ngx_queue_t             *q;
@@ -604,7 +628,9 @@ ngx_http_agent_resolve_args_locked(ngx_http_request_t *r,
         ngx_memcpy(p, e->data, e->len);
         p[e->len] = '\0';
 
-        v = yajl_tree_parse((char *) p, NULL, 0);
+        v = ngx_http_agent_json_parse(p, e->len,
+                                      NGX_HTTP_AGENT_JSON_LOG_DEPTH, err,
+                                      sizeof(err));
         if (v == NULL) {
             continue;
         }

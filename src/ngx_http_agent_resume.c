@@ -16,6 +16,7 @@
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_tools.h"
+#include "ngx_http_agent_expire.h"
 #include "ngx_http_agent_provider.h"
 
 
@@ -30,6 +31,8 @@ static ngx_int_t ngx_http_agent_turn_batch(ngx_http_agent_turn_t *t,
     ngx_str_t *events, ngx_uint_t n);
 static ngx_int_t ngx_http_agent_turn_suspend_again(ngx_http_agent_turn_t *t,
     ngx_http_agent_tool_t *tool, ngx_str_t *id, ngx_str_t *args);
+static ngx_int_t ngx_http_agent_turn_lost(ngx_http_agent_turn_t *t,
+    ngx_str_t *id, ngx_str_t *name);
 
 
 /*
@@ -168,6 +171,31 @@ failed:
 
 
 /*
+ * A turn whose workers died NGX_HTTP_AGENT_TAKEOVERS times in a row is
+ * not taken over again: whatever killed them (a reply, a tool's answer)
+ * would kill this one too.  Its calls get error results, and it fails.
+ */
+
+void
+ngx_http_agent_turn_give_up(ngx_event_t *ev)
+{
+    ngx_http_agent_turn_t  *t = ev->data;
+
+    ngx_str_t  reason;
+
+    ngx_log_error(NGX_LOG_ERR, &t->log, 0,
+                  "agent turn lost its worker %d times, it is not taken "
+                  "over again", NGX_HTTP_AGENT_TAKEOVERS + 1);
+
+    ngx_str_set(&reason, "{\"reason\":\"the turn's worker died "
+                         "repeatedly while running it\"}");
+
+    ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_EV_TURN_FAILED, &reason,
+                            NGX_HTTP_AGENT_IDLE);
+}
+
+
+/*
  * The batch's events, newest first: each approved call that has no
  * result yet runs, with the arguments the approver gave if any.
  */
@@ -191,8 +219,9 @@ ngx_http_agent_turn_batch(ngx_http_agent_turn_t *t, ngx_str_t *events,
     }
 
     for (i = 0; i < n; i++) {
-        parsed[i] = ngx_http_agent_provider_parse(&t->log, events[i].data,
-                                                  events[i].len, "an event");
+        parsed[i] = ngx_http_agent_provider_parse_log(&t->log,
+                                                      events[i].data,
+                                                      events[i].len);
         if (parsed[i] == NULL) {
             rc = NGX_ERROR;
             goto done;
@@ -285,6 +314,20 @@ ngx_http_agent_turn_batch(ngx_http_agent_turn_t *t, ngx_str_t *events,
          */
 
         if (!waited) {
+            if (!t->takeover) {
+                /*
+                 * it ran in this worker, which is alive: its result
+                 * was lost, and a call is never sent again for that
+                 */
+
+                if (ngx_http_agent_turn_lost(t, &id, &name) != NGX_OK) {
+                    rc = NGX_ERROR;
+                    goto done;
+                }
+
+                continue;
+            }
+
             tool = ngx_http_agent_tools_find(t->agent, &name);
 
             if (tool != NULL
@@ -332,6 +375,37 @@ done:
         }
     }
 
+    t->takeover = 0;
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_agent_turn_lost(ngx_http_agent_turn_t *t, ngx_str_t *id,
+    ngx_str_t *name)
+{
+    ngx_int_t               rc;
+    ngx_http_agent_conv_t  *conv;
+
+    ngx_log_error(NGX_LOG_ERR, &t->log, 0,
+                  "agent call \"%V\" of tool \"%V\" has no result, it is "
+                  "not run again", id, name);
+
+    rc = NGX_ERROR;
+
+    ngx_http_agent_zone_lock(t->zone);
+
+    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+
+    if (conv) {
+        rc = ngx_http_agent_error_result_locked(t->zone, conv, id, name,
+                                 "[failed] the call's result was lost; "
+                                 "it was not run again");
+    }
+
+    ngx_http_agent_zone_unlock(t->zone);
+
     return rc;
 }
 
@@ -343,6 +417,7 @@ ngx_http_agent_turn_suspend_again(ngx_http_agent_turn_t *t,
     ngx_http_agent_tool_t *tool, ngx_str_t *id, ngx_str_t *args)
 {
     uint64_t                deadline;
+    ngx_int_t               rc;
     ngx_str_t               fields;
     ngx_uint_t              kind;
     ngx_http_agent_conv_t  *conv;
@@ -363,16 +438,18 @@ ngx_http_agent_turn_suspend_again(ngx_http_agent_turn_t *t,
 
     conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
 
-    if (conv == NULL
-        || ngx_http_agent_tools_suspend_locked(t->zone, conv, tool, id, kind,
-                                               deadline, &fields)
-           != NGX_OK)
-    {
-        ngx_http_agent_zone_unlock(t->zone);
-        return NGX_ERROR;
+    rc = (conv == NULL) ? NGX_ERROR
+         : ngx_http_agent_tools_suspend_locked(t->zone, conv, tool, id, kind,
+                                               deadline, &fields);
+
+    if (rc == NGX_DECLINED) {
+        rc = ngx_http_agent_error_result_locked(t->zone, conv, id,
+                                                &tool->name,
+                                                "[failed] too many calls "
+                                                "wait for input at once");
     }
 
     ngx_http_agent_zone_unlock(t->zone);
 
-    return NGX_OK;
+    return rc;
 }

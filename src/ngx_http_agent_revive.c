@@ -363,6 +363,7 @@ static ngx_int_t
 ngx_http_agent_revive_calls(ngx_pool_t *pool, ngx_http_agent_store_read_t *rd,
     ngx_array_t *calls, ngx_uint_t *turn)
 {
+    char                           err[NGX_HTTP_AGENT_JSON_ERR];
     ngx_str_t                      id, s;
     yajl_val                       root, v;
     ngx_uint_t                     i, j;
@@ -380,7 +381,9 @@ ngx_http_agent_revive_calls(ngx_pool_t *pool, ngx_http_agent_store_read_t *rd,
             continue;
         }
 
-        root = yajl_tree_parse((char *) ev[i].data.data, NULL, 0);
+        root = ngx_http_agent_json_parse(ev[i].data.data, ev[i].data.len,
+                                         NGX_HTTP_AGENT_JSON_LOG_DEPTH, err,
+                                         sizeof(err));
         if (root == NULL) {
             return NGX_ERROR;
         }
@@ -622,6 +625,7 @@ ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
 
     conv->state = NGX_HTTP_AGENT_EXECUTING_TOOLS;
     ngx_http_agent_lease_locked(z, conv, ngx_pid);
+    conv->takeovers = 1;
     *resume = 1;
 
     return NGX_OK;
@@ -651,7 +655,9 @@ ngx_http_agent_revive_resume(ngx_http_agent_zone_t *z, ngx_str_t *id,
     }
 
     if (agent && agent->conf_ctx
-        && ngx_http_agent_turn_start(NULL, agent, z, id, turn, resume)
+        && ngx_http_agent_turn_start(NULL, agent, z, id, turn,
+                                     resume ? NGX_HTTP_AGENT_TURN_TAKEOVER
+                                            : NGX_HTTP_AGENT_TURN_NEW)
            == NGX_OK)
     {
         return;

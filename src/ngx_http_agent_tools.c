@@ -169,7 +169,24 @@ ngx_http_agent_tools_dispatch(ngx_http_agent_turn_t *t)
             continue;
         }
 
-        if (ngx_http_agent_tools_suspend(call) != NGX_OK) {
+        switch (ngx_http_agent_tools_suspend(call)) {
+
+        case NGX_OK:
+            break;
+
+        case NGX_DECLINED:
+            if (ngx_http_agent_tools_result(call, NULL,
+                                            "[failed] too many calls wait "
+                                            "for input at once (at most "
+                                            NGX_HTTP_AGENT_PENDING_STR ")")
+                != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+
+            continue;
+
+        default:
             return NGX_ERROR;
         }
 
@@ -531,6 +548,7 @@ ngx_http_agent_tools_stream(ngx_http_agent_call_t *call, ngx_chain_t *in)
 static ngx_int_t
 ngx_http_agent_tools_line(ngx_http_agent_call_t *call)
 {
+    char        err[NGX_HTTP_AGENT_JSON_ERR];
     u_char     *data, c;
     size_t      len;
     yajl_val    v, result, error, progress;
@@ -566,20 +584,19 @@ ngx_http_agent_tools_line(ngx_http_agent_call_t *call)
     data = call->line.data;
     call->line.len = 0;
 
-    v = NULL;
-
-    if (ngx_strlen(data) == len) {
-        v = yajl_tree_parse((char *) data, NULL, 0);
-    }
+    v = ngx_http_agent_json_parse(data, len, NGX_HTTP_AGENT_JSON_DEPTH, err,
+                                  sizeof(err));
 
     if (!YAJL_IS_OBJECT(v)) {
         if (v) {
             yajl_tree_free(v);
+            ngx_cpystrn((u_char *) err, (u_char *) "is not a JSON object",
+                        sizeof(err));
         }
 
         ngx_log_error(NGX_LOG_ERR, &call->turn->log, 0,
                       "agent tool \"%V\" of call \"%V\" sent a line that "
-                      "is not a JSON object", &call->name, &call->id);
+                      "%s", &call->name, &call->id, err);
 
         call->ended = 1;
         call->error = "the tool's output line is not a JSON object";
@@ -865,6 +882,7 @@ ngx_http_agent_tools_done(ngx_http_request_t *r, void *data, ngx_int_t rc)
 static ngx_int_t
 ngx_http_agent_tools_suspend(ngx_http_agent_call_t *call)
 {
+    ngx_int_t                rc;
     ngx_str_t                fields;
     ngx_uint_t               n, kind;
     ngx_pid_t                pids[NGX_HTTP_AGENT_SUB_WORKERS];
@@ -891,14 +909,13 @@ ngx_http_agent_tools_suspend(ngx_http_agent_call_t *call)
 
     conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
 
-    if (conv == NULL
-        || ngx_http_agent_tools_suspend_locked(t->zone, conv, call->tool,
+    rc = (conv == NULL) ? NGX_ERROR
+         : ngx_http_agent_tools_suspend_locked(t->zone, conv, call->tool,
                                                &call->id, kind, deadline,
-                                               &fields)
-           != NGX_OK)
-    {
+                                               &fields);
+    if (rc != NGX_OK) {
         ngx_http_agent_zone_unlock(t->zone);
-        return NGX_ERROR;
+        return rc;
     }
 
     n = ngx_http_agent_sub_pids_locked(conv, pids);
@@ -970,7 +987,8 @@ ngx_http_agent_tools_suspend_locked(ngx_http_agent_zone_t *zone,
     p = ngx_http_agent_pending_add_locked(zone, conv, id, &tool->name,
                                           tool->executor, kind, deadline);
     if (p == NULL) {
-        return NGX_ERROR;
+        /* every slot is taken: the call cannot wait */
+        return NGX_DECLINED;
     }
 
     if (kind == NGX_HTTP_AGENT_PENDING_CLIENT_EXEC) {
@@ -1014,6 +1032,7 @@ static ngx_int_t
 ngx_http_agent_tools_result(ngx_http_agent_call_t *call, ngx_str_t *result,
     char *error)
 {
+    char                    err[NGX_HTTP_AGENT_JSON_ERR];
     yajl_gen                g;
     yajl_val                v;
     ngx_str_t               fields, e;
@@ -1024,7 +1043,7 @@ ngx_http_agent_tools_result(ngx_http_agent_call_t *call, ngx_str_t *result,
 
     g = ngx_http_agent_json_gen(t->pool);
     if (g == NULL) {
-        return NGX_ERROR;
+        goto unrecorded;
     }
 
     failed = yajl_gen_map_open(g);
@@ -1040,8 +1059,10 @@ ngx_http_agent_tools_result(ngx_http_agent_call_t *call, ngx_str_t *result,
 
         v = NULL;
 
-        if (result->len && ngx_strlen(result->data) == result->len) {
-            v = yajl_tree_parse((char *) result->data, NULL, 0);
+        if (result->len) {
+            v = ngx_http_agent_json_parse(result->data, result->len,
+                                          NGX_HTTP_AGENT_JSON_DEPTH, err,
+                                          sizeof(err));
         }
 
         if (v != NULL) {
@@ -1049,6 +1070,12 @@ ngx_http_agent_tools_result(ngx_http_agent_call_t *call, ngx_str_t *result,
             yajl_tree_free(v);
 
         } else {
+            /* not JSON, or JSON too deep to take apart: the text as is */
+
+            if (ngx_http_agent_utf8_fix(t->pool, result) != NGX_OK) {
+                goto unrecorded;
+            }
+
             failed |= ngx_http_agent_json_str(g, result);
         }
 
@@ -1063,17 +1090,23 @@ ngx_http_agent_tools_result(ngx_http_agent_call_t *call, ngx_str_t *result,
     failed |= yajl_gen_map_close(g);
 
     if (ngx_http_agent_json_result(g, failed, &fields) != NGX_OK) {
-        return NGX_ERROR;
+        ngx_log_error(NGX_LOG_ERR, &t->log, 0,
+                      "agent tool \"%V\" of call \"%V\": its result cannot "
+                      "be written as JSON", &call->name, &call->id);
+        goto unrecorded;
     }
 
     if (ngx_http_agent_emit(t->zone, &t->id, NGX_HTTP_AGENT_EV_TOOL_RESULT,
                             &fields)
-        != NGX_OK)
+        == NGX_OK)
     {
-        /* not sent again in a loop: the turn ends when the batch does */
-        t->unrecorded = 1;
-        return NGX_ERROR;
+        return NGX_OK;
     }
 
-    return NGX_OK;
+unrecorded:
+
+    /* never sent again: the turn ends when the batch does */
+    t->unrecorded = 1;
+
+    return NGX_ERROR;
 }

@@ -43,6 +43,7 @@ static ngx_int_t ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t,
 static ngx_int_t ngx_http_agent_turn_post_subrequest(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
 static void ngx_http_agent_turn_call_done(ngx_event_t *ev);
+static void ngx_http_agent_turn_deadline(ngx_event_t *ev);
 static ngx_http_agent_call_e ngx_http_agent_turn_outcome(
     ngx_http_agent_turn_t *t, ngx_str_t *reason);
 static ngx_msec_t ngx_http_agent_turn_backoff(ngx_http_agent_turn_t *t);
@@ -358,8 +359,21 @@ ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
 
     ngx_queue_insert_tail(&ngx_http_agent_turns, &t->queue);
 
-    t->event.handler = resume ? ngx_http_agent_turn_resume
-                              : ngx_http_agent_turn_model_call;
+    switch (resume) {
+
+    case NGX_HTTP_AGENT_TURN_NEW:
+        t->event.handler = ngx_http_agent_turn_model_call;
+        break;
+
+    case NGX_HTTP_AGENT_TURN_GIVE_UP:
+        t->event.handler = ngx_http_agent_turn_give_up;
+        break;
+
+    default:
+        t->takeover = (resume == NGX_HTTP_AGENT_TURN_TAKEOVER);
+        t->event.handler = ngx_http_agent_turn_resume;
+    }
+
     t->event.data = t;
     t->event.log = &t->log;
 
@@ -427,6 +441,7 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
     t->delta_seq = 0;
     t->parse_error = 0;
     t->sr_done = 0;
+    t->timed_out = 0;
     ngx_memzero(&t->error_body, sizeof(ngx_http_agent_bytes_t));
 
     if (t->attempt == 0) {
@@ -475,6 +490,12 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
     {
         goto failed;
     }
+
+    t->deadline.handler = ngx_http_agent_turn_deadline;
+    t->deadline.data = t;
+    t->deadline.log = &t->log;
+
+    ngx_add_timer(&t->deadline, t->agent->model_timeout);
 
     ngx_http_run_posted_requests(t->request->connection);
 
@@ -647,6 +668,16 @@ ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t,
     sr->headers_in.content_length_n = body->len;
     sr->headers_in.content_length = NULL;
 
+    if (sub->kind == NGX_HTTP_AGENT_SUB_PROVIDER) {
+        /*
+         * the body is the conversation, which grows past any client's
+         * limit: the provider location's client_max_body_size is not
+         * for it (a subrequest never reads a body, so nothing else
+         * changes)
+         */
+        sr->discard_body = 1;
+    }
+
     for (i = 0; i < nheaders; i++) {
         h = ngx_list_push(&sr->headers_in.headers);
         if (h == NULL) {
@@ -702,6 +733,10 @@ ngx_http_agent_turn_post_subrequest(ngx_http_request_t *r, void *data,
     t->sr_done = 1;
     t->rc = rc;
 
+    if (t->deadline.timer_set) {
+        ngx_del_timer(&t->deadline);
+    }
+
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "agent turn \"%V\": provider call done: %i", &t->id, rc);
 
@@ -722,6 +757,37 @@ ngx_http_agent_turn_post_subrequest(ngx_http_request_t *r, void *data,
     }
 
     return rc;
+}
+
+
+/*
+ * The model call has run for model_timeout: a stream kept open by
+ * keep-alive comments, or one that never ends, is aborted (its
+ * connection closes) and the call ends as a provider failure does, not
+ * retried.
+ */
+
+static void
+ngx_http_agent_turn_deadline(ngx_event_t *ev)
+{
+    ngx_http_agent_turn_t  *t = ev->data;
+
+    if (t->sr_done || t->sub.sr == NULL) {
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, &t->log, 0,
+                  "agent turn: the model call took longer than "
+                  "model_timeout (%M ms)", t->agent->model_timeout);
+
+    t->timed_out = 1;
+    t->sr_done = 1;
+
+    ngx_http_agent_subrequest_abort(t->sub.sr);
+    t->sub.sr = NULL;
+
+    t->event.handler = ngx_http_agent_turn_call_done;
+    ngx_post_event(&t->event, &ngx_posted_events);
 }
 
 
@@ -891,7 +957,11 @@ ngx_http_agent_turn_outcome(ngx_http_agent_turn_t *t, ngx_str_t *reason)
     detail.len = 0;
     detail.data = NULL;
 
-    if (status == 0 || (t->rc == NGX_ERROR && !reply->started
+    if (t->timed_out) {
+        ngx_str_set(&what, "the model call took longer than model_timeout");
+        retry = 0;
+
+    } else if (status == 0 || (t->rc == NGX_ERROR && !reply->started
                         && !reply->complete))
     {
         ngx_str_set(&what, "the provider could not be reached");
@@ -985,89 +1055,34 @@ ngx_http_agent_turn_record(ngx_http_agent_turn_t *t, ngx_uint_t status)
 {
     yajl_gen                      g;
     ngx_str_t                     fields, s, executor;
-    ngx_uint_t                    i, j, failed;
+    ngx_uint_t                    i, j, failed, complete;
     ngx_http_agent_tool_t        *tool;
     ngx_http_agent_reply_t       *reply;
     ngx_http_agent_tool_ref_t    *ref;
     ngx_http_agent_reply_call_t  *call;
 
     reply = t->reply;
-    call = reply->calls.elts;
 
     t->recorded = 1;
 
-    g = ngx_http_agent_json_gen(t->pool);
-    if (g == NULL) {
+    if (status == NGX_HTTP_AGENT_MSG_COMPLETE
+        && ngx_http_agent_provider_call_ids(reply) != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
-    failed = yajl_gen_map_open(g);
+    call = reply->calls.elts;
 
-    failed |= ngx_http_agent_json_key(g, "message_id");
-    failed |= yajl_gen_string(g, t->message_id, t->message_id_len);
+    s.data = t->message_id;
+    s.len = t->message_id_len;
 
-    failed |= ngx_http_agent_json_key(g, "content");
-    failed |= yajl_gen_string(g, reply->text.data, reply->text.len);
+    complete = (status == NGX_HTTP_AGENT_MSG_COMPLETE);
 
-    if (reply->thinking.len) {
-        failed |= ngx_http_agent_json_key(g, "thinking");
-        failed |= yajl_gen_string(g, reply->thinking.data,
-                                  reply->thinking.len);
-    }
-
-    if (reply->signature.len) {
-        failed |= ngx_http_agent_json_key(g, "thinking_signature");
-        failed |= yajl_gen_string(g, reply->signature.data,
-                                  reply->signature.len);
-    }
-
-    if (reply->raw_content.len) {
-        s.data = reply->raw_content.data;
-        s.len = reply->raw_content.len;
-        failed |= ngx_http_agent_json_key(g, "provider_content");
-        failed |= ngx_http_agent_json_verbatim(g, &s);
-    }
-
-    if (status == NGX_HTTP_AGENT_MSG_COMPLETE && reply->calls.nelts) {
-        failed |= ngx_http_agent_json_key(g, "tool_calls");
-        failed |= yajl_gen_array_open(g);
-
-        for (i = 0; i < reply->calls.nelts; i++) {
-            failed |= yajl_gen_map_open(g);
-            failed |= ngx_http_agent_json_key(g, "id");
-            failed |= yajl_gen_string(g, call[i].id.data, call[i].id.len);
-            failed |= ngx_http_agent_json_key(g, "name");
-            failed |= yajl_gen_string(g, call[i].name.data,
-                                      call[i].name.len);
-            failed |= ngx_http_agent_json_key(g, "arguments");
-            failed |= yajl_gen_string(g, call[i].arguments.data,
-                                      call[i].arguments.len);
-            failed |= yajl_gen_map_close(g);
-        }
-
-        failed |= yajl_gen_array_close(g);
-    }
-
-    if (reply->finish_reason.len) {
-        failed |= ngx_http_agent_json_key(g, "finish_reason");
-        failed |= yajl_gen_string(g, reply->finish_reason.data,
-                                  reply->finish_reason.len);
-    }
-
-    failed |= ngx_http_agent_json_key(g, "usage");
-    failed |= yajl_gen_map_open(g);
-    failed |= ngx_http_agent_json_key(g, "input_tokens");
-    failed |= yajl_gen_integer(g, reply->input_tokens);
-    failed |= ngx_http_agent_json_key(g, "output_tokens");
-    failed |= yajl_gen_integer(g, reply->output_tokens);
-    failed |= yajl_gen_map_close(g);
-
-    failed |= ngx_http_agent_json_key(g, "status");
-    failed |= ngx_http_agent_json_str(g, &ngx_http_agent_status_names[status]);
-
-    failed |= yajl_gen_map_close(g);
-
-    if (ngx_http_agent_json_result(g, failed, &fields) != NGX_OK) {
+    if (ngx_http_agent_provider_reply_json(reply, t->pool, &s,
+                                    &ngx_http_agent_status_names[status],
+                                    complete, &fields)
+        != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
@@ -1121,6 +1136,13 @@ ngx_http_agent_turn_record(ngx_http_agent_turn_t *t, ngx_uint_t status)
                                   call[i].arguments.len);
         failed |= ngx_http_agent_json_key(g, "executor");
         failed |= ngx_http_agent_json_str(g, &executor);
+
+        if (call[i].provider_id.len) {
+            failed |= ngx_http_agent_json_key(g, "provider_id");
+            failed |= yajl_gen_string(g, call[i].provider_id.data,
+                                      call[i].provider_id.len);
+        }
+
         failed |= yajl_gen_map_close(g);
 
         if (ngx_http_agent_json_result(g, failed, &fields) != NGX_OK) {
@@ -1441,6 +1463,10 @@ ngx_http_agent_turn_close(ngx_http_agent_turn_t *t)
         ngx_delete_posted_event(&t->event);
     }
 
+    if (t->deadline.timer_set) {
+        ngx_del_timer(&t->deadline);
+    }
+
     if (t->pool) {
         ngx_destroy_pool(t->pool);
         t->pool = NULL;
@@ -1462,6 +1488,28 @@ ngx_http_agent_turn_close(ngx_http_agent_turn_t *t)
     r->count++;
 
     ngx_http_free_request(r, 0);
+
+    /*
+     * as ngx_close_connection() would: a timer nginx left on the fake
+     * connection (a subrequest's lingering discard sets one on its read
+     * event) must not outlive it in the timer tree
+     */
+
+    if (c->read->timer_set) {
+        ngx_del_timer(c->read);
+    }
+
+    if (c->write->timer_set) {
+        ngx_del_timer(c->write);
+    }
+
+    if (c->read->posted) {
+        ngx_delete_posted_event(c->read);
+    }
+
+    if (c->write->posted) {
+        ngx_delete_posted_event(c->write);
+    }
 
     c->destroyed = 1;
     c->fd = 0;

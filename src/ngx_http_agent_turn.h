@@ -69,6 +69,10 @@ struct ngx_http_agent_turn_s {
     unsigned                      parse_error:1;
     unsigned                      sr_done:1;
 
+    /* the call's model_timeout: keep-alive comments do not extend it */
+    ngx_event_t                   deadline;
+    unsigned                      timed_out:1;
+
     /* the JSON of a live delta, reused for every one */
     ngx_http_agent_bytes_t        scratch;
 
@@ -90,11 +94,27 @@ struct ngx_http_agent_turn_s {
     /* a tool's result found no room in the zone: the turn cannot go on */
     unsigned                      unrecorded:1;
 
+    /* taken over from a worker that died: its running calls run again */
+    unsigned                      takeover:1;
+
     /* nginx takes a request's log data for an ngx_http_log_ctx_t */
     ngx_http_log_ctx_t            log_ctx;
 };
 
 
+
+
+/* how ngx_http_agent_turn_start() starts a turn */
+#define NGX_HTTP_AGENT_TURN_NEW         0   /* a model call */
+#define NGX_HTTP_AGENT_TURN_RESUME      1   /* on from the log */
+#define NGX_HTTP_AGENT_TURN_TAKEOVER    2   /* its worker died */
+#define NGX_HTTP_AGENT_TURN_GIVE_UP     3   /* it died too often: it fails */
+
+/*
+ * A turn is taken over from dead workers at most this many times: a
+ * reply or a tool that crashes workers cannot crash them forever.
+ */
+#define NGX_HTTP_AGENT_TAKEOVERS        3
 
 
 ngx_int_t ngx_http_agent_turn_init_filters(ngx_conf_t *cf);
@@ -122,6 +142,7 @@ ngx_int_t ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t,
 /* the steps of a turn, across ngx_http_agent_turn.c, _resume.c, _cancel.c */
 void ngx_http_agent_turn_model_call(ngx_event_t *ev);
 void ngx_http_agent_turn_resume(ngx_event_t *ev);
+void ngx_http_agent_turn_give_up(ngx_event_t *ev);
 void ngx_http_agent_turn_batch_done(ngx_event_t *ev);
 ngx_int_t ngx_http_agent_turn_record(ngx_http_agent_turn_t *t,
     ngx_uint_t status);

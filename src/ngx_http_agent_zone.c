@@ -428,6 +428,27 @@ ngx_http_agent_conv_evictable_locked(ngx_http_agent_conv_t *conv)
 }
 
 
+/*
+ * A conversation belongs to the agent whose location created it: to
+ * another agent it does not exist.  One with no agent recorded (a record
+ * not yet used) is anyone's.
+ */
+
+ngx_int_t
+ngx_http_agent_conv_agent_locked(ngx_http_agent_conv_t *conv,
+    ngx_str_t *agent)
+{
+    if (conv->agent_len == 0
+        || (conv->agent_len == agent->len
+            && ngx_memcmp(conv->agent, agent->data, agent->len) == 0))
+    {
+        return NGX_OK;
+    }
+
+    return NGX_DECLINED;
+}
+
+
 void
 ngx_http_agent_conv_evict_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv)

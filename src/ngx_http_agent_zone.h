@@ -20,6 +20,7 @@
 #define NGX_HTTP_AGENT_SUB_WORKERS       16
 #define NGX_HTTP_AGENT_SOURCE_IDS        16
 #define NGX_HTTP_AGENT_PENDING           16
+#define NGX_HTTP_AGENT_PENDING_STR       "16"
 #define NGX_HTTP_AGENT_CALL_ID_LEN       64
 #define NGX_HTTP_AGENT_TOOL_NAME_LEN     64
 
@@ -115,6 +116,9 @@ typedef struct {
 
     /* the worker running the turn, 0 when none */
     ngx_pid_t                     lease;
+
+    /* times the current turn was taken over from a worker that died */
+    ngx_uint_t                    takeovers;
 
     /* in the zone's queue of conversations with a lease */
     ngx_queue_t                   leased;
@@ -247,6 +251,8 @@ ngx_http_agent_conv_t *ngx_http_agent_conv_create_locked(
 void ngx_http_agent_conv_delete_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
 ngx_int_t ngx_http_agent_conv_evictable_locked(ngx_http_agent_conv_t *conv);
+ngx_int_t ngx_http_agent_conv_agent_locked(ngx_http_agent_conv_t *conv,
+    ngx_str_t *agent);
 void ngx_http_agent_conv_evict_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
 ngx_http_agent_event_t *ngx_http_agent_log_restore_locked(

@@ -554,13 +554,27 @@ ngx_http_agent_anthropic_block_delta(ngx_http_agent_anthropic_ctx_t *ctx,
     delta = ngx_http_agent_provider_get(v, "delta");
     type = ngx_http_agent_provider_get(delta, "type");
 
+    /*
+     * A delta goes only into a block of its kind: text into a hosted
+     * tool's result, or a signature into a verbatim block, would corrupt
+     * what goes back to the API.  Others are ignored, as unknown ones are.
+     */
+
     if (ngx_http_agent_provider_is(type, "text_delta")) {
+        if (block->kind != NGX_HTTP_AGENT_ANTHROPIC_TEXT) {
+            return NGX_OK;
+        }
+
         return ngx_http_agent_anthropic_piece(ctx, &block->text, &reply->text,
                                              NGX_HTTP_AGENT_DELTA_TEXT, 0,
                                   ngx_http_agent_provider_get(delta, "text"));
     }
 
     if (ngx_http_agent_provider_is(type, "thinking_delta")) {
+        if (block->kind != NGX_HTTP_AGENT_ANTHROPIC_THINKING) {
+            return NGX_OK;
+        }
+
         return ngx_http_agent_anthropic_piece(ctx, &block->text,
                                               &reply->thinking,
                                               NGX_HTTP_AGENT_DELTA_THINKING, 0,
@@ -568,6 +582,10 @@ ngx_http_agent_anthropic_block_delta(ngx_http_agent_anthropic_ctx_t *ctx,
     }
 
     if (ngx_http_agent_provider_is(type, "signature_delta")) {
+        if (block->kind != NGX_HTTP_AGENT_ANTHROPIC_THINKING) {
+            return NGX_OK;
+        }
+
         return ngx_http_agent_anthropic_piece(ctx, &block->extra, NULL,
                              NGX_HTTP_AGENT_ANTHROPIC_QUIET, 0,
                              ngx_http_agent_provider_get(delta, "signature"));
@@ -750,6 +768,8 @@ ngx_http_agent_anthropic_tools(ngx_http_agent_anthropic_ctx_t *ctx,
         if (call == NULL) {
             return NGX_ERROR;
         }
+
+        ngx_memzero(call, sizeof(ngx_http_agent_reply_call_t));
 
         call->index = block->n;
         call->id = block->id;

@@ -548,10 +548,14 @@ ngx_http_agent_anthropic_tool_result(ngx_http_agent_anthropic_build_t *b,
 ngx_uint_t
 ngx_http_agent_anthropic_input(yajl_gen g, u_char *json)
 {
+    char        err[NGX_HTTP_AGENT_JSON_ERR];
     yajl_val    v;
     ngx_uint_t  failed;
 
-    v = (*json == '\0') ? NULL : yajl_tree_parse((char *) json, NULL, 0);
+    v = (*json == '\0') ? NULL
+        : ngx_http_agent_json_parse(json, ngx_strlen(json),
+                                    NGX_HTTP_AGENT_JSON_DEPTH, err,
+                                    sizeof(err));
 
     if (!YAJL_IS_OBJECT(v)) {
         if (v) {

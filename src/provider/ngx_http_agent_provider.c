@@ -16,7 +16,6 @@
 #define NGX_HTTP_AGENT_BYTES_MIN  128
 
 /* room for the first line of yajl's message */
-#define NGX_HTTP_AGENT_JSON_ERR   256
 
 
 ngx_http_agent_provider_t  *ngx_http_agent_providers[] = {
@@ -28,6 +27,16 @@ ngx_http_agent_provider_t  *ngx_http_agent_providers[] = {
 
 
 /* what a tool declared without parameters takes: nothing */
+static yajl_val ngx_http_agent_provider_tree(ngx_log_t *log, u_char *json,
+    size_t len, ngx_uint_t depth, char *what);
+
+
+static ngx_uint_t ngx_http_agent_provider_call_id_ok(
+    ngx_http_agent_reply_t *reply, ngx_uint_t n);
+static ngx_int_t ngx_http_agent_provider_replace(
+    ngx_http_agent_reply_t *reply, ngx_str_t *from, ngx_str_t *to);
+
+
 static ngx_str_t  ngx_http_agent_no_parameters =
     ngx_string("{\"type\":\"object\",\"properties\":{}}");
 
@@ -217,25 +226,33 @@ yajl_val
 ngx_http_agent_provider_parse(ngx_log_t *log, u_char *json, size_t len,
     char *what)
 {
-    char      err[NGX_HTTP_AGENT_JSON_ERR], *lf;
+    return ngx_http_agent_provider_tree(log, json, len,
+                                        NGX_HTTP_AGENT_JSON_DEPTH, what);
+}
+
+
+/* the same for an event of the log, which wraps what came from outside */
+
+yajl_val
+ngx_http_agent_provider_parse_log(ngx_log_t *log, u_char *json, size_t len)
+{
+    return ngx_http_agent_provider_tree(log, json, len,
+                                        NGX_HTTP_AGENT_JSON_LOG_DEPTH,
+                                        "an event");
+}
+
+
+static yajl_val
+ngx_http_agent_provider_tree(ngx_log_t *log, u_char *json, size_t len,
+    ngx_uint_t depth, char *what)
+{
+    char      err[NGX_HTTP_AGENT_JSON_ERR];
     yajl_val  v;
 
-    if (ngx_strlen(json) != len) {
-        ngx_log_error(NGX_LOG_ERR, log, 0, "%s holds a NUL byte", what);
-        return NULL;
-    }
-
-    v = yajl_tree_parse((char *) json, err, sizeof(err));
+    v = ngx_http_agent_json_parse(json, len, depth, err, sizeof(err));
 
     if (v == NULL) {
-        /* yajl's message goes on with an excerpt on lines of its own */
-        lf = ngx_strchr(err, LF);
-        if (lf) {
-            *lf = '\0';
-        }
-
-        ngx_log_error(NGX_LOG_ERR, log, 0, "%s is not valid JSON: %s",
-                      what, err);
+        ngx_log_error(NGX_LOG_ERR, log, 0, "%s %s", what, err);
         return NULL;
     }
 
@@ -265,8 +282,10 @@ ngx_http_agent_provider_event(ngx_pool_t *pool,
         return NULL;
     }
 
-    return ngx_http_agent_provider_parse(pool->log, scratch->data,
-                                         event->len, "conversation event");
+    return ngx_http_agent_provider_tree(pool->log, scratch->data,
+                                        event->len,
+                                        NGX_HTTP_AGENT_JSON_LOG_DEPTH,
+                                        "conversation event");
 }
 
 
@@ -519,6 +538,265 @@ ngx_http_agent_provider_mark(ngx_pool_t *pool, yajl_val event,
 
     content->data = p;
     content->len = last - p;
+
+    return NGX_OK;
+}
+
+
+/*
+ * A call's id goes into a header (Idempotency-Key), a URL (resolve), the
+ * zone's table of waiting calls and the log.  One that is not of the
+ * API's grammar, or that an earlier call of the reply has, is replaced
+ * by an id of the module's, in the reply's raw content too, so that the
+ * history sent back pairs each call with its result.  The provider's own
+ * id is kept as provider_id.
+ */
+
+ngx_int_t
+ngx_http_agent_provider_call_ids(ngx_http_agent_reply_t *reply)
+{
+    u_char                        id[sizeof("call_") - 1 + 16];
+    yajl_gen                      g;
+    ngx_str_t                     from, to, quoted;
+    ngx_uint_t                    i, failed;
+    ngx_http_agent_reply_call_t  *call;
+
+    call = reply->calls.elts;
+
+    for (i = 0; i < reply->calls.nelts; i++) {
+
+        if (ngx_http_agent_provider_call_id_ok(reply, i)) {
+            continue;
+        }
+
+        ngx_sprintf(id, "call_%08xD%08xD", (uint32_t) ngx_random(),
+                    (uint32_t) ngx_random());
+
+        ngx_log_error(NGX_LOG_WARN, reply->log, 0,
+                      "agent provider gave call %ui an id that cannot be "
+                      "used, it is \"%*s\" here", i, sizeof(id), id);
+
+        call[i].provider_id = call[i].id;
+        call[i].id.data = NULL;
+        call[i].id.len = 0;
+        call[i].id.size = 0;
+
+        if (ngx_http_agent_bytes_set(reply->pool, &call[i].id, id,
+                                     sizeof(id))
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        if (reply->raw_content.len == 0) {
+            continue;
+        }
+
+        /* the ids as yajl_gen writes strings, quotes included */
+
+        g = ngx_http_agent_json_gen(reply->pool);
+        if (g == NULL) {
+            return NGX_ERROR;
+        }
+
+        from.data = call[i].provider_id.data;
+        from.len = call[i].provider_id.len;
+
+        failed = ngx_http_agent_json_str(g, &from);
+
+        if (ngx_http_agent_json_result(g, failed, &quoted) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        to.len = sizeof(id) + 2;
+        to.data = ngx_pnalloc(reply->pool, to.len);
+        if (to.data == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_sprintf(to.data, "\"%*s\"", sizeof(id), id);
+
+        if (ngx_http_agent_provider_replace(reply, &quoted, &to) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The fields of the assistant_msg event of a reply: its text, thinking,
+ * the provider's own content blocks, its calls if it is complete, usage
+ * and status.  The generator refuses a string that is not UTF-8.
+ */
+
+ngx_int_t
+ngx_http_agent_provider_reply_json(ngx_http_agent_reply_t *reply,
+    ngx_pool_t *pool, ngx_str_t *message_id, ngx_str_t *status,
+    ngx_uint_t complete, ngx_str_t *out)
+{
+    yajl_gen                      g;
+    ngx_str_t                     s;
+    ngx_uint_t                    i, failed;
+    ngx_http_agent_reply_call_t  *call;
+
+    g = ngx_http_agent_json_gen(pool);
+    if (g == NULL) {
+        return NGX_ERROR;
+    }
+
+    failed = yajl_gen_map_open(g);
+
+    failed |= ngx_http_agent_json_key(g, "message_id");
+    failed |= ngx_http_agent_json_str(g, message_id);
+
+    failed |= ngx_http_agent_json_key(g, "content");
+    failed |= yajl_gen_string(g, reply->text.data, reply->text.len);
+
+    if (reply->thinking.len) {
+        failed |= ngx_http_agent_json_key(g, "thinking");
+        failed |= yajl_gen_string(g, reply->thinking.data,
+                                  reply->thinking.len);
+    }
+
+    if (reply->signature.len) {
+        failed |= ngx_http_agent_json_key(g, "thinking_signature");
+        failed |= yajl_gen_string(g, reply->signature.data,
+                                  reply->signature.len);
+    }
+
+    if (reply->raw_content.len) {
+        s.data = reply->raw_content.data;
+        s.len = reply->raw_content.len;
+        failed |= ngx_http_agent_json_key(g, "provider_content");
+        failed |= ngx_http_agent_json_verbatim(g, &s);
+    }
+
+    if (complete && reply->calls.nelts) {
+        call = reply->calls.elts;
+
+        failed |= ngx_http_agent_json_key(g, "tool_calls");
+        failed |= yajl_gen_array_open(g);
+
+        for (i = 0; i < reply->calls.nelts; i++) {
+            failed |= yajl_gen_map_open(g);
+            failed |= ngx_http_agent_json_key(g, "id");
+            failed |= yajl_gen_string(g, call[i].id.data, call[i].id.len);
+            failed |= ngx_http_agent_json_key(g, "name");
+            failed |= yajl_gen_string(g, call[i].name.data,
+                                      call[i].name.len);
+            failed |= ngx_http_agent_json_key(g, "arguments");
+            failed |= yajl_gen_string(g, call[i].arguments.data,
+                                      call[i].arguments.len);
+            failed |= yajl_gen_map_close(g);
+        }
+
+        failed |= yajl_gen_array_close(g);
+    }
+
+    if (reply->finish_reason.len) {
+        failed |= ngx_http_agent_json_key(g, "finish_reason");
+        failed |= yajl_gen_string(g, reply->finish_reason.data,
+                                  reply->finish_reason.len);
+    }
+
+    failed |= ngx_http_agent_json_key(g, "usage");
+    failed |= yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "input_tokens");
+    failed |= yajl_gen_integer(g, reply->input_tokens);
+    failed |= ngx_http_agent_json_key(g, "output_tokens");
+    failed |= yajl_gen_integer(g, reply->output_tokens);
+    failed |= yajl_gen_map_close(g);
+
+    failed |= ngx_http_agent_json_key(g, "status");
+    failed |= ngx_http_agent_json_str(g, status);
+
+    failed |= yajl_gen_map_close(g);
+
+    return ngx_http_agent_json_result(g, failed, out);
+}
+
+
+static ngx_uint_t
+ngx_http_agent_provider_call_id_ok(ngx_http_agent_reply_t *reply,
+    ngx_uint_t n)
+{
+    u_char                       *p, *last;
+    ngx_uint_t                    i;
+    ngx_http_agent_reply_call_t  *call;
+
+    call = reply->calls.elts;
+
+    if (call[n].id.len == 0 || call[n].id.len > NGX_HTTP_AGENT_CALL_ID_MAX) {
+        return 0;
+    }
+
+    last = call[n].id.data + call[n].id.len;
+
+    for (p = call[n].id.data; p < last; p++) {
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')
+              || (*p >= '0' && *p <= '9') || *p == '_' || *p == '-'))
+        {
+            return 0;
+        }
+    }
+
+    for (i = 0; i < n; i++) {
+        if (call[i].id.len == call[n].id.len
+            && ngx_memcmp(call[i].id.data, call[n].id.data, call[n].id.len)
+               == 0)
+        {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+/* every occurrence of from in the raw content becomes to */
+
+static ngx_int_t
+ngx_http_agent_provider_replace(ngx_http_agent_reply_t *reply,
+    ngx_str_t *from, ngx_str_t *to)
+{
+    u_char                  *p, *start, *last;
+    ngx_http_agent_bytes_t   out;
+
+    ngx_memzero(&out, sizeof(ngx_http_agent_bytes_t));
+
+    p = reply->raw_content.data;
+    start = p;
+    last = p + reply->raw_content.len;
+
+    while ((size_t) (last - p) >= from->len) {
+
+        if (ngx_memcmp(p, from->data, from->len) != 0) {
+            p++;
+            continue;
+        }
+
+        if (ngx_http_agent_bytes_append(reply->pool, &out, start, p - start)
+            != NGX_OK
+            || ngx_http_agent_bytes_append(reply->pool, &out, to->data,
+                                           to->len)
+               != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        p += from->len;
+        start = p;
+    }
+
+    if (ngx_http_agent_bytes_append(reply->pool, &out, start, last - start)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    reply->raw_content = out;
 
     return NGX_OK;
 }

@@ -37,6 +37,9 @@ typedef struct {
     ngx_http_agent_bytes_t        id;
     ngx_http_agent_bytes_t        name;
     ngx_http_agent_bytes_t        arguments;  /* JSON text, verbatim */
+
+    /* the provider's own id, when the module gave the call another */
+    ngx_http_agent_bytes_t        provider_id;
 } ngx_http_agent_reply_call_t;
 
 
@@ -159,8 +162,17 @@ ngx_int_t ngx_http_agent_bytes_append(ngx_pool_t *pool,
 ngx_int_t ngx_http_agent_bytes_set(ngx_pool_t *pool,
     ngx_http_agent_bytes_t *b, u_char *p, size_t len);
 
+/* a call id the API can address: 1 to 64 letters, digits, "_" and "-" */
+#define NGX_HTTP_AGENT_CALL_ID_MAX   64
+
+ngx_int_t ngx_http_agent_provider_call_ids(ngx_http_agent_reply_t *reply);
+ngx_int_t ngx_http_agent_provider_reply_json(ngx_http_agent_reply_t *reply,
+    ngx_pool_t *pool, ngx_str_t *message_id, ngx_str_t *status,
+    ngx_uint_t complete, ngx_str_t *out);
 yajl_val ngx_http_agent_provider_parse(ngx_log_t *log, u_char *json,
     size_t len, char *what);
+yajl_val ngx_http_agent_provider_parse_log(ngx_log_t *log, u_char *json,
+    size_t len);
 yajl_val ngx_http_agent_provider_event(ngx_pool_t *pool,
     ngx_http_agent_bytes_t *scratch, ngx_str_t *event);
 yajl_val ngx_http_agent_provider_get(yajl_val v, char *key);
