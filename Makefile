@@ -6,6 +6,7 @@
 #   make asan     a full nginx 1.22.1 from Debian's source package with
 #                 AddressSanitizer and UBSan, and the test suite against it
 #   make demo     nginx in the foreground with nginx.conf.example
+#   make fuzz     the libFuzzer targets of fuzz/, see the end of this file
 
 NGINX_SRC ?=	/usr/share/nginx/src
 NGINX_BIN ?=	/usr/sbin/nginx
@@ -32,7 +33,7 @@ ASAN_MODULE :=	$(ASAN_DIR)/nginx/objs/ngx_http_agent_module.so
 ASAN_CFLAGS :=	-g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined
 ASAN_LDFLAGS :=	-fsanitize=address,undefined
 
-.PHONY: all test asan asan-build demo clean FORCE
+.PHONY: all test asan asan-build demo clean FORCE fuzz fuzz-build
 
 all: $(MODULE)
 
@@ -99,3 +100,99 @@ demo: $(MODULE)
 
 clean:
 	rm -rf $(B) demo
+
+
+# ---------------------------------------------------------------------
+# Fuzzing
+#
+#   make fuzz         builds the targets, runs each one's regression
+#                     inputs (fuzz/regress/<target>/), then fuzzes each
+#                     for FUZZ_TIME seconds from its seeds
+#                     (fuzz/corpus/<target>/); a crash fails it and
+#                     leaves its input in build/fuzz/artifacts/<target>/
+#   make fuzz-build   the targets only, in build/fuzz/bin/
+#
+#   make fuzz FUZZ_TARGETS="sse json" FUZZ_TIME=600
+#
+# libFuzzer with ASan and UBSan, against nginx 1.22.1 from Debian's
+# source package and the module, both compiled by clang for it; needs
+# clang and libclang-rt-14-dev (.ci/deps --fuzz).  The targets and what
+# each covers: README.md, "Fuzzing".
+
+FUZZ_DIR :=	$(B)/fuzz
+FUZZ_NGINX :=	$(FUZZ_DIR)/nginx
+FUZZ_LIB :=	$(FUZZ_DIR)/libngx_fuzz.a
+FUZZ_CC ?=	clang
+FUZZ_TIME ?=	60
+FUZZ_MAX_LEN ?=	65536
+FUZZ_TARGETS ?=	sse openai_chat anthropic openai_responses json message \
+		resolve tools request
+# NGX_DEBUG_PALLOC: every pool allocation is a malloc() of its own, which
+# ASan guards; nginx makes clang's warnings errors, and clang warns where
+# gcc, which the module is built with, does not
+FUZZ_CFLAGS :=	-g -O1 -fno-omit-frame-pointer -DNGX_DEBUG_PALLOC=1 \
+		-fsanitize=fuzzer-no-link,address,undefined -Wno-error
+FUZZ_LIBS :=	-lyajl -lsqlite3 -lpthread
+FUZZ_INCS :=	$(addprefix -I $(FUZZ_NGINX)/, src/core src/event \
+		  src/event/modules src/os/unix src/http src/http/modules \
+		  objs) \
+		-I src -I src/provider -I fuzz
+FUZZ_COMMON :=	fuzz/ngx_http_agent_fuzz.h fuzz/ngx_http_agent_fuzz.c \
+		fuzz/ngx_http_agent_fuzz_provider.c
+
+# the tool target checks what would go into the log in place of it
+FUZZ_LDFLAGS_tools := -Wl,--wrap=ngx_http_agent_emit
+
+$(B)/fuzz-flags: FORCE
+	@mkdir -p $(B)
+	@echo '$(FUZZ_CC) $(FUZZ_CFLAGS)' | cmp -s - $@ \
+	    || echo '$(FUZZ_CC) $(FUZZ_CFLAGS)' > $@
+
+# the source package make asan fetched, or fetched anew
+$(FUZZ_NGINX)/objs/Makefile: config $(B)/fuzz-flags
+	rm -rf $(FUZZ_NGINX) $(FUZZ_DIR)/src $(FUZZ_LIB)
+	mkdir -p $(FUZZ_DIR)/src
+	if ls $(ASAN_DIR)/src/nginx_1.22.1-*.dsc > /dev/null 2>&1; then \
+	    cp $(ASAN_DIR)/src/nginx_1.22.1* $(FUZZ_DIR)/src/; \
+	else \
+	    cd $(FUZZ_DIR)/src && apt-get source --download-only nginx \
+	        > $(FUZZ_DIR)/source.log 2>&1 \
+	    || { cat $(FUZZ_DIR)/source.log; \
+	         echo "make fuzz needs a deb-src entry: see README.md"; \
+	         exit 1; }; \
+	fi
+	cd $(FUZZ_DIR)/src && dpkg-source --no-check -x nginx_1.22.1-*.dsc \
+	    $(FUZZ_NGINX) >> $(FUZZ_DIR)/source.log 2>&1
+	cd $(FUZZ_NGINX) && CC=$(FUZZ_CC) ./configure \
+	    --with-cc-opt="$(FUZZ_CFLAGS)" \
+	    --with-ld-opt="-fsanitize=address,undefined" \
+	    --with-compat --with-debug --with-threads \
+	    --without-http_rewrite_module --without-http_gzip_module \
+	    --add-dynamic-module=$(CURDIR) > $(FUZZ_DIR)/configure.log \
+	    || { cat $(FUZZ_DIR)/configure.log; exit 1; }
+
+# nginx's objects and the module's in one archive, nginx's main() renamed
+# (libFuzzer has its own); a target that compiles a file of the module
+# into itself takes the rest from here, and that file's object is not
+# linked
+$(FUZZ_LIB): $(FUZZ_NGINX)/objs/Makefile $(SOURCES)
+	$(MAKE) -j$(JOBS) -C $(FUZZ_NGINX) -f objs/Makefile binary modules
+	cd $(FUZZ_NGINX) \
+	    && objcopy --redefine-sym main=ngx_http_agent_fuzz_nginx_main \
+	           objs/src/core/nginx.o objs/nginx_fuzz.o \
+	    && rm -f $@ \
+	    && ar rcs $@ objs/nginx_fuzz.o objs/ngx_modules.o \
+	           $$(find objs/src objs/addon -name '*.o' ! -name nginx.o)
+
+$(FUZZ_DIR)/bin/%: fuzz/ngx_http_agent_fuzz_%.c $(FUZZ_COMMON) $(FUZZ_LIB)
+	@mkdir -p $(FUZZ_DIR)/bin
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -Wall -Wextra \
+	    -Wno-unused-parameter $(FUZZ_INCS) -o $@ $< \
+	    fuzz/ngx_http_agent_fuzz.c fuzz/ngx_http_agent_fuzz_provider.c \
+	    $(FUZZ_LIB) $(FUZZ_LIBS) $(FUZZ_LDFLAGS_$*)
+
+fuzz-build: $(addprefix $(FUZZ_DIR)/bin/, $(FUZZ_TARGETS))
+
+fuzz: fuzz-build
+	FUZZ_TIME=$(FUZZ_TIME) FUZZ_MAX_LEN=$(FUZZ_MAX_LEN) \
+	    fuzz/run $(FUZZ_DIR) $(FUZZ_TARGETS)
