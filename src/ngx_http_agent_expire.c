@@ -89,6 +89,7 @@ ngx_http_agent_expire_handler(ngx_event_t *ev)
 
     uint64_t                     now;
     ngx_uint_t                   n, i, k;
+    ngx_http_agent_fsm_t         fsm;
     ngx_time_t                  *tp;
     ngx_queue_t                 *q, *next;
     ngx_http_agent_zone_t       *z;
@@ -141,13 +142,12 @@ ngx_http_agent_expire_handler(ngx_event_t *ev)
 
         /* the last waiting call is gone and no turn runs: this one goes on */
 
-        if (conv->npending == 0 && conv->lease == 0) {
-            (void) ngx_http_agent_state_set_locked(z, conv,
-                                               NGX_HTTP_AGENT_EXECUTING_TOOLS);
-            ngx_http_agent_lease_locked(z, conv, ngx_pid);
-            expired[n].resume = 1;
-        }
+        fsm.fields = NULL;
 
+        (void) ngx_http_agent_fsm_locked(z, conv, NGX_HTTP_AGENT_FSM_SETTLED,
+                                         &fsm);
+
+        expired[n].resume = fsm.run;
         expired[n].npids = ngx_http_agent_sub_pids_locked(conv,
                                                           expired[n].pids);
         n++;
@@ -175,8 +175,14 @@ ngx_http_agent_expire_handler(ngx_event_t *ev)
                       "recovered from the log",
                       conv->id_len, conv->id, conv->lease);
 
-        ngx_http_agent_lease_locked(z, conv, ngx_pid);
-        conv->cancel = 0;
+        fsm.fields = NULL;
+
+        if (ngx_http_agent_fsm_locked(z, conv, NGX_HTTP_AGENT_FSM_TAKEOVER,
+                                      &fsm)
+            != NGX_OK)
+        {
+            continue;
+        }
 
         ngx_http_agent_expire_subs_locked(conv);
 
@@ -188,7 +194,7 @@ ngx_http_agent_expire_handler(ngx_event_t *ev)
         expired[n].resume = 1;
         expired[n].next = 0;
         expired[n].takeover = 1;
-        expired[n].give_up = (++conv->takeovers > NGX_HTTP_AGENT_TAKEOVERS);
+        expired[n].give_up = fsm.give_up;
         expired[n].npids = ngx_http_agent_sub_pids_locked(conv,
                                                           expired[n].pids);
         n++;
@@ -245,7 +251,7 @@ ngx_http_agent_expire_conv_locked(ngx_http_agent_zone_t *z,
                 continue;
             }
 
-            if (ngx_http_agent_pending_settle_locked(z, conv, p,
+            if (ngx_http_agent_fsm_settle_locked(z, conv, p,
                                    NGX_HTTP_AGENT_SETTLE_EXPIRED,
                                    "no client was connected to run the call")
                 == NGX_OK)
@@ -260,7 +266,7 @@ ngx_http_agent_expire_conv_locked(ngx_http_agent_zone_t *z,
             continue;
         }
 
-        if (ngx_http_agent_pending_settle_locked(z, conv, p,
+        if (ngx_http_agent_fsm_settle_locked(z, conv, p,
                                    NGX_HTTP_AGENT_SETTLE_EXPIRED,
                                    p->kind == NGX_HTTP_AGENT_PENDING_APPROVAL
                                    ? "the approver did not respond before "
@@ -274,106 +280,6 @@ ngx_http_agent_expire_conv_locked(ngx_http_agent_zone_t *z,
     }
 
     return n;
-}
-
-
-/*
- * The call resolves to an error the model can recover from: a resolution
- * marked expired (or cancelled), and its tool_result.  The fields are
- * built on the stack: a round that expires nothing allocates nothing.
- */
-
-ngx_int_t
-ngx_http_agent_pending_settle_locked(ngx_http_agent_zone_t *z,
-    ngx_http_agent_conv_t *conv, ngx_http_agent_pending_t *p,
-    ngx_uint_t how, char *reason)
-{
-    u_char     buf[1024], *b;
-    ngx_int_t  rc;
-    ngx_str_t  fields, id, name;
-
-    b = ngx_cpymem(buf, "{\"tool_call_id\":\"",
-                   sizeof("{\"tool_call_id\":\"") - 1);
-    b = (u_char *) ngx_escape_json(b, p->id, p->id_len);
-    b = ngx_cpymem(b, "\",\"name\":\"", sizeof("\",\"name\":\"") - 1);
-    b = (u_char *) ngx_escape_json(b, p->name, p->name_len);
-
-    b = ngx_sprintf(b, "\",\"kind\":\"%V\",%s}",
-                    &ngx_http_agent_pending_kinds[p->kind],
-                    how == NGX_HTTP_AGENT_SETTLE_EXPIRED
-                    ? "\"expired\":true,\"source\":\"deadline\""
-                    : "\"cancelled\":true,\"source\":\"cancel\"");
-
-    fields.data = buf;
-    fields.len = b - buf;
-
-    if (ngx_http_agent_event_add_locked(z, conv,
-                                        NGX_HTTP_AGENT_EV_RESOLUTION,
-                                        &fields)
-        == NULL)
-    {
-        return NGX_ERROR;
-    }
-
-    ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
-                  "agent call \"%*s\" of \"%*s\" settled: %s",
-                  p->id_len, p->id, conv->id_len, conv->id, reason);
-
-    id.data = p->id;
-    id.len = p->id_len;
-    name.data = p->name;
-    name.len = p->name_len;
-
-    rc = ngx_http_agent_error_result_locked(z, conv, &id, &name, reason);
-
-    ngx_http_agent_pending_remove_locked(conv, p);
-
-    return rc;
-}
-
-
-/* the tool_result that ends a call with an error */
-
-ngx_int_t
-ngx_http_agent_error_result_locked(ngx_http_agent_zone_t *z,
-    ngx_http_agent_conv_t *conv, ngx_str_t *id, ngx_str_t *name, char *error)
-{
-    u_char                  *b;
-    size_t                   len;
-    ngx_str_t                fields;
-    ngx_http_agent_event_t  *ev;
-
-    len = sizeof("{\"tool_call_id\":\"\",\"name\":\"\",\"ok\":false,"
-                 "\"error\":\"\"}") - 1
-          + id->len + ngx_escape_json(NULL, id->data, id->len)
-          + name->len + ngx_escape_json(NULL, name->data, name->len)
-          + ngx_strlen(error);
-
-    fields.data = ngx_alloc(len, ngx_cycle->log);
-    if (fields.data == NULL) {
-        return NGX_ERROR;
-    }
-
-    b = ngx_cpymem(fields.data, "{\"tool_call_id\":\"",
-                   sizeof("{\"tool_call_id\":\"") - 1);
-    b = (u_char *) ngx_escape_json(b, id->data, id->len);
-    b = ngx_cpymem(b, "\",\"name\":\"", sizeof("\",\"name\":\"") - 1);
-    b = (u_char *) ngx_escape_json(b, name->data, name->len);
-    b = ngx_sprintf(b, "\",\"ok\":false,\"error\":\"%s\"}", error);
-
-    fields.len = b - fields.data;
-
-    ev = ngx_http_agent_event_add_locked(z, conv,
-                                         NGX_HTTP_AGENT_EV_TOOL_RESULT,
-                                         &fields);
-
-    ngx_free(fields.data);
-
-    if (ev == NULL) {
-        return NGX_ERROR;
-    }
-
-    return NGX_OK;
 }
 
 
@@ -427,9 +333,8 @@ static ngx_uint_t
 ngx_http_agent_expire_stalled_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_expired_t *expired, ngx_uint_t n)
 {
-    uint64_t                seq;
-    ngx_uint_t              turn;
     ngx_queue_t            *q;
+    ngx_http_agent_fsm_t    fsm;
     ngx_http_agent_conv_t  *conv;
 
     z->sh->stalled = 0;
@@ -451,8 +356,11 @@ ngx_http_agent_expire_stalled_locked(ngx_http_agent_zone_t *z,
             break;
         }
 
-        if (ngx_http_agent_message_next_locked(z, conv, &turn, &seq)
-            != NGX_OK)
+        fsm.fields = NULL;
+
+        if (ngx_http_agent_fsm_locked(z, conv, NGX_HTTP_AGENT_FSM_NEXT, &fsm)
+            != NGX_OK
+            || !fsm.next)
         {
             /* no room yet: the flag is up again */
             break;
@@ -462,7 +370,7 @@ ngx_http_agent_expire_stalled_locked(ngx_http_agent_zone_t *z,
         expired[n].id_len = conv->id_len;
         ngx_memcpy(expired[n].agent, conv->agent, conv->agent_len);
         expired[n].agent_len = conv->agent_len;
-        expired[n].turn = turn;
+        expired[n].turn = fsm.next_turn;
         expired[n].resume = 0;
         expired[n].next = 1;
         expired[n].takeover = 0;

@@ -224,82 +224,6 @@ declined:
 
 
 /*
- * The user_msg that starts a turn, the turn counter, preparing, and the
- * lease for this worker.
- */
-
-ngx_int_t
-ngx_http_agent_message_start_locked(ngx_http_agent_zone_t *z,
-    ngx_http_agent_conv_t *conv, ngx_str_t *fields, uint32_t hash,
-    ngx_uint_t *turn, uint64_t *seq)
-{
-    ngx_str_t                 empty, closed;
-    ngx_http_agent_event_t   *ev;
-    ngx_http_agent_source_t  *src;
-
-    ngx_str_set(&empty, "{}");
-
-    /*
-     * The last turn ended without its end in the log (a full zone):
-     * closed now, its calls paired, before the next one starts.
-     */
-
-    if (!ngx_queue_empty(&conv->log)) {
-        ev = ngx_queue_data(ngx_queue_last(&conv->log),
-                            ngx_http_agent_event_t, queue);
-
-        if (ev->type != NGX_HTTP_AGENT_EV_TURN_COMPLETED
-            && ev->type != NGX_HTTP_AGENT_EV_TURN_FAILED
-            && ev->type != NGX_HTTP_AGENT_EV_CANCELLED)
-        {
-            ngx_str_set(&closed, "{\"reason\":\"the turn's end could not "
-                                 "be recorded\"}");
-
-            if (ngx_http_agent_turn_pair_locked(z, conv,
-                                                NGX_HTTP_AGENT_UNPAIRED)
-                != NGX_OK
-                || ngx_http_agent_event_add_locked(z, conv,
-                                                NGX_HTTP_AGENT_EV_TURN_FAILED,
-                                                &closed)
-                   == NULL)
-            {
-                return NGX_ERROR;
-            }
-        }
-    }
-
-    conv->turn++;
-    conv->takeovers = 0;
-
-    ev = ngx_http_agent_event_add_locked(z, conv, NGX_HTTP_AGENT_EV_USER_MSG,
-                                         fields);
-    if (ev == NULL) {
-        conv->turn--;
-        return NGX_ERROR;
-    }
-
-    *turn = conv->turn;
-    *seq = ev->seq;
-
-    (void) ngx_http_agent_event_add_locked(z, conv,
-                                           NGX_HTTP_AGENT_EV_TURN_STARTED,
-                                           &empty);
-    (void) ngx_http_agent_state_set_locked(z, conv, NGX_HTTP_AGENT_PREPARING);
-
-    ngx_http_agent_lease_locked(z, conv, ngx_pid);
-
-    if (hash) {
-        src = &conv->sources[conv->nsources++ % NGX_HTTP_AGENT_SOURCE_IDS];
-        src->hash = hash;
-        src->turn = *turn;
-        src->seq = *seq;
-    }
-
-    return NGX_OK;
-}
-
-
-/*
  * A message for a conversation that is not idle, by the location's
  * policy.  reject: 409 with the state.  queue: taken, to run after the
  * turn, in order.  interrupt: taken to run next, and the turn cancelled
@@ -313,11 +237,11 @@ ngx_http_agent_message_busy_locked(ngx_http_request_t *r,
     ngx_http_agent_message_t *msg, uint32_t hash)
 {
     u_char                         *p;
-    uint64_t                        seq;
     ngx_str_t                       json, id;
     ngx_pid_t                       lease, pids[NGX_HTTP_AGENT_SUB_WORKERS];
-    ngx_uint_t                      n, turn, start, position;
+    ngx_uint_t                      n, position;
     ngx_queue_t                    *q;
+    ngx_http_agent_fsm_t            fsm;
     ngx_http_agent_queued_t        *m;
     ngx_http_agent_loc_conf_t      *alcf;
     ngx_http_agent_store_queued_t   queued;
@@ -377,17 +301,18 @@ ngx_http_agent_message_busy_locked(ngx_http_request_t *r,
     m->id = queued.id;
 
     position = conv->nqueued;
-    start = 0;
     lease = 0;
+
+    fsm.fields = NULL;
+    fsm.next = 0;
 
     if (alcf->busy == NGX_HTTP_AGENT_BUSY_INTERRUPT) {
         position = 1;
 
         if (conv->lease == 0) {
-            (void) ngx_http_agent_cancel_locked(z, conv);
-            start = (ngx_http_agent_message_next_locked(z, conv, &turn,
-                                                        &seq)
-                     == NGX_OK);
+            /* waiting for input: cancelled here, and this message runs */
+            (void) ngx_http_agent_fsm_locked(z, conv,
+                                             NGX_HTTP_AGENT_FSM_CANCEL, &fsm);
 
         } else {
             conv->cancel = 1;
@@ -405,15 +330,16 @@ ngx_http_agent_message_busy_locked(ngx_http_request_t *r,
 
     ngx_http_agent_wake(&id, pids, n);
 
-    if (start) {
-        if (ngx_http_agent_turn_start(r, alcf->agent, z, &id, turn, 0)
+    if (fsm.next) {
+        if (ngx_http_agent_turn_start(r, alcf->agent, z, &id, fsm.next_turn,
+                                      0)
             != NGX_OK)
         {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
         return ngx_http_agent_message_answer(r, NGX_HTTP_ACCEPTED, &id,
-                                             turn, seq, 0);
+                                             fsm.next_turn, fsm.next_seq, 0);
     }
 
     if (lease == ngx_pid) {
@@ -512,45 +438,6 @@ ngx_http_agent_message_queued_done(ngx_http_agent_store_read_t *rd,
 
 
 /*
- * The conversation is at rest: the first message that waited for its
- * turn starts it, in this worker.  NGX_DECLINED: nothing to start.
- */
-
-ngx_int_t
-ngx_http_agent_message_next_locked(ngx_http_agent_zone_t *z,
-    ngx_http_agent_conv_t *conv, ngx_uint_t *turn, uint64_t *seq)
-{
-    ngx_str_t                 fields;
-    ngx_http_agent_queued_t  *m;
-
-    if (conv->state != NGX_HTTP_AGENT_IDLE || conv->lease
-        || conv->nqueued == 0)
-    {
-        return NGX_DECLINED;
-    }
-
-    m = ngx_queue_data(ngx_queue_head(&conv->queued),
-                       ngx_http_agent_queued_t, queue);
-
-    fields.data = m->data;
-    fields.len = m->len;
-
-    if (ngx_http_agent_message_start_locked(z, conv, &fields, m->hash, turn,
-                                            seq)
-        != NGX_OK)
-    {
-        /* the expiry timer tries again once the zone has room */
-        z->sh->stalled = 1;
-        return NGX_ERROR;
-    }
-
-    ngx_http_agent_queue_free_locked(z, conv, m);
-
-    return NGX_OK;
-}
-
-
-/*
  * Under the zone lock: a message is taken only by an idle conversation;
  * its user_msg starts the turn, whose lease this worker takes.
  */
@@ -561,9 +448,9 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
 {
     uint32_t                     hash;
     uint64_t                     seq;
-    ngx_uint_t                   i, n, turn;
-    ngx_pid_t                    pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_uint_t                   i, turn;
     ngx_http_agent_zone_t       *z;
+    ngx_http_agent_fsm_t         fsm;
     ngx_http_agent_conv_t       *conv;
     ngx_http_agent_source_t     *src;
     ngx_http_agent_loc_conf_t   *alcf;
@@ -645,8 +532,10 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
         ngx_memcpy(conv->agent, alcf->agent->name.data, conv->agent_len);
     }
 
-    if (ngx_http_agent_message_start_locked(z, conv, &msg->fields, hash,
-                                            &turn, &seq)
+    fsm.fields = &msg->fields;
+    fsm.hash = hash;
+
+    if (ngx_http_agent_fsm_locked(z, conv, NGX_HTTP_AGENT_FSM_MESSAGE, &fsm)
         != NGX_OK)
     {
         if (conv->seq == 0) {
@@ -659,11 +548,12 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
                                          "no room for the message");
     }
 
-    n = ngx_http_agent_sub_pids_locked(conv, pids);
+    turn = fsm.turn;
+    seq = fsm.seq;
 
     ngx_http_agent_zone_unlock(z);
 
-    ngx_http_agent_wake(id, pids, n);
+    ngx_http_agent_wake(id, fsm.pids, fsm.npids);
 
     if (ngx_http_agent_turn_start(r, alcf->agent, z, id, turn, 0) != NGX_OK) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,

@@ -22,11 +22,6 @@
 
 ngx_int_t ngx_http_agent_message_handler(ngx_http_request_t *r);
 
-ngx_int_t ngx_http_agent_message_start_locked(ngx_http_agent_zone_t *z,
-    ngx_http_agent_conv_t *conv, ngx_str_t *fields, uint32_t hash,
-    ngx_uint_t *turn, uint64_t *seq);
-ngx_int_t ngx_http_agent_message_next_locked(ngx_http_agent_zone_t *z,
-    ngx_http_agent_conv_t *conv, ngx_uint_t *turn, uint64_t *seq);
 
 
 #endif /* _NGX_HTTP_AGENT_MESSAGE_H_INCLUDED_ */

@@ -274,9 +274,9 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
     u_char                      *p;
     uint64_t                     seq;
     ngx_str_t                    json;
-    ngx_uint_t                   n, turn, resume, run;
-    ngx_pid_t                    pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_uint_t                   turn, run;
     ngx_time_t                  *tp;
+    ngx_http_agent_fsm_t         fsm;
     ngx_http_agent_zone_t       *z;
     ngx_http_agent_conv_t       *conv;
     ngx_http_agent_pending_t    *pend;
@@ -350,25 +350,25 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
                                             "recorded");
     }
 
-    resume = 0;
+    /*
+     * the turn goes on in the worker that holds it, or here if none does
+     * and it can: no call waits any more, or an approved one runs
+     */
+
+    fsm.fields = NULL;
+
+    (void) ngx_http_agent_fsm_locked(z, conv,
+                                     run ? NGX_HTTP_AGENT_FSM_RUN
+                                         : NGX_HTTP_AGENT_FSM_SETTLED,
+                                     &fsm);
+
     turn = conv->turn;
-
-    if ((conv->npending == 0 || run) && conv->lease == 0) {
-        (void) ngx_http_agent_state_set_locked(z, conv,
-                                     conv->npending
-                                     ? NGX_HTTP_AGENT_AWAITING_INPUT
-                                     : NGX_HTTP_AGENT_EXECUTING_TOOLS);
-        ngx_http_agent_lease_locked(z, conv, ngx_pid);
-        resume = 1;
-    }
-
-    n = ngx_http_agent_sub_pids_locked(conv, pids);
 
     ngx_http_agent_zone_unlock(z);
 
-    ngx_http_agent_wake(&res->conv, pids, n);
+    ngx_http_agent_wake(&res->conv, fsm.pids, fsm.npids);
 
-    if (resume
+    if (fsm.run
         && ngx_http_agent_turn_start(r, alcf->agent, z, &res->conv, turn,
                                      NGX_HTTP_AGENT_TURN_RESUME)
            != NGX_OK)

@@ -60,8 +60,7 @@ ngx_http_agent_turn_resume(ngx_event_t *ev)
 
         ngx_str_set(&reason, "{\"reason\":\"a tool result could not be "
                              "recorded\"}");
-        ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_EV_TURN_FAILED, &reason,
-                                NGX_HTTP_AGENT_IDLE);
+        ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_FAIL, &reason);
         return;
     }
 
@@ -154,6 +153,7 @@ ngx_http_agent_turn_resume(ngx_event_t *ev)
     }
 
     if (t->running) {
+        ngx_http_agent_tools_state(t, NGX_HTTP_AGENT_FSM_CALLS);
         ngx_http_run_posted_requests(t->request->connection);
         return;
     }
@@ -165,8 +165,7 @@ ngx_http_agent_turn_resume(ngx_event_t *ev)
 failed:
 
     ngx_str_set(&reason, "{\"reason\":\"the turn could not be resumed\"}");
-    ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_EV_TURN_FAILED, &reason,
-                            NGX_HTTP_AGENT_IDLE);
+    ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_FAIL, &reason);
 }
 
 
@@ -190,8 +189,7 @@ ngx_http_agent_turn_give_up(ngx_event_t *ev)
     ngx_str_set(&reason, "{\"reason\":\"the turn's worker died "
                          "repeatedly while running it\"}");
 
-    ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_EV_TURN_FAILED, &reason,
-                            NGX_HTTP_AGENT_IDLE);
+    ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_FAIL, &reason);
 }
 
 
@@ -399,7 +397,7 @@ ngx_http_agent_turn_lost(ngx_http_agent_turn_t *t, ngx_str_t *id,
     conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
 
     if (conv) {
-        rc = ngx_http_agent_error_result_locked(t->zone, conv, id, name,
+        rc = ngx_http_agent_fsm_error_result_locked(t->zone, conv, id, name,
                                  "[failed] the call's result was lost; "
                                  "it was not run again");
     }
@@ -443,7 +441,7 @@ ngx_http_agent_turn_suspend_again(ngx_http_agent_turn_t *t,
                                                deadline, &fields);
 
     if (rc == NGX_DECLINED) {
-        rc = ngx_http_agent_error_result_locked(t->zone, conv, id,
+        rc = ngx_http_agent_fsm_error_result_locked(t->zone, conv, id,
                                                 &tool->name,
                                                 "[failed] too many calls "
                                                 "wait for input at once");

@@ -16,6 +16,7 @@
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_store.h"
 #include "ngx_http_agent_turn.h"
+#include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_message.h"
 #include "ngx_http_agent_revive.h"
 #include "ngx_http_agent_provider.h"
@@ -509,8 +510,8 @@ ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_store_read_t *rd, ngx_array_t *calls, ngx_uint_t turn,
     ngx_uint_t *resume)
 {
-    uint64_t                        seq;
     ngx_uint_t                      i, waiting, running;
+    ngx_http_agent_fsm_t            fsm;
     ngx_http_agent_conv_t          *conv;
     ngx_http_agent_queued_t        *m;
     ngx_http_agent_store_queued_t  *sq;
@@ -576,13 +577,17 @@ ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
         || ev[rd->events->nelts - 1].type == NGX_HTTP_AGENT_EV_TURN_FAILED
         || ev[rd->events->nelts - 1].type == NGX_HTTP_AGENT_EV_CANCELLED)
     {
-        conv->state = NGX_HTTP_AGENT_IDLE;
-
         /* a message that waited runs now */
-        *resume = (conv->nqueued
-                   && ngx_http_agent_message_next_locked(z, conv, &conv->turn,
-                                                         &seq)
-                      == NGX_OK) ? 2 : 0;
+
+        if (ngx_http_agent_fsm_locked(z, conv,
+                                      NGX_HTTP_AGENT_FSM_RESTORE_IDLE, &fsm)
+            != NGX_OK)
+        {
+            ngx_http_agent_conv_evict_locked(z, conv);
+            return NGX_ERROR;
+        }
+
+        *resume = fsm.next ? 2 : 0;
         return NGX_OK;
     }
 
@@ -614,19 +619,24 @@ ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
         running++;
     }
 
-    if (waiting && running == 0) {
-        /* at rest: the expiry timer watches the deadlines */
-        conv->state = NGX_HTTP_AGENT_AWAITING_INPUT;
-        *resume = 0;
-        return NGX_OK;
+    /*
+     * at rest while calls wait and none runs: the expiry timer watches the
+     * deadlines; else the turn goes on here, a model call or calls to run
+     * again
+     */
+
+    if (ngx_http_agent_fsm_locked(z, conv,
+                                  (waiting && running == 0)
+                                  ? NGX_HTTP_AGENT_FSM_RESTORE_WAITING
+                                  : NGX_HTTP_AGENT_FSM_RESTORE_RUNNING,
+                                  &fsm)
+        != NGX_OK)
+    {
+        ngx_http_agent_conv_evict_locked(z, conv);
+        return NGX_ERROR;
     }
 
-    /* the turn goes on here: a model call, or calls to run again */
-
-    conv->state = NGX_HTTP_AGENT_EXECUTING_TOOLS;
-    ngx_http_agent_lease_locked(z, conv, ngx_pid);
-    conv->takeovers = 1;
-    *resume = 1;
+    *resume = fsm.run;
 
     return NGX_OK;
 }
@@ -640,6 +650,7 @@ ngx_http_agent_revive_resume(ngx_http_agent_zone_t *z, ngx_str_t *id,
 {
     ngx_str_t                    fields;
     ngx_http_agent_t            *agent;
+    ngx_http_agent_fsm_t         fsm;
     ngx_http_agent_conv_t       *conv;
     ngx_http_agent_main_conf_t  *amcf;
 
@@ -675,17 +686,17 @@ ngx_http_agent_revive_resume(ngx_http_agent_zone_t *z, ngx_str_t *id,
 
     conv = ngx_http_agent_conv_find_locked(z, id);
 
+    fsm.fields = &fields;
+    fsm.npids = 0;
+
     if (conv && conv->lease == ngx_pid) {
-        (void) ngx_http_agent_turn_pair_locked(z, conv,
-                                               NGX_HTTP_AGENT_UNPAIRED);
-        (void) ngx_http_agent_event_add_locked(z, conv,
-                                               NGX_HTTP_AGENT_EV_TURN_FAILED,
-                                               &fields);
-        conv->state = NGX_HTTP_AGENT_IDLE;
-        ngx_http_agent_lease_locked(z, conv, 0);
+        (void) ngx_http_agent_fsm_locked(z, conv, NGX_HTTP_AGENT_FSM_ABANDON,
+                                         &fsm);
     }
 
     ngx_http_agent_zone_unlock(z);
+
+    ngx_http_agent_wake(id, fsm.pids, fsm.npids);
 }
 
 

@@ -48,8 +48,6 @@ typedef struct {
 } ngx_http_agent_call_t;
 
 
-static void ngx_http_agent_tools_state(ngx_http_agent_turn_t *t,
-    ngx_http_agent_state_e state);
 static ngx_int_t ngx_http_agent_tools_run(ngx_http_agent_call_t *call);
 static ngx_int_t ngx_http_agent_tools_stream(ngx_http_agent_call_t *call,
     ngx_chain_t *in);
@@ -193,38 +191,43 @@ ngx_http_agent_tools_dispatch(ngx_http_agent_turn_t *t)
         t->suspended++;
     }
 
+    /*
+     * awaiting input while any call waits, even with others running;
+     * executing tools while calls run and none waits
+     */
+
     if (t->suspended) {
-        /* awaiting input while any call waits, even with others running */
-        ngx_http_agent_tools_state(t, NGX_HTTP_AGENT_AWAITING_INPUT);
+        ngx_http_agent_tools_state(t, NGX_HTTP_AGENT_FSM_SUSPEND);
+
+    } else if (t->running) {
+        ngx_http_agent_tools_state(t, NGX_HTTP_AGENT_FSM_CALLS);
     }
 
     return t->running ? NGX_OK : NGX_DONE;
 }
 
 
-static void
+void
 ngx_http_agent_tools_state(ngx_http_agent_turn_t *t,
-    ngx_http_agent_state_e state)
+    ngx_http_agent_fsm_input_e input)
 {
-    ngx_uint_t              n;
-    ngx_pid_t               pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_http_agent_fsm_t    fsm;
     ngx_http_agent_conv_t  *conv;
 
-    n = 0;
+    fsm.fields = NULL;
+    fsm.npids = 0;
 
     ngx_http_agent_zone_lock(t->zone);
 
     conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
 
-    if (conv && ngx_http_agent_state_set_locked(t->zone, conv, state)
-                == NGX_OK)
-    {
-        n = ngx_http_agent_sub_pids_locked(conv, pids);
+    if (conv) {
+        (void) ngx_http_agent_fsm_locked(t->zone, conv, input, &fsm);
     }
 
     ngx_http_agent_zone_unlock(t->zone);
 
-    ngx_http_agent_wake(&t->id, pids, n);
+    ngx_http_agent_wake(&t->id, fsm.pids, fsm.npids);
 }
 
 

@@ -36,6 +36,10 @@ ngx_int_t ngx_http_agent_tools_suspend_locked(ngx_http_agent_zone_t *zone,
 ngx_http_agent_tool_t *ngx_http_agent_tools_find(ngx_http_agent_t *agent,
     ngx_str_t *name);
 
+/* the batch's calls run, or some wait: the conversation's state says so */
+void ngx_http_agent_tools_state(ngx_http_agent_turn_t *t,
+    ngx_http_agent_fsm_input_e input);
+
 /* a cancel: the running calls are aborted, each with a [cancelled] result */
 void ngx_http_agent_tools_cancel(ngx_http_agent_turn_t *t);
 

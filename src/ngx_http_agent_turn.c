@@ -507,8 +507,7 @@ failed:
                   "the provider");
 
     ngx_str_set(&body, "{\"reason\":\"internal error\"}");
-    ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_EV_TURN_FAILED, &body,
-                            NGX_HTTP_AGENT_IDLE);
+    ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_FAIL, &body);
 }
 
 
@@ -522,8 +521,8 @@ ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t, ngx_str_t *body)
 {
     u_char                   *p;
     ngx_str_t                *events;
-    ngx_uint_t                n, i;
-    ngx_pid_t                 pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_uint_t                i;
+    ngx_http_agent_fsm_t      fsm;
     ngx_queue_t              *q;
     ngx_http_agent_conv_t    *conv;
     ngx_http_agent_event_t   *ev;
@@ -571,14 +570,14 @@ ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t, ngx_str_t *body)
         i++;
     }
 
-    (void) ngx_http_agent_state_set_locked(t->zone, conv,
-                                           NGX_HTTP_AGENT_STREAMING);
+    fsm.fields = NULL;
 
-    n = ngx_http_agent_sub_pids_locked(conv, pids);
+    (void) ngx_http_agent_fsm_locked(t->zone, conv, NGX_HTTP_AGENT_FSM_MODEL,
+                                     &fsm);
 
     ngx_http_agent_zone_unlock(t->zone);
 
-    ngx_http_agent_wake(&t->id, pids, n);
+    ngx_http_agent_wake(&t->id, fsm.pids, fsm.npids);
 
     return t->agent->provider->build_request(t->pool, t->agent, events, i,
                                              body);
@@ -841,8 +840,7 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
                           "agent turn could not record the partial reply");
         }
 
-        ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_EV_TURN_FAILED, &reason,
-                                NGX_HTTP_AGENT_IDLE);
+        ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_FAIL, &reason);
         return;
     }
 
@@ -853,8 +851,7 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
     {
         ngx_str_set(&reason, "{\"reason\":\"the reply could not be "
                              "recorded\"}");
-        ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_EV_TURN_FAILED, &reason,
-                                NGX_HTTP_AGENT_IDLE);
+        ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_FAIL, &reason);
         return;
     }
 
@@ -873,15 +870,13 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
         default:
             ngx_str_set(&reason, "{\"reason\":\"the tool calls could not "
                                  "be dispatched\"}");
-            ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_EV_TURN_FAILED, &reason,
-                                    NGX_HTTP_AGENT_IDLE);
+            ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_FAIL, &reason);
             return;
         }
     }
 
     ngx_str_set(&reason, "{}");
-    ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_EV_TURN_COMPLETED, &reason,
-                            NGX_HTTP_AGENT_IDLE);
+    ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_COMPLETE, &reason);
 }
 
 
@@ -912,7 +907,7 @@ ngx_http_agent_turn_batch_done(ngx_event_t *ev)
 
     ngx_str_t  reason;
 
-    if (ngx_http_agent_turn_end(t, 0, NULL, NGX_HTTP_AGENT_AWAITING_INPUT)
+    if (ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_WAIT, NULL)
         != NGX_DECLINED)
     {
         return;
@@ -921,8 +916,7 @@ ngx_http_agent_turn_batch_done(ngx_event_t *ev)
     if (t->model_calls >= (ngx_uint_t) t->agent->max_model_calls) {
         ngx_str_set(&reason, "{\"reason\":\"the turn reached "
                              "max_model_calls\"}");
-        ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_EV_TURN_FAILED, &reason,
-                                NGX_HTTP_AGENT_IDLE);
+        ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_FAIL, &reason);
         return;
     }
 
@@ -1250,66 +1244,43 @@ ngx_http_agent_turn_record_hosted(ngx_http_agent_turn_t *t)
  */
 
 ngx_int_t
-ngx_http_agent_turn_end(ngx_http_agent_turn_t *t, ngx_uint_t type,
-    ngx_str_t *fields, ngx_http_agent_state_e state)
+ngx_http_agent_turn_end(ngx_http_agent_turn_t *t,
+    ngx_http_agent_fsm_input_e input, ngx_str_t *fields)
 {
-    uint64_t                seq;
-    ngx_str_t               ended;
-    ngx_uint_t              n, next, turn;
-    ngx_pid_t               pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_int_t               rc;
+    ngx_http_agent_fsm_t    fsm;
     ngx_http_agent_conv_t  *conv;
 
-    ngx_str_set(&ended, "{}");
+    fsm.fields = fields;
+    fsm.npids = 0;
+    fsm.next = 0;
 
     ngx_http_agent_zone_lock(t->zone);
 
     conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
 
-    n = 0;
-    next = 0;
+    rc = conv ? ngx_http_agent_fsm_locked(t->zone, conv, input, &fsm)
+              : NGX_DECLINED;
 
-    if (conv && state == NGX_HTTP_AGENT_AWAITING_INPUT
-        && conv->npending == 0)
+    if (rc == NGX_OK && input == NGX_HTTP_AGENT_FSM_WAIT
+        && fsm.state != NGX_HTTP_AGENT_AWAITING_INPUT)
     {
+        /* every call was resolved while this worker held the turn */
         ngx_http_agent_zone_unlock(t->zone);
+        ngx_http_agent_wake(&t->id, fsm.pids, fsm.npids);
         return NGX_DECLINED;
     }
 
-    if (conv) {
-        if (type == NGX_HTTP_AGENT_EV_TURN_FAILED) {
-            (void) ngx_http_agent_turn_pair_locked(t->zone, conv,
-                                                   NGX_HTTP_AGENT_UNPAIRED);
-        }
-
-        if (fields
-            && ngx_http_agent_event_add_locked(t->zone, conv, type, fields)
-               == NULL)
-        {
-            ngx_log_error(NGX_LOG_ERR, &t->log, 0,
-                          "agent turn could not record its end");
-        }
-
-        (void) ngx_http_agent_state_set_locked(t->zone, conv, state);
-        (void) ngx_http_agent_event_add_locked(t->zone, conv,
-                                               NGX_HTTP_AGENT_EV_TURN_ENDED,
-                                               &ended);
-        ngx_http_agent_lease_locked(t->zone, conv, 0);
-        conv->cancel = 0;
-
-        next = (ngx_http_agent_message_next_locked(t->zone, conv, &turn,
-                                                   &seq)
-                == NGX_OK);
-
-        n = ngx_http_agent_sub_pids_locked(conv, pids);
+    if (rc == NGX_DECLINED && conv) {
+        /* no row: the turn is down here all the same */
+        fsm.fields = NULL;
+        (void) ngx_http_agent_fsm_locked(t->zone, conv,
+                                         NGX_HTTP_AGENT_FSM_ABANDON, &fsm);
     }
 
     ngx_http_agent_zone_unlock(t->zone);
 
-    ngx_http_agent_wake(&t->id, pids, n);
-
-    if (next) {
-        ngx_http_agent_turn_next(t->agent, t->zone, &t->id, turn);
-    }
+    ngx_http_agent_fsm_after(t->agent, t->zone, &t->id, &fsm);
 
     ngx_http_agent_turn_close(t);
 

@@ -14,6 +14,7 @@
 
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_fsm.h"
 #include "ngx_http_agent_provider.h"
 
 
@@ -110,12 +111,6 @@ struct ngx_http_agent_turn_s {
 #define NGX_HTTP_AGENT_TURN_TAKEOVER    2   /* its worker died */
 #define NGX_HTTP_AGENT_TURN_GIVE_UP     3   /* it died too often: it fails */
 
-/*
- * A turn is taken over from dead workers at most this many times: a
- * reply or a tool that crashes workers cannot crash them forever.
- */
-#define NGX_HTTP_AGENT_TAKEOVERS        3
-
 
 ngx_int_t ngx_http_agent_turn_init_filters(ngx_conf_t *cf);
 
@@ -146,8 +141,8 @@ void ngx_http_agent_turn_give_up(ngx_event_t *ev);
 void ngx_http_agent_turn_batch_done(ngx_event_t *ev);
 ngx_int_t ngx_http_agent_turn_record(ngx_http_agent_turn_t *t,
     ngx_uint_t status);
-ngx_int_t ngx_http_agent_turn_end(ngx_http_agent_turn_t *t, ngx_uint_t type,
-    ngx_str_t *fields, ngx_http_agent_state_e state);
+ngx_int_t ngx_http_agent_turn_end(ngx_http_agent_turn_t *t,
+    ngx_http_agent_fsm_input_e input, ngx_str_t *fields);
 void ngx_http_agent_turn_abort(ngx_http_agent_turn_t *t);
 void ngx_http_agent_turn_close(ngx_http_agent_turn_t *t);
 
@@ -164,19 +159,6 @@ void ngx_http_agent_turn_tools_done(ngx_http_agent_turn_t *t);
  */
 void ngx_http_agent_turn_cancel(ngx_str_t *id);
 void ngx_http_agent_turn_cancel_check(void);
-
-/* under the lock: the waiting calls resolved as cancelled, the turn's
-   terminal cancelled event, idle */
-ngx_int_t ngx_http_agent_cancel_locked(ngx_http_agent_zone_t *z,
-    ngx_http_agent_conv_t *conv);
-
-#define NGX_HTTP_AGENT_UNPAIRED                                              \
-    "[failed] the turn ended before the call had a result"
-
-/* under the lock: an error result for each call of the turn left without
-   one, before the turn's terminal event */
-ngx_int_t ngx_http_agent_turn_pair_locked(ngx_http_agent_zone_t *z,
-    ngx_http_agent_conv_t *conv, char *error);
 
 /* appends an event built from fields and wakes the subscribers */
 ngx_int_t ngx_http_agent_emit(ngx_http_agent_zone_t *zone, ngx_str_t *id,

@@ -295,12 +295,12 @@ ngx_http_agent_conv_create_locked(ngx_http_agent_zone_t *z, ngx_str_t *id)
         return NULL;
     }
 
+    /* idle, no lease: the state machine's start */
     ngx_memzero(conv, sizeof(ngx_http_agent_conv_t));
 
     conv->node.key = ngx_crc32_short(id->data, id->len);
     ngx_memcpy(conv->id, id->data, id->len);
     conv->id_len = id->len;
-    conv->state = NGX_HTTP_AGENT_IDLE;
     conv->updated = ngx_current_msec;
     conv->accessed = ngx_current_msec;
 
@@ -353,27 +353,6 @@ ngx_http_agent_queue_free_locked(ngx_http_agent_zone_t *z,
     ngx_queue_remove(&m->queue);
     conv->nqueued--;
     ngx_slab_free_locked(z->shpool, m);
-}
-
-
-/*
- * The worker that runs the conversation's turn, 0 for none: conversations
- * with a lease are queued, so that a dead holder is found without a walk
- * of every conversation.
- */
-
-void
-ngx_http_agent_lease_locked(ngx_http_agent_zone_t *z,
-    ngx_http_agent_conv_t *conv, ngx_pid_t pid)
-{
-    if (conv->lease && pid == 0) {
-        ngx_queue_remove(&conv->leased);
-
-    } else if (conv->lease == 0 && pid) {
-        ngx_queue_insert_tail(&z->sh->leased, &conv->leased);
-    }
-
-    conv->lease = pid;
 }
 
 
@@ -721,40 +700,6 @@ ngx_http_agent_event_add_locked(ngx_http_agent_zone_t *z,
     conv->live[slot] = ev;
 
     return ev;
-}
-
-
-/*
- * The real transitions only: a state_changed live event is emitted when
- * the state changes, never for a transition to the same state.
- */
-
-ngx_int_t
-ngx_http_agent_state_set_locked(ngx_http_agent_zone_t *z,
-    ngx_http_agent_conv_t *conv, ngx_http_agent_state_e state)
-{
-    u_char                   buf[128];
-    ngx_str_t                fields;
-    ngx_http_agent_state_e   from;
-
-    if (conv->state == state) {
-        return NGX_DECLINED;
-    }
-
-    from = conv->state;
-    conv->state = state;
-
-    fields.data = buf;
-    fields.len = ngx_sprintf(buf, "{\"from\":\"%V\",\"to\":\"%V\"}",
-                             &ngx_http_agent_state_names[from],
-                             &ngx_http_agent_state_names[state])
-                 - buf;
-
-    /* the transition stands even if its live event finds no room */
-    (void) ngx_http_agent_event_add_locked(z, conv,
-                                           NGX_HTTP_AGENT_EV_STATE_CHANGED,
-                                           &fields);
-    return NGX_OK;
 }
 
 

@@ -262,8 +262,6 @@ void ngx_http_agent_zone_reserve_locked(ngx_http_agent_zone_t *z);
 ngx_queue_t *ngx_http_agent_log_turn_locked(ngx_http_agent_conv_t *conv);
 void ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
-void ngx_http_agent_lease_locked(ngx_http_agent_zone_t *z,
-    ngx_http_agent_conv_t *conv, ngx_pid_t pid);
 ngx_http_agent_queued_t *ngx_http_agent_queue_add_locked(
     ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv, ngx_str_t *fields,
     uint32_t hash, ngx_uint_t front);
@@ -272,8 +270,6 @@ void ngx_http_agent_queue_free_locked(ngx_http_agent_zone_t *z,
 ngx_http_agent_event_t *ngx_http_agent_event_add_locked(
     ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv, ngx_uint_t type,
     ngx_str_t *fields);
-ngx_int_t ngx_http_agent_state_set_locked(ngx_http_agent_zone_t *z,
-    ngx_http_agent_conv_t *conv, ngx_http_agent_state_e state);
 ngx_int_t ngx_http_agent_sub_add_locked(ngx_http_agent_conv_t *conv,
     ngx_pid_t pid);
 void ngx_http_agent_sub_remove_locked(ngx_http_agent_conv_t *conv,
