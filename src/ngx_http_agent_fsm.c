@@ -612,7 +612,7 @@ ngx_http_agent_fsm_next_locked(ngx_http_agent_zone_t *z,
         return;
     }
 
-    ngx_http_agent_queue_free_locked(z, conv, m);
+    ngx_http_agent_fsm_queue_free_locked(z, conv, m);
 
     fsm->next = 1;
     fsm->next_turn = start.turn;
@@ -724,7 +724,7 @@ ngx_http_agent_fsm_settle_locked(ngx_http_agent_zone_t *z,
 
     rc = ngx_http_agent_fsm_error_result_locked(z, conv, &id, &name, reason);
 
-    ngx_http_agent_pending_remove_locked(conv, p);
+    ngx_http_agent_fsm_pending_remove_locked(conv, p);
 
     return rc;
 }
@@ -852,7 +852,7 @@ ngx_http_agent_fsm_pair_locked(ngx_http_agent_zone_t *z,
 
         pd = ngx_http_agent_pending_find_locked(conv, &c[i].id);
         if (pd) {
-            ngx_http_agent_pending_remove_locked(conv, pd);
+            ngx_http_agent_fsm_pending_remove_locked(conv, pd);
         }
     }
 
@@ -979,4 +979,98 @@ ngx_http_agent_fsm_pair_copy(ngx_pool_t *pool, ngx_str_t *dst, char *src)
     ngx_memcpy(dst->data, src, dst->len + 1);
 
     return NGX_OK;
+}
+
+
+ngx_http_agent_queued_t *
+ngx_http_agent_fsm_queue_add_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_str_t *fields, uint32_t hash,
+    ngx_uint_t front)
+{
+    ngx_http_agent_queued_t  *m;
+
+    m = ngx_http_agent_zone_alloc_locked(z, conv,
+                                    offsetof(ngx_http_agent_queued_t, data)
+                                    + fields->len);
+    if (m == NULL) {
+        return NULL;
+    }
+
+    m->hash = hash;
+    m->len = fields->len;
+    ngx_memcpy(m->data, fields->data, fields->len);
+
+    if (front) {
+        ngx_queue_insert_head(&conv->queued, &m->queue);
+
+    } else {
+        ngx_queue_insert_tail(&conv->queued, &m->queue);
+    }
+
+    conv->nqueued++;
+
+    return m;
+}
+
+
+void
+ngx_http_agent_fsm_queue_free_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_http_agent_queued_t *m)
+{
+    ngx_queue_remove(&m->queue);
+    conv->nqueued--;
+    ngx_slab_free_locked(z->shpool, m);
+}
+
+
+ngx_http_agent_pending_t *
+ngx_http_agent_fsm_pending_add_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_str_t *id, ngx_str_t *name,
+    ngx_uint_t executor, ngx_uint_t kind, uint64_t deadline)
+{
+    ngx_uint_t                 i;
+    ngx_http_agent_pending_t  *p;
+
+    if (id->len > NGX_HTTP_AGENT_CALL_ID_LEN
+        || name->len > NGX_HTTP_AGENT_TOOL_NAME_LEN)
+    {
+        return NULL;
+    }
+
+    for (i = 0; i < NGX_HTTP_AGENT_PENDING; i++) {
+        p = &conv->pending[i];
+
+        if (p->kind) {
+            continue;
+        }
+
+        ngx_memcpy(p->id, id->data, id->len);
+        p->id_len = id->len;
+        ngx_memcpy(p->name, name->data, name->len);
+        p->name_len = name->len;
+        p->executor = executor;
+        p->kind = kind;
+        p->deadline = deadline;
+        p->grace = 0;
+
+        if (conv->npending++ == 0) {
+            ngx_queue_insert_tail(&z->sh->waiting, &conv->waiting);
+        }
+
+        return p;
+    }
+
+    return NULL;
+}
+
+
+void
+ngx_http_agent_fsm_pending_remove_locked(ngx_http_agent_conv_t *conv,
+    ngx_http_agent_pending_t *p)
+{
+    p->kind = 0;
+
+    if (--conv->npending == 0) {
+        ngx_queue_remove(&conv->waiting);
+    }
 }

@@ -97,6 +97,18 @@ ngx_int_t ngx_http_agent_fsm_error_result_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv, ngx_str_t *id, ngx_str_t *name,
     char *error);
 
+/* under the lock: the calls that wait, the messages that wait */
+ngx_http_agent_queued_t *ngx_http_agent_fsm_queue_add_locked(
+    ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv, ngx_str_t *fields,
+    uint32_t hash, ngx_uint_t front);
+void ngx_http_agent_fsm_queue_free_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_http_agent_queued_t *m);
+ngx_http_agent_pending_t *ngx_http_agent_fsm_pending_add_locked(
+    ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv, ngx_str_t *id,
+    ngx_str_t *name, ngx_uint_t executor, ngx_uint_t kind, uint64_t deadline);
+void ngx_http_agent_fsm_pending_remove_locked(ngx_http_agent_conv_t *conv,
+    ngx_http_agent_pending_t *p);
+
 
 extern ngx_str_t  ngx_http_agent_fsm_inputs[];
 

@@ -289,7 +289,7 @@ ngx_http_agent_message_busy_locked(ngx_http_request_t *r,
                     msg->fields.len > 2 ? "," : "", queued.id);
     queued.data.len = p - queued.data.data;
 
-    m = ngx_http_agent_queue_add_locked(z, conv, &queued.data, hash,
+    m = ngx_http_agent_fsm_queue_add_locked(z, conv, &queued.data, hash,
                                         queued.front);
     if (m == NULL) {
         ngx_http_agent_zone_unlock(z);

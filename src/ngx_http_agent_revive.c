@@ -551,7 +551,7 @@ ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
     sq = rd->queued->elts;
 
     for (i = 0; i < rd->queued->nelts; i++) {
-        m = ngx_http_agent_queue_add_locked(z, conv, &sq[i].data, 0, 0);
+        m = ngx_http_agent_fsm_queue_add_locked(z, conv, &sq[i].data, 0, 0);
         if (m == NULL) {
             ngx_http_agent_conv_evict_locked(z, conv);
             return NGX_ERROR;
@@ -601,7 +601,7 @@ ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
         }
 
         if (call[i].suspended && !call[i].resolved) {
-            if (ngx_http_agent_pending_add_locked(z, conv, &call[i].id,
+            if (ngx_http_agent_fsm_pending_add_locked(z, conv, &call[i].id,
                                                   &call[i].name,
                                                   call[i].executor,
                                                   call[i].kind,

@@ -987,7 +987,7 @@ ngx_http_agent_tools_suspend_locked(ngx_http_agent_zone_t *zone,
     ngx_http_agent_pending_t    *p;
     ngx_http_agent_main_conf_t  *amcf;
 
-    p = ngx_http_agent_pending_add_locked(zone, conv, id, &tool->name,
+    p = ngx_http_agent_fsm_pending_add_locked(zone, conv, id, &tool->name,
                                           tool->executor, kind, deadline);
     if (p == NULL) {
         /* every slot is taken: the call cannot wait */
@@ -1016,7 +1016,7 @@ ngx_http_agent_tools_suspend_locked(ngx_http_agent_zone_t *zone,
                                         NGX_HTTP_AGENT_EV_SUSPENSION, fields)
         == NULL)
     {
-        ngx_http_agent_pending_remove_locked(conv, p);
+        ngx_http_agent_fsm_pending_remove_locked(conv, p);
         return NGX_ERROR;
     }
 

@@ -17,8 +17,6 @@ static ngx_int_t ngx_http_agent_zone_init(ngx_shm_zone_t *shm_zone,
     void *data);
 static void ngx_http_agent_rbtree_insert_value(ngx_rbtree_node_t *temp,
     ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel);
-static void *ngx_http_agent_alloc_locked(ngx_http_agent_zone_t *z,
-    ngx_http_agent_conv_t *pinned, size_t size);
 static ngx_uint_t ngx_http_agent_expire_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *pinned);
 
@@ -289,7 +287,7 @@ ngx_http_agent_conv_create_locked(ngx_http_agent_zone_t *z, ngx_str_t *id)
         return NULL;
     }
 
-    conv = ngx_http_agent_alloc_locked(z, NULL,
+    conv = ngx_http_agent_zone_alloc_locked(z, NULL,
                                        sizeof(ngx_http_agent_conv_t));
     if (conv == NULL) {
         return NULL;
@@ -312,47 +310,6 @@ ngx_http_agent_conv_create_locked(ngx_http_agent_zone_t *z, ngx_str_t *id)
     z->sh->count++;
 
     return conv;
-}
-
-
-ngx_http_agent_queued_t *
-ngx_http_agent_queue_add_locked(ngx_http_agent_zone_t *z,
-    ngx_http_agent_conv_t *conv, ngx_str_t *fields, uint32_t hash,
-    ngx_uint_t front)
-{
-    ngx_http_agent_queued_t  *m;
-
-    m = ngx_http_agent_alloc_locked(z, conv,
-                                    offsetof(ngx_http_agent_queued_t, data)
-                                    + fields->len);
-    if (m == NULL) {
-        return NULL;
-    }
-
-    m->hash = hash;
-    m->len = fields->len;
-    ngx_memcpy(m->data, fields->data, fields->len);
-
-    if (front) {
-        ngx_queue_insert_head(&conv->queued, &m->queue);
-
-    } else {
-        ngx_queue_insert_tail(&conv->queued, &m->queue);
-    }
-
-    conv->nqueued++;
-
-    return m;
-}
-
-
-void
-ngx_http_agent_queue_free_locked(ngx_http_agent_zone_t *z,
-    ngx_http_agent_conv_t *conv, ngx_http_agent_queued_t *m)
-{
-    ngx_queue_remove(&m->queue);
-    conv->nqueued--;
-    ngx_slab_free_locked(z->shpool, m);
 }
 
 
@@ -522,7 +479,7 @@ ngx_http_agent_log_restore_locked(ngx_http_agent_zone_t *z,
 {
     ngx_http_agent_event_t  *ev;
 
-    ev = ngx_http_agent_alloc_locked(z, conv,
+    ev = ngx_http_agent_zone_alloc_locked(z, conv,
                                      offsetof(ngx_http_agent_event_t, data)
                                      + data->len);
     if (ev == NULL) {
@@ -612,7 +569,7 @@ ngx_http_agent_event_add_locked(ngx_http_agent_zone_t *z,
           + 2 * NGX_INT64_LEN + NGX_INT_T_LEN
           + fields->len;
 
-    ev = ngx_http_agent_alloc_locked(z, conv,
+    ev = ngx_http_agent_zone_alloc_locked(z, conv,
                                   offsetof(ngx_http_agent_event_t, data) + len);
 
     /*
@@ -801,47 +758,6 @@ ngx_http_agent_log_after_locked(ngx_http_agent_conv_t *conv, uint64_t seq,
 
 
 ngx_http_agent_pending_t *
-ngx_http_agent_pending_add_locked(ngx_http_agent_zone_t *z,
-    ngx_http_agent_conv_t *conv, ngx_str_t *id, ngx_str_t *name,
-    ngx_uint_t executor, ngx_uint_t kind, uint64_t deadline)
-{
-    ngx_uint_t                 i;
-    ngx_http_agent_pending_t  *p;
-
-    if (id->len > NGX_HTTP_AGENT_CALL_ID_LEN
-        || name->len > NGX_HTTP_AGENT_TOOL_NAME_LEN)
-    {
-        return NULL;
-    }
-
-    for (i = 0; i < NGX_HTTP_AGENT_PENDING; i++) {
-        p = &conv->pending[i];
-
-        if (p->kind) {
-            continue;
-        }
-
-        ngx_memcpy(p->id, id->data, id->len);
-        p->id_len = id->len;
-        ngx_memcpy(p->name, name->data, name->len);
-        p->name_len = name->len;
-        p->executor = executor;
-        p->kind = kind;
-        p->deadline = deadline;
-        p->grace = 0;
-
-        if (conv->npending++ == 0) {
-            ngx_queue_insert_tail(&z->sh->waiting, &conv->waiting);
-        }
-
-        return p;
-    }
-
-    return NULL;
-}
-
-
-ngx_http_agent_pending_t *
 ngx_http_agent_pending_find_locked(ngx_http_agent_conv_t *conv,
     ngx_str_t *id)
 {
@@ -859,18 +775,6 @@ ngx_http_agent_pending_find_locked(ngx_http_agent_conv_t *conv,
     }
 
     return NULL;
-}
-
-
-void
-ngx_http_agent_pending_remove_locked(ngx_http_agent_conv_t *conv,
-    ngx_http_agent_pending_t *p)
-{
-    p->kind = 0;
-
-    if (--conv->npending == 0) {
-        ngx_queue_remove(&conv->waiting);
-    }
 }
 
 
@@ -949,8 +853,8 @@ ngx_http_agent_sub_pids_locked(ngx_http_agent_conv_t *conv, ngx_pid_t *pids)
  * that a caller may be walking.  pinned is the one the caller works on.
  */
 
-static void *
-ngx_http_agent_alloc_locked(ngx_http_agent_zone_t *z,
+void *
+ngx_http_agent_zone_alloc_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *pinned, size_t size)
 {
     void  *p;

@@ -244,6 +244,10 @@ char *ngx_http_agent_zone_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 #define ngx_http_agent_zone_unlock(z)  ngx_shmtx_unlock(&(z)->shpool->mutex)
 
 /* all of these run with the zone locked */
+
+/* slab memory, room made by evicting what can go; pinned stays */
+void *ngx_http_agent_zone_alloc_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *pinned, size_t size);
 ngx_http_agent_conv_t *ngx_http_agent_conv_find_locked(
     ngx_http_agent_zone_t *z, ngx_str_t *id);
 ngx_http_agent_conv_t *ngx_http_agent_conv_create_locked(
@@ -262,11 +266,6 @@ void ngx_http_agent_zone_reserve_locked(ngx_http_agent_zone_t *z);
 ngx_queue_t *ngx_http_agent_log_turn_locked(ngx_http_agent_conv_t *conv);
 void ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
-ngx_http_agent_queued_t *ngx_http_agent_queue_add_locked(
-    ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv, ngx_str_t *fields,
-    uint32_t hash, ngx_uint_t front);
-void ngx_http_agent_queue_free_locked(ngx_http_agent_zone_t *z,
-    ngx_http_agent_conv_t *conv, ngx_http_agent_queued_t *m);
 ngx_http_agent_event_t *ngx_http_agent_event_add_locked(
     ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv, ngx_uint_t type,
     ngx_str_t *fields);
@@ -277,13 +276,8 @@ void ngx_http_agent_sub_remove_locked(ngx_http_agent_conv_t *conv,
 ngx_uint_t ngx_http_agent_sub_pids_locked(ngx_http_agent_conv_t *conv,
     ngx_pid_t *pids);
 
-ngx_http_agent_pending_t *ngx_http_agent_pending_add_locked(
-    ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv, ngx_str_t *id,
-    ngx_str_t *name, ngx_uint_t executor, ngx_uint_t kind, uint64_t deadline);
 ngx_http_agent_pending_t *ngx_http_agent_pending_find_locked(
     ngx_http_agent_conv_t *conv, ngx_str_t *id);
-void ngx_http_agent_pending_remove_locked(ngx_http_agent_conv_t *conv,
-    ngx_http_agent_pending_t *p);
 
 /* the events after pos, canonical and live, in pos order */
 ngx_uint_t ngx_http_agent_events_after_locked(ngx_http_agent_conv_t *conv,
