@@ -18,10 +18,6 @@
 #define NGX_HTTP_AGENT_JSON_FIRST_OTHER    2
 
 
-#define ngx_http_agent_json_space(c)                                         \
-    ((c) == ' ' || (c) == '\t' || (c) == CR || (c) == LF)
-
-
 static ngx_int_t ngx_http_agent_json_scan(u_char *p, size_t len,
     ngx_uint_t max, char **reason);
 static size_t ngx_http_agent_utf8_char(u_char *p, u_char *last);

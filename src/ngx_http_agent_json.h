@@ -32,6 +32,10 @@
 #define ngx_http_agent_json_key(g, s)                                        \
     yajl_gen_string(g, (const unsigned char *) s, sizeof(s) - 1)
 
+/* JSON's whitespace */
+#define ngx_http_agent_json_space(c)                                         \
+    ((c) == ' ' || (c) == '\t' || (c) == CR || (c) == LF)
+
 
 void ngx_http_agent_json_trim(ngx_str_t *json);
 ngx_int_t ngx_http_agent_json_object(ngx_pool_t *pool, ngx_str_t *json,

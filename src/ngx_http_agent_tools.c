@@ -21,6 +21,13 @@
 /* the largest result a tool location may answer */
 #define NGX_HTTP_AGENT_RESULT_MAX  (1024 * 1024)
 
+/*
+ * how much of a failing location's body its error result carries; a
+ * character more is read, so that the cut falls between characters
+ */
+#define NGX_HTTP_AGENT_FAILURE_MAX   4096
+#define NGX_HTTP_AGENT_FAILURE_READ  (NGX_HTTP_AGENT_FAILURE_MAX + 4)
+
 
 /* a tool call of the batch; lives in the model call's pool */
 
@@ -36,6 +43,7 @@ typedef struct {
 
     ngx_uint_t                    status;
     ngx_http_agent_bytes_t        body;
+    off_t                         received;
 
     /* a streaming tool: the line being read, and how the stream ended */
     ngx_http_agent_bytes_t        line;
@@ -60,6 +68,8 @@ static yajl_gen ngx_http_agent_tools_gen(ngx_http_agent_call_t *call);
 static void ngx_http_agent_tools_stream_end(ngx_http_agent_call_t *call);
 static ngx_int_t ngx_http_agent_tools_done(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
+static char *ngx_http_agent_tools_failure(ngx_http_agent_call_t *call,
+    ngx_uint_t status);
 static ngx_int_t ngx_http_agent_tools_suspend(ngx_http_agent_call_t *call);
 static ngx_int_t ngx_http_agent_tools_result(ngx_http_agent_call_t *call,
     ngx_str_t *result, char *error);
@@ -299,6 +309,7 @@ ngx_http_agent_tools_run_call(ngx_http_agent_turn_t *t, ngx_str_t *id,
 static ngx_int_t
 ngx_http_agent_tools_run(ngx_http_agent_call_t *call)
 {
+    ngx_int_t                rc;
     ngx_keyval_t             headers[3];
     ngx_http_agent_call_t  **cp;
     ngx_http_agent_turn_t   *t;
@@ -311,10 +322,6 @@ ngx_http_agent_tools_run(ngx_http_agent_call_t *call)
     headers[1].value = call->name;
     ngx_str_set(&headers[2].key, "Idempotency-Key");
     headers[2].value = call->id;
-
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, &t->log, 0,
-                   "agent tool call \"%V\" to \"%V\"",
-                   &call->id, &call->tool->location);
 
     if (t->calls == NULL) {
         t->calls = ngx_array_create(t->pool, 4,
@@ -331,10 +338,15 @@ ngx_http_agent_tools_run(ngx_http_agent_call_t *call)
 
     *cp = call;
 
-    return ngx_http_agent_turn_subrequest(t, &call->sub,
-                                          &call->tool->location,
-                                          &call->arguments, headers, 3,
-                                          ngx_http_agent_tools_done, call);
+    rc = ngx_http_agent_turn_subrequest(t, &call->sub, &call->tool->location,
+                                        &call->arguments, headers, 3,
+                                        ngx_http_agent_tools_done, call);
+
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, &t->log, 0,
+                   "agent tool call \"%V\" of \"%V\": subrequest \"%V\": %i",
+                   &call->id, &call->name, &call->tool->location, rc);
+
+    return rc;
 }
 
 
@@ -359,6 +371,10 @@ ngx_http_agent_tools_cancel(ngx_http_agent_turn_t *t)
         calls[i]->done = 1;
 
         if (calls[i]->sub.sr) {
+            ngx_log_debug1(NGX_LOG_DEBUG_HTTP, &t->log, 0,
+                           "agent tool call \"%V\": subrequest aborted",
+                           &calls[i]->id);
+
             ngx_http_agent_subrequest_abort(calls[i]->sub.sr);
         }
 
@@ -391,6 +407,10 @@ ngx_http_agent_tools_header(ngx_http_request_t *r, ngx_http_agent_sub_t *sub)
 
     call->status = r->headers_out.status;
 
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, &call->turn->log, 0,
+                   "agent tool call \"%V\": status %ui",
+                   &call->id, call->status);
+
     return NGX_OK;
 }
 
@@ -401,13 +421,32 @@ ngx_http_agent_tools_body(ngx_http_request_t *r, ngx_http_agent_sub_t *sub,
 {
     ngx_http_agent_call_t  *call = (ngx_http_agent_call_t *) sub;
 
-    size_t        n;
+    u_char       *p, *last;
+    size_t        n, max;
     ngx_buf_t    *b;
+    ngx_uint_t    failed;
     ngx_chain_t  *cl;
 
-    if (call->tool->streaming) {
+    for (cl = in; cl; cl = cl->next) {
+        call->received += ngx_buf_size(cl->buf);
+    }
+
+    failed = (call->status < NGX_HTTP_OK
+              || call->status >= NGX_HTTP_SPECIAL_RESPONSE);
+
+    if (call->tool->streaming && !failed) {
         return ngx_http_agent_tools_stream(call, in);
     }
+
+    /*
+     * The result, up to 1 MiB; or, for a status other than 2xx, the start
+     * of the body for the error result, without leading whitespace and a
+     * character longer than the error keeps.  What does not fit marks the
+     * call too_large (an error's body: cut), but for whitespace after the
+     * start of an error's body.
+     */
+
+    max = failed ? NGX_HTTP_AGENT_FAILURE_READ : NGX_HTTP_AGENT_RESULT_MAX;
 
     for (cl = in; cl; cl = cl->next) {
         b = cl->buf;
@@ -422,27 +461,36 @@ ngx_http_agent_tools_body(ngx_http_request_t *r, ngx_http_agent_sub_t *sub,
             continue;
         }
 
-        n = b->last - b->pos;
+        p = b->pos;
+        last = b->last;
 
-        if (call->done || call->too_large || n == 0) {
-            b->pos = b->last;
+        b->pos = b->last;
+
+        if (call->done || call->too_large) {
             continue;
         }
 
-        if (call->body.len + n > NGX_HTTP_AGENT_RESULT_MAX) {
-            call->too_large = 1;
-            b->pos = b->last;
-            continue;
+        if (failed && call->body.len == 0) {
+            while (p < last && ngx_http_agent_json_space(*p)) {
+                p++;
+            }
         }
 
-        if (ngx_http_agent_bytes_append(call->turn->pool, &call->body,
-                                        b->pos, n)
-            != NGX_OK)
+        n = ngx_min((size_t) (last - p), max - call->body.len);
+
+        if (n && ngx_http_agent_bytes_append(call->turn->pool, &call->body,
+                                             p, n)
+                 != NGX_OK)
         {
             return NGX_ERROR;
         }
 
-        b->pos = b->last;
+        for (p += n; p < last; p++) {
+            if (!failed || !ngx_http_agent_json_space(*p)) {
+                call->too_large = 1;
+                break;
+            }
+        }
     }
 
     return NGX_OK;
@@ -463,7 +511,8 @@ ngx_http_agent_tools_body(ngx_http_request_t *r, ngx_http_agent_sub_t *sub,
  * what follows the result line is ignored.  A line that is not a JSON
  * object, or is longer than 1 MiB, ends the call with an error result,
  * and so does the end of the stream before a result line.  A status
- * other than 2xx is an error result whatever the body, as for any tool.
+ * other than 2xx is an error result carrying the body, whatever it is,
+ * as for any tool: that body is not read as lines.
  * Progress reaches subscribers only if the location passes the body on
  * as it comes (proxy_buffering off).
  */
@@ -499,10 +548,7 @@ ngx_http_agent_tools_stream(ngx_http_agent_call_t *call, ngx_chain_t *in)
 
         b->pos = b->last;
 
-        if (call->done || call->ended
-            || call->status < NGX_HTTP_OK
-            || call->status >= NGX_HTTP_SPECIAL_RESPONSE)
-        {
+        if (call->done || call->ended) {
             continue;
         }
 
@@ -789,8 +835,9 @@ ngx_http_agent_tools_stream_end(ngx_http_agent_call_t *call)
 
 /*
  * The tool subrequest ended: a 2xx body is the result (a streaming
- * tool's: its result line), anything else an error the model can read.
- * The last call of the batch moves the turn on, from a posted event.
+ * tool's: its result line), anything else an error the model can read,
+ * with the body that came with it.  The last call of the batch moves the
+ * turn on, from a posted event.
  */
 
 static ngx_int_t
@@ -798,7 +845,7 @@ ngx_http_agent_tools_done(ngx_http_request_t *r, void *data, ngx_int_t rc)
 {
     ngx_http_agent_call_t  *call = data;
 
-    u_char                 *p;
+    char                   *error;
     ngx_str_t               result;
     ngx_uint_t              status;
     ngx_http_agent_turn_t  *t;
@@ -818,6 +865,11 @@ ngx_http_agent_tools_done(ngx_http_request_t *r, void *data, ngx_int_t rc)
     if (rc == NGX_ERROR) {
         status = 0;
     }
+
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, &t->log, 0,
+                   "agent tool call \"%V\": subrequest done: %i, "
+                   "status %ui, %O bytes", &call->id, rc, status,
+                   call->received);
 
     call->done = 1;
 
@@ -842,22 +894,8 @@ ngx_http_agent_tools_done(ngx_http_request_t *r, void *data, ngx_int_t rc)
         }
 
     } else {
-        p = ngx_pnalloc(t->pool, 128);
-
-        if (p != NULL) {
-            if (status) {
-                ngx_sprintf(p, "the tool failed: its location answered "
-                            "%ui%Z", status);
-
-            } else {
-                ngx_sprintf(p, "the tool failed: its location did not "
-                            "answer (timed out or unreachable)%Z");
-            }
-        }
-
-        (void) ngx_http_agent_tools_result(call, NULL,
-                                           p ? (char *) p : "the tool "
-                                                            "failed");
+        error = ngx_http_agent_tools_failure(call, status);
+        (void) ngx_http_agent_tools_result(call, NULL, error);
     }
 
     if (--t->running == 0) {
@@ -873,6 +911,69 @@ ngx_http_agent_tools_done(ngx_http_request_t *r, void *data, ngx_int_t rc)
     }
 
     return rc;
+}
+
+
+/*
+ * The error of a status other than 2xx, with the body that came with it
+ * (a reason the model may act on): trimmed, made UTF-8, and cut between
+ * two characters after NGX_HTTP_AGENT_FAILURE_MAX bytes, "..." saying so.
+ * A status that is not the body's (the subrequest ended otherwise after
+ * its header) goes alone.
+ */
+
+static char *
+ngx_http_agent_tools_failure(ngx_http_agent_call_t *call, ngx_uint_t status)
+{
+    u_char      *p;
+    ngx_str_t    body;
+    ngx_uint_t   cut;
+
+    if (status == 0) {
+        return "the tool failed: its location did not answer "
+               "(timed out or unreachable)";
+    }
+
+    body.data = call->body.data;
+    body.len = (status == call->status) ? call->body.len : 0;
+    cut = call->too_large;
+
+    ngx_http_agent_json_trim(&body);
+
+    if (ngx_http_agent_utf8_fix(call->turn->pool, &body) != NGX_OK) {
+        return "the tool failed";
+    }
+
+    if (body.len > NGX_HTTP_AGENT_FAILURE_MAX) {
+        body.len = NGX_HTTP_AGENT_FAILURE_MAX;
+        cut = 1;
+
+        /* valid UTF-8 now: a character starts at a byte not 10xxxxxx */
+
+        while ((body.data[body.len] & 0xc0) == 0x80) {
+            body.len--;
+        }
+
+        ngx_http_agent_json_trim(&body);
+    }
+
+    p = ngx_pnalloc(call->turn->pool,
+                    sizeof("the tool failed: its location answered : ...")
+                    + NGX_INT_T_LEN + body.len);
+    if (p == NULL) {
+        return "the tool failed";
+    }
+
+    if (body.len == 0) {
+        ngx_sprintf(p, "the tool failed: its location answered %ui%Z",
+                    status);
+
+    } else {
+        ngx_sprintf(p, "the tool failed: its location answered %ui: %V%s%Z",
+                    status, &body, cut ? "..." : "");
+    }
+
+    return (char *) p;
 }
 
 

@@ -3,7 +3,8 @@
 # Server tools are nginx locations: the turn POSTs each call's arguments
 # to its tool's location, concurrently, records one tool_result per
 # tool_call whatever happens, and calls the model again with the results
-# paired with their calls.  Calls that wait for a person are suspended.
+# paired with their calls; a failing location's body goes to the model in
+# its error result.  Calls that wait for a person are suspended.
 
 use strict;
 use warnings;
@@ -38,6 +39,22 @@ my $tools = <<'EOF';
         location /tools/slow;
     }
 
+    agent_tool failing {
+        location /tools/failing;
+    }
+
+    agent_tool unavailable {
+        location /tools/unavailable;
+    }
+
+    agent_tool garbled {
+        location /tools/garbled;
+    }
+
+    agent_tool proxied {
+        location /tools/proxied;
+    }
+
     agent_tool ask_user {
         executor human;
         timeout 1h;
@@ -63,10 +80,33 @@ my $server = <<"EOF";
             proxy_pass http://127.0.0.1:$mport/v1/chat/completions;
             proxy_read_timeout 1s;
         }
+
+        location = /tools/failing {
+            internal;
+            default_type application/json;
+            return 500 '{"error":"database is down","retry":false}';
+        }
+
+        location = /tools/unavailable {
+            internal;
+            return 503 "\\r\\n \\t Service unavailable: try again later \\n\\n";
+        }
+
+        location = /tools/garbled {
+            internal;
+            return 500 "bad \xff\xfe bytes \xc3";
+        }
+
+        location = /tools/proxied {
+            internal;
+            proxy_pass http://127.0.0.1:$mport/tools/v1/chat/completions;
+            proxy_read_timeout 5s;
+        }
 EOF
 
 $t->write_file_expand('nginx.conf', engine_conf($mock, tools => $tools,
-    agent => 'tools echo broken slow ask_user; max_model_calls 3;',
+    agent => 'tools echo broken slow failing unavailable garbled proxied '
+             . 'ask_user; max_model_calls 3;',
     server => $server));
 $t->run;
 
@@ -139,13 +179,116 @@ $res = results($c);
 is(scalar keys %$res, 4, 'one result per call');
 like($res->{u1}{error}, qr/unknown tool "nosuch"/, 'unknown tool');
 like($res->{u2}{error}, qr/arguments is not valid JSON/, 'bad arguments');
-like($res->{u3}{error}, qr/answered 500/, 'tool location failing');
-like($res->{u4}{error}, qr/answered 504/, 'tool location timing out');
+is($res->{u3}{error}, 'the tool failed: its location answered 500',
+   'tool location failing without a body');
+is($res->{u4}{error}, 'the tool failed: its location answered 504',
+   'tool location timing out');
 ok(!grep({ $_->{ok} } values %$res), 'all four are errors');
 
 $sent = $mock->requests->[2]{json}{messages};
 is(scalar(grep { $_->{role} eq 'tool' } @$sent), 4,
    'the model got four results');
+
+# the results as the model got them (the request's JSON is decoded: its
+# strings are characters)
+
+sub sent_results {
+    my ($req) = @_;
+    my $json = JSON::PP->new;
+
+    return { map { $_->{tool_call_id} => $json->decode($_->{content}) }
+             grep { $_->{role} eq 'tool' } @{$req->{json}{messages}} };
+}
+
+# the body of a failing location goes with its status, trimmed, to the
+# model
+
+my $db_down = 'the tool failed: its location answered 500: '
+              . '{"error":"database is down","retry":false}';
+my $unavailable = 'the tool failed: its location answered 503: '
+                  . 'Service unavailable: try again later';
+
+$mock->reset;
+$mock->script({ tool_calls => [call('e1', 'failing', '{}'),
+                               call('e2', 'unavailable', '{}')] },
+              { text => 'The database is down.' });
+
+send_message($t, 't5', 'fail with a body');
+$c = wait_state($t, 't5', 'idle');
+
+$res = results($c);
+is($res->{e1}{error}, $db_down,
+   'a failing location\'s JSON body in the error result');
+is($res->{e2}{error}, $unavailable, 'a text body, trimmed');
+
+$sent = sent_results($mock->requests->[1]);
+is_deeply($sent->{e1}, { ok => JSON::PP::false, error => $db_down },
+          'the model sees the body');
+is_deeply($sent->{e2}, { ok => JSON::PP::false, error => $unavailable },
+          'the model sees the text body');
+
+# a large body is cut between two characters at 4 KiB, and says so
+
+my $large = 'a' . ("\x{e9}" x 5000);
+
+$mock->reset;
+$mock->script({ tool_calls => [call('e3', 'proxied', '{}')] },
+              { status => 500, body => "$large\n" },
+              { text => 'Too much.' });
+
+send_message($t, 't6', 'fail at length');
+$c = wait_state($t, 't6', 'idle');
+
+my $cut = 'the tool failed: its location answered 500: a'
+          . ("\x{e9}" x 2047) . '...';
+
+is(results($c)->{e3}{error}, $cut, 'a large body: its first 4 KiB');
+is(sent_results($mock->requests->[2])->{e3}{error}, $cut,
+   'a large body: what the model sees');
+is(log_types($c), 'user_msg assistant_msg tool_call tool_result '
+   . 'assistant_msg turn_completed', 'a large body: the turn went on');
+
+# 4 KiB and trailing whitespace: nothing is cut
+
+$mock->reset;
+$mock->script({ tool_calls => [call('e4', 'proxied', '{}')] },
+              { status => 500, body => ('b' x 4096) . (' ' x 100) . "\n" },
+              { text => 'Just fits.' });
+
+send_message($t, 't7', 'fail at 4 KiB');
+$c = wait_state($t, 't7', 'idle');
+
+is(results($c)->{e4}{error},
+   'the tool failed: its location answered 500: ' . ('b' x 4096),
+   'a body of 4 KiB and whitespace: whole, not marked cut');
+
+# bytes that are not UTF-8 become U+FFFD, and the conversation goes on
+
+$mock->reset;
+$mock->script({ tool_calls => [call('e5', 'garbled', '{}')] },
+              { text => 'Garbled.' },
+              { text => 'Still here.' });
+
+send_message($t, 't8', 'fail with bad bytes');
+$c = wait_state($t, 't8', 'idle');
+
+my $garbled = "the tool failed: its location answered 500: "
+              . "bad \x{fffd}\x{fffd} bytes \x{fffd}";
+
+is(results($c)->{e5}{error}, $garbled, 'bad bytes: U+FFFD in the result');
+is(sent_results($mock->requests->[1])->{e5}{error}, $garbled,
+   'bad bytes: what the model sees');
+
+is(send_message($t, 't8', 'and now?')->{status}, 202,
+   'bad bytes: the next message is taken');
+$c = wait_state($t, 't8', 'idle');
+
+is(log_types($c), 'user_msg assistant_msg tool_call tool_result '
+   . 'assistant_msg turn_completed user_msg assistant_msg turn_completed',
+   'bad bytes: the log reads back, and the next turn ran');
+is($c->{messages}[-2]{content}, 'Still here.', 'bad bytes: the model answered');
+is(sent_results($mock->requests->[2])->{e5}{error}, $garbled,
+   'bad bytes: the next turn\'s context carries the result');
 
 # a human call suspends the turn
 

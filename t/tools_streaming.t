@@ -195,11 +195,20 @@ $res = result_of($c);
 is($res && $res->{error}, 'the tool\'s output line is too large',
    'a line over 1 MiB: an error result');
 
-# a status other than 2xx, whatever the body
+# a status other than 2xx, whatever the body: its body goes with it
 
-$c = run_tool('s7', undef, status => 503);
+my $busy = 'the tool failed: its location answered 503: '
+           . "{\"progress\":1}\n{\"result\":\"queue full\"}";
+
+$c = run_tool('s7', undef, status => 503,
+              body => "{\"progress\":1}\n{\"result\":\"queue full\"}\n");
 $res = result_of($c);
-like($res && $res->{error}, qr/answered 503/, 'a 503: an error result');
+is($res && $res->{error}, $busy, 'a 503: an error result with the body');
+($tool_msg) = grep { $_->{role} eq 'tool' }
+                   @{$mock->requests->[2]{json}{messages} || []};
+is_deeply($tool_msg && eval { decode_json($tool_msg->{content}) },
+          { ok => JSON::PP::false, error => $busy },
+          'a 503: the model sees the body');
 
 $mock->stop;
 $t->done;
