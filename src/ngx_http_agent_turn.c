@@ -988,6 +988,15 @@ ngx_http_agent_turn_outcome(ngx_http_agent_turn_t *t, ngx_str_t *reason)
         return NGX_HTTP_AGENT_CALL_OK;
     }
 
+    /*
+     * the provider's own words go into the log: UTF-8, NULs and bytes
+     * that are not (or a character the 512-byte cut split) replaced
+     */
+
+    if (detail.len && ngx_http_agent_utf8_fix(t->pool, &detail) != NGX_OK) {
+        detail.len = 0;
+    }
+
     len = sizeof("{\"reason\":\"\",\"status\":,\"error\":\"\"}")
           + what.len + NGX_INT_T_LEN + 6 * detail.len;
 

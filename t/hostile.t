@@ -377,6 +377,23 @@ is($res[0]{ok}, JSON::PP::false, 'late answer: the expiry\'s error result');
 ok(!grep({ $_->{type} eq 'resolution' && ($_->{result} // '') eq 'now' }
          @{$c->{messages}}), 'late answer: not recorded');
 
+# a provider's error body with a NUL and bytes that are not UTF-8: the
+# turn fails with the body made UTF-8; the log reads back, also from the
+# store after a restart
+
+$mock->reset;
+$mock->script({ status => 400, body => "bad \x00 input \xff\xfe" });
+send_message($t, 'd9', 'provoke');
+$c = wait_state($t, 'd9', 'idle');
+is($c->{messages}[-1]{type}, 'turn_failed', 'provider error body: failed');
+like($c->{messages}[-1]{error} // '', qr/^bad \x{fffd} input /,
+     'provider error body: the NUL is U+FFFD');
+$t->stop;
+$t->run;
+$r = inspect($t, 'd9');
+is($r->{status}, 200, 'provider error body: read back from the store');
+still_works('d9', 'provider error body');
+
 # bounded take-overs: a turn whose workers keep dying is taken over a
 # few times, then fails; its call is not sent again without bound
 
