@@ -305,6 +305,15 @@ ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
 
     c->read->log = &t->log;
     c->write->log = &t->log;
+
+    /*
+     * nothing reads from the connection, but nginx times it: a provider
+     * subrequest (its discard_body set) that goes on after its handler
+     * returned arms lingering_timeout on the read event, which a model
+     * call longer than that lets fire
+     */
+    c->read->handler = ngx_http_empty_handler;
+
     c->read->active = 1;
     c->write->active = 1;
     c->write->ready = 1;
