@@ -15,6 +15,7 @@
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_provider.h"
+#include "ngx_http_agent_partial.h"
 
 
 #define NGX_HTTP_AGENT_SUB_PROVIDER  0
@@ -181,6 +182,11 @@ ngx_int_t ngx_http_agent_turn_pair_locked(ngx_http_agent_zone_t *z,
 /* appends an event built from fields and wakes the subscribers */
 ngx_int_t ngx_http_agent_emit(ngx_http_agent_zone_t *zone, ngx_str_t *id,
     ngx_uint_t type, ngx_str_t *fields);
+
+/* the same for a live delta, which joins the reply so far in that lock */
+ngx_int_t ngx_http_agent_emit_delta(ngx_http_agent_zone_t *zone,
+    ngx_str_t *id, ngx_uint_t type, ngx_str_t *fields,
+    ngx_http_agent_delta_t *delta);
 
 
 #endif /* _NGX_HTTP_AGENT_TURN_H_INCLUDED_ */
