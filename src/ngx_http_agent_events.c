@@ -13,6 +13,7 @@
 #include "ngx_http_agent_revive.h"
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_events.h"
+#include "ngx_http_agent_partial.h"
 
 
 /*
@@ -27,6 +28,10 @@
  * copies what follows its own cursor out of the zone and sends it.
  * Subscribers pull: a lost or late wake-up costs latency, never an event,
  * and the heartbeat timer pulls too.
+ *
+ * A subscriber that comes in while a model call streams gets the reply
+ * so far (ngx_http_agent_partial.c) as one streaming_message live event
+ * where its cursor reaches the end of the log, and the deltas after it.
  *
  * The registry is per process, not per cycle: a worker serves one cycle
  * for its whole life, and a reload starts new workers with empty ones.
@@ -95,6 +100,9 @@ typedef struct {
     unsigned                         registered:1;  /* pid in the zone */
     unsigned                         stalled:1;
     unsigned                         done:1;
+
+    /* the reply so far is yet to be sent: until then it holds the deltas */
+    unsigned                         partial:1;
 } ngx_http_agent_events_sub_t;
 
 
@@ -114,6 +122,9 @@ static ngx_int_t ngx_http_agent_events_history_locked(
     ngx_http_agent_events_sub_t *sub, ngx_http_agent_revive_ctx_t *ctx,
     ngx_chain_t ***ll);
 static ngx_int_t ngx_http_agent_events_snapshot_locked(
+    ngx_http_agent_events_sub_t *sub, ngx_http_agent_conv_t *conv,
+    ngx_chain_t ***ll);
+static ngx_int_t ngx_http_agent_events_partial_locked(
     ngx_http_agent_events_sub_t *sub, ngx_http_agent_conv_t *conv,
     ngx_chain_t ***ll);
 static ngx_int_t ngx_http_agent_events_pull(ngx_http_agent_events_sub_t *sub,
@@ -150,6 +161,9 @@ static void ngx_http_agent_events_write_handler(ngx_http_request_t *r);
 static ngx_http_agent_events_local_t  ngx_http_agent_events_local;
 
 static u_char  ngx_http_agent_events_ping[] = ": heartbeat\n\n";
+
+static ngx_str_t  ngx_http_agent_events_streaming =
+    ngx_string("streaming_message");
 
 
 ngx_int_t
@@ -283,6 +297,12 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
 
         if (rc == NGX_OK && !sub->stalled) {
             rc = ngx_http_agent_events_snapshot_locked(sub, conv, &ll);
+        }
+
+        sub->partial = 1;
+
+        if (rc == NGX_OK && !sub->stalled) {
+            rc = ngx_http_agent_events_partial_locked(sub, conv, &ll);
         }
     }
 
@@ -598,6 +618,78 @@ ngx_http_agent_events_snapshot_locked(ngx_http_agent_events_sub_t *sub,
 
 
 /*
+ * The reply so far, once the cursor is at the end of the log: it holds
+ * the deltas the subscriber passed over until then, and those after it
+ * follow.  It waits for room as a canonical event does; one larger than
+ * the whole buffer is left out, and the deltas go on without it.
+ */
+
+static ngx_int_t
+ngx_http_agent_events_partial_locked(ngx_http_agent_events_sub_t *sub,
+    ngx_http_agent_conv_t *conv, ngx_chain_t ***ll)
+{
+    u_char       *p;
+    size_t        len, size;
+    ngx_time_t   *tp;
+    ngx_chain_t  *cl;
+
+    len = ngx_http_agent_partial_size_locked(conv);
+
+    if (len == 0) {
+        sub->partial = 0;
+        return NGX_OK;
+    }
+
+    size = sizeof("event: \ndata: {\"type\":\"\",\"turn\":,\"ts\":,}\n\n") - 1
+           + 2 * ngx_http_agent_events_streaming.len
+           + NGX_INT_T_LEN + NGX_INT64_LEN + len;
+
+    if (size > sub->limit) {
+        ngx_log_error(NGX_LOG_INFO, sub->request->connection->log, 0,
+                      "agent events: the reply so far of conversation "
+                      "\"%V\" is larger than agent_events_buffer, "
+                      "not sent", &sub->id);
+        sub->partial = 0;
+        return NGX_OK;
+    }
+
+    if (sub->queued + size > sub->limit) {
+        sub->stalled = 1;
+        return NGX_OK;
+    }
+
+    cl = ngx_http_agent_events_buf(sub, size);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    tp = ngx_timeofday();
+
+    p = ngx_sprintf(cl->buf->last, "event: %V\ndata: {\"type\":\"%V\","
+                    "\"turn\":%ui,\"ts\":%uL,",
+                    &ngx_http_agent_events_streaming,
+                    &ngx_http_agent_events_streaming, conv->turn,
+                    (uint64_t) tp->sec * 1000 + tp->msec);
+
+    p = ngx_http_agent_partial_json_locked(conv, p);
+
+    *p++ = '}';
+    *p++ = LF;
+    *p++ = LF;
+
+    cl->buf->last = p;
+
+    sub->queued += ngx_max(size, NGX_HTTP_AGENT_EVENTS_BUF);
+    sub->partial = 0;
+
+    **ll = cl;
+    *ll = &cl->next;
+
+    return NGX_OK;
+}
+
+
+/*
  * What follows the cursor, canonical and live, in order.  NGX_DECLINED:
  * the stream cannot go on (the conversation left the zone, or canonical
  * events this subscriber has not seen are no longer there); the client
@@ -673,6 +765,12 @@ ngx_http_agent_events_pull(ngx_http_agent_events_sub_t *sub,
         }
     }
 
+    if (rc == NGX_OK && sub->partial && !sub->stalled
+        && sub->pos == conv->pos)
+    {
+        rc = ngx_http_agent_events_partial_locked(sub, conv, &ll);
+    }
+
 done:
 
     ngx_http_agent_zone_unlock(z);
@@ -720,7 +818,9 @@ ngx_http_agent_events_copy_locked(ngx_http_agent_events_sub_t *sub,
         keep[i] = 0;
 
         if (ev->seq == 0) {
-            if (ev->pos > sub->live && sub->queued + size < slow) {
+            if (ev->pos > sub->live && sub->queued + size < slow
+                && !(sub->partial && ngx_http_agent_event_delta(ev->type)))
+            {
                 keep[i] = 1;
                 size += ngx_http_agent_events_head_size(ev) + ev->len + 2;
             }

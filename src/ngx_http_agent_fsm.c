@@ -22,6 +22,7 @@
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_fsm.h"
+#include "ngx_http_agent_partial.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_turn.h"
 
@@ -664,6 +665,12 @@ static void
 ngx_http_agent_fsm_lease_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv, ngx_pid_t pid)
 {
+    /* the reply so far was the holder's model call: it ends with it */
+
+    if (conv->lease != pid) {
+        ngx_http_agent_partial_free_locked(z, conv);
+    }
+
     if (conv->lease && pid == 0) {
         ngx_queue_remove(&conv->leased);
 

@@ -15,6 +15,7 @@
 #include "ngx_http_agent_revive.h"
 #include "ngx_http_agent_inspect.h"
 #include "ngx_http_agent_provider.h"
+#include "ngx_http_agent_partial.h"
 
 
 #define NGX_HTTP_AGENT_PAGE      100
@@ -43,7 +44,8 @@ static ngx_uint_t ngx_http_agent_inspect_has(ngx_array_t *calls,
 
 /*
  * GET: the conversation's state, the calls that wait (pending) and the
- * server calls that run (in_flight_tools), and its messages, paged by
+ * server calls that run (in_flight_tools), the reply so far of a model
+ * call that streams (streaming_message), and its messages, paged by
  * seq: ?after=SEQ&limit=N.  The events are the log's own JSON.
  */
 
@@ -51,7 +53,7 @@ ngx_int_t
 ngx_http_agent_inspect_handler(ngx_http_request_t *r)
 {
     u_char                      *p;
-    size_t                       len;
+    size_t                       len, partial;
     uint64_t                     last, upto;
     ngx_int_t                    rc, after, limit;
     ngx_str_t                    id, json, pending, running;
@@ -143,11 +145,14 @@ ngx_http_agent_inspect_handler(ngx_http_request_t *r)
 
     n += ngx_http_agent_log_after_locked(conv, after, evs + n, limit - n);
 
+    partial = ngx_http_agent_partial_size_locked(conv);
+
     len = sizeof("{\"conversation\":\"\",\"state\":\"\",\"turn\":,"
                  "\"last_seq\":,\"lease\":,\"pending\":,"
-                 "\"in_flight_tools\":,\"messages\":[],\"next_after\":}")
+                 "\"in_flight_tools\":,\"streaming_message\":{},"
+                 "\"messages\":[],\"next_after\":}")
           + id.len + 16 + 3 * NGX_INT64_LEN + NGX_INT_T_LEN
-          + pending.len + running.len;
+          + pending.len + running.len + partial;
 
     for (i = 0; i < n; i++) {
         len += evs[i]->len + 1;
@@ -168,8 +173,17 @@ ngx_http_agent_inspect_handler(ngx_http_request_t *r)
     p = conv->lease ? ngx_sprintf(p, "%P", conv->lease)
                     : ngx_cpymem(p, "null", 4);
 
-    p = ngx_sprintf(p, ",\"pending\":%V,\"in_flight_tools\":%V,"
-                    "\"messages\":[", &pending, &running);
+    p = ngx_sprintf(p, ",\"pending\":%V,\"in_flight_tools\":%V",
+                    &pending, &running);
+
+    if (partial) {
+        p = ngx_cpymem(p, ",\"streaming_message\":{",
+                       sizeof(",\"streaming_message\":{") - 1);
+        p = ngx_http_agent_partial_json_locked(conv, p);
+        *p++ = '}';
+    }
+
+    p = ngx_cpymem(p, ",\"messages\":[", sizeof(",\"messages\":[") - 1);
 
     last = after;
 

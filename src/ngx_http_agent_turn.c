@@ -305,6 +305,15 @@ ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
 
     c->read->log = &t->log;
     c->write->log = &t->log;
+
+    /*
+     * nothing reads from the connection, but nginx times it: a provider
+     * subrequest (its discard_body set) that goes on after its handler
+     * returned arms lingering_timeout on the read event, which a model
+     * call longer than that lets fire
+     */
+    c->read->handler = ngx_http_empty_handler;
+
     c->read->active = 1;
     c->write->active = 1;
     c->write->ready = 1;
@@ -1343,6 +1352,7 @@ ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply, ngx_uint_t kind,
     size_t                  len;
     ngx_str_t               fields;
     ngx_uint_t              type;
+    ngx_http_agent_delta_t  delta;
 
     static ngx_uint_t       types[] = {
         NGX_HTTP_AGENT_EV_TEXT_DELTA,
@@ -1389,14 +1399,29 @@ ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply, ngx_uint_t kind,
     fields.data = t->scratch.data;
     fields.len = p - t->scratch.data;
 
+    delta.message_id.data = t->message_id;
+    delta.message_id.len = t->message_id_len;
+    delta.delta_seq = t->delta_seq;
+    delta.type = type;
+    delta.index = index;
+    delta.data = *s;
+
     /* a live event that finds no room is dropped: the log has it all */
-    (void) ngx_http_agent_emit(t->zone, &t->id, type, &fields);
+    (void) ngx_http_agent_emit_delta(t->zone, &t->id, type, &fields, &delta);
 }
 
 
 ngx_int_t
 ngx_http_agent_emit(ngx_http_agent_zone_t *zone, ngx_str_t *id,
     ngx_uint_t type, ngx_str_t *fields)
+{
+    return ngx_http_agent_emit_delta(zone, id, type, fields, NULL);
+}
+
+
+ngx_int_t
+ngx_http_agent_emit_delta(ngx_http_agent_zone_t *zone, ngx_str_t *id,
+    ngx_uint_t type, ngx_str_t *fields, ngx_http_agent_delta_t *delta)
 {
     ngx_uint_t               n;
     ngx_pid_t                pids[NGX_HTTP_AGENT_SUB_WORKERS];
@@ -1410,6 +1435,10 @@ ngx_http_agent_emit(ngx_http_agent_zone_t *zone, ngx_str_t *id,
     if (conv == NULL) {
         ngx_http_agent_zone_unlock(zone);
         return NGX_ERROR;
+    }
+
+    if (delta) {
+        ngx_http_agent_partial_add_locked(zone, conv, delta);
     }
 
     ev = ngx_http_agent_event_add_locked(zone, conv, type, fields);

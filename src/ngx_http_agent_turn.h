@@ -16,6 +16,7 @@
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_fsm.h"
 #include "ngx_http_agent_provider.h"
+#include "ngx_http_agent_partial.h"
 
 
 #define NGX_HTTP_AGENT_SUB_PROVIDER  0
@@ -163,6 +164,11 @@ void ngx_http_agent_turn_cancel_check(void);
 /* appends an event built from fields and wakes the subscribers */
 ngx_int_t ngx_http_agent_emit(ngx_http_agent_zone_t *zone, ngx_str_t *id,
     ngx_uint_t type, ngx_str_t *fields);
+
+/* the same for a live delta, which joins the reply so far in that lock */
+ngx_int_t ngx_http_agent_emit_delta(ngx_http_agent_zone_t *zone,
+    ngx_str_t *id, ngx_uint_t type, ngx_str_t *fields,
+    ngx_http_agent_delta_t *delta);
 
 
 #endif /* _NGX_HTTP_AGENT_TURN_H_INCLUDED_ */

@@ -11,6 +11,7 @@
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_store.h"
+#include "ngx_http_agent_partial.h"
 
 
 static ngx_int_t ngx_http_agent_zone_init(ngx_shm_zone_t *shm_zone,
@@ -327,6 +328,8 @@ ngx_http_agent_conv_delete_locked(ngx_http_agent_zone_t *z,
         }
     }
 
+    ngx_http_agent_partial_free_locked(z, conv);
+
     ngx_queue_remove(&conv->lru);
     ngx_rbtree_delete(&z->sh->rbtree, &conv->node);
     z->sh->count--;
@@ -561,6 +564,19 @@ ngx_http_agent_event_add_locked(ngx_http_agent_zone_t *z,
 
     canonical = ngx_http_agent_event_canonical(type);
     seq = canonical ? conv->seq + 1 : 0;
+
+    /*
+     * the reply so far is no longer needed once the message is logged,
+     * or the turn has ended: its room goes to them
+     */
+
+    if (type == NGX_HTTP_AGENT_EV_ASSISTANT_MSG
+        || type == NGX_HTTP_AGENT_EV_TURN_COMPLETED
+        || type == NGX_HTTP_AGENT_EV_TURN_FAILED
+        || type == NGX_HTTP_AGENT_EV_CANCELLED)
+    {
+        ngx_http_agent_partial_free_locked(z, conv);
+    }
 
     /* fields is "{...}": its members follow ours after a comma */
 
@@ -843,18 +859,35 @@ ngx_http_agent_sub_pids_locked(ngx_http_agent_conv_t *conv, ngx_pid_t *pids)
 }
 
 
+void *
+ngx_http_agent_zone_alloc_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *pinned, size_t size)
+{
+    void  *p;
+
+    p = ngx_http_agent_zone_try_alloc_locked(z, pinned, size);
+
+    if (p == NULL) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "agent zone \"%V\" is full", &z->shm_zone->shm.name);
+    }
+
+    return p;
+}
+
+
 /*
  * Allocation failure frees what can go without loss, least recently used
  * conversation first, and tries again: the live events of conversations
  * at rest (deltas nobody can be waiting for), then, with a store, whole
  * conversations at rest that it holds (they come back when asked for),
- * then the deltas of running turns.
+ * then the deltas of running turns and their replies so far.
  * Only idle ones leave this way: they are in none of the zone's queues
  * that a caller may be walking.  pinned is the one the caller works on.
  */
 
 void *
-ngx_http_agent_zone_alloc_locked(ngx_http_agent_zone_t *z,
+ngx_http_agent_zone_try_alloc_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *pinned, size_t size)
 {
     void  *p;
@@ -862,15 +895,8 @@ ngx_http_agent_zone_alloc_locked(ngx_http_agent_zone_t *z,
     for ( ;; ) {
         p = ngx_slab_alloc_locked(z->shpool, size);
 
-        if (p != NULL) {
+        if (p != NULL || ngx_http_agent_expire_locked(z, pinned) == 0) {
             return p;
-        }
-
-        if (ngx_http_agent_expire_locked(z, pinned) == 0) {
-            ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                          "agent zone \"%V\" is full",
-                          &z->shm_zone->shm.name);
-            return NULL;
         }
     }
 }
@@ -924,7 +950,10 @@ ngx_http_agent_expire_locked(ngx_http_agent_zone_t *z,
         }
     }
 
-    /* last, the deltas of turns running: subscribers still get the log */
+    /*
+     * last, the deltas of turns running and their replies so far (not
+     * the one pinned: it may be growing): subscribers still get the log
+     */
 
     for (q = ngx_queue_head(&z->sh->lru);
          q != ngx_queue_sentinel(&z->sh->lru) && freed == 0;
@@ -938,6 +967,11 @@ ngx_http_agent_expire_locked(ngx_http_agent_zone_t *z,
                 conv->live[i] = NULL;
                 freed++;
             }
+        }
+
+        if (conv->partial && conv != pinned) {
+            ngx_http_agent_partial_drop_locked(z, conv, "the zone is full");
+            freed++;
         }
     }
 

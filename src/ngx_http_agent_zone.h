@@ -60,6 +60,10 @@ typedef struct {
 } ngx_http_agent_event_t;
 
 
+/* the reply so far of the model call streaming: ngx_http_agent_partial.c */
+typedef struct ngx_http_agent_partial_s  ngx_http_agent_partial_t;
+
+
 /* a worker with subscribers of the conversation, to wake */
 typedef struct {
     ngx_pid_t                     pid;
@@ -138,6 +142,9 @@ typedef struct {
 
     ngx_http_agent_event_t       *live[NGX_HTTP_AGENT_LIVE_RING];
     ngx_uint_t                    nlive;      /* live events ever added */
+
+    /* the reply so far of the model call streaming, or NULL */
+    ngx_http_agent_partial_t     *partial;
 
     ngx_http_agent_sub_worker_t   subs[NGX_HTTP_AGENT_SUB_WORKERS];
 
@@ -232,6 +239,10 @@ struct ngx_http_agent_zone_s {
 #define ngx_http_agent_event_canonical(type)                                 \
     ((type) < NGX_HTTP_AGENT_EV_TURN_STARTED)
 
+#define ngx_http_agent_event_delta(type)                                     \
+    ((type) >= NGX_HTTP_AGENT_EV_TEXT_DELTA                                  \
+     && (type) <= NGX_HTTP_AGENT_EV_TOOL_CALL_DELTA)
+
 
 extern ngx_str_t  ngx_http_agent_event_names[];
 extern ngx_str_t  ngx_http_agent_state_names[];
@@ -248,6 +259,14 @@ char *ngx_http_agent_zone_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 /* slab memory, room made by evicting what can go; pinned stays */
 void *ngx_http_agent_zone_alloc_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *pinned, size_t size);
+
+/*
+ * The same, without "zone is full" in the log when nothing can go: for
+ * what may simply be dropped (see the allocation in ngx_http_agent_zone.c)
+ */
+void *ngx_http_agent_zone_try_alloc_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *pinned, size_t size);
+
 ngx_http_agent_conv_t *ngx_http_agent_conv_find_locked(
     ngx_http_agent_zone_t *z, ngx_str_t *id);
 ngx_http_agent_conv_t *ngx_http_agent_conv_create_locked(

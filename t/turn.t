@@ -24,7 +24,8 @@ my $t = Test::Agent->new;
 my $mock = Test::Agent::MockProvider->new;
 
 $t->write_file_expand('nginx.conf', engine_conf($mock,
-    http => 'client_body_buffer_size 4k; client_max_body_size 1m;',
+    http => 'client_body_buffer_size 4k; client_max_body_size 1m;'
+        . ' lingering_timeout 300ms;',
     provider => 'proxy_read_timeout 1s;'));
 $t->run;
 
@@ -120,6 +121,18 @@ $c = wait_state($t, 'c4', 'idle');
 is(log_types($c), 'user_msg assistant_msg turn_completed',
    'turn completed after its sender left');
 is($c->{messages}[1]{content}, 'a b c d', 'whole reply');
+
+# a reply that takes longer than lingering_timeout, which nginx arms on
+# the turn's connection when the provider subrequest starts
+
+$mock->script({ text => 'slow but sure', chunks => 4, delay => 0.25 });
+my $calls = @{$mock->requests};
+send_message($t, 'c5', 'take your time');
+$c = wait_state($t, 'c5', 'idle');
+is(log_types($c), 'user_msg assistant_msg turn_completed',
+   'a long reply completes');
+is($c->{messages}[1]{content}, 'slow but sure', 'in one model call');
+is(scalar @{$mock->requests}, $calls + 1, 'the worker did not die with it');
 
 # provider failures
 
