@@ -64,10 +64,11 @@ typedef struct {
 
 
 /*
- * A turn is taken over from dead workers at most this many times: a
- * reply or a tool that crashes workers cannot crash them forever.
+ * A turn is taken over from dead workers at most this many times in a
+ * row, with no reply or result recorded in between: a reply or a tool
+ * that crashes workers cannot crash them forever.
  */
-#define NGX_HTTP_AGENT_TAKEOVERS          3
+#define NGX_HTTP_AGENT_TAKEOVERS          5
 
 #define NGX_HTTP_AGENT_SETTLE_EXPIRED     0
 #define NGX_HTTP_AGENT_SETTLE_CANCELLED   1

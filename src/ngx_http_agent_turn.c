@@ -1281,9 +1281,9 @@ ngx_http_agent_turn_end(ngx_http_agent_turn_t *t,
               : NGX_DECLINED;
 
     if (rc == NGX_OK && input == NGX_HTTP_AGENT_FSM_WAIT
-        && fsm.state != NGX_HTTP_AGENT_AWAITING_INPUT)
+        && conv->lease == ngx_pid)
     {
-        /* every call was resolved while this worker held the turn */
+        /* no call waits (all resolved while this worker held the turn) */
         ngx_http_agent_zone_unlock(t->zone);
         ngx_http_agent_wake(&t->id, fsm.pids, fsm.npids);
         return NGX_DECLINED;

@@ -645,6 +645,17 @@ ngx_http_agent_event_add_locked(ngx_http_agent_zone_t *z,
     if (canonical) {
         conv->seq = seq;
 
+        /*
+         * the turn got on: the worker deaths before this were not caused
+         * by what it runs now, and do not count towards giving it up
+         */
+
+        if (type == NGX_HTTP_AGENT_EV_ASSISTANT_MSG
+            || type == NGX_HTTP_AGENT_EV_TOOL_RESULT)
+        {
+            conv->takeovers = 0;
+        }
+
         if (type == NGX_HTTP_AGENT_EV_USER_MSG) {
             conv->turn_seq = seq;
         }

@@ -410,7 +410,7 @@ sub hang_calls {
 send_message($t, 'd10', 'hang');
 
 my $kills = 0;
-for my $n (1 .. 6) {
+for my $n (1 .. 8) {
     my $deadline = time + 10;
     sleep 0.05 while hang_calls() < $n && time < $deadline;
     last if hang_calls() < $n;
@@ -421,8 +421,8 @@ for my $n (1 .. 6) {
 }
 
 $c = wait_state($t, 'd10', 'idle', 10);
-is($kills, 4, 'take-overs: the call ran after 3 take-overs, not after 4');
-is(hang_calls(), 4, 'take-overs: the call was sent 4 times in all');
+is($kills, 6, 'take-overs: the call ran after 5 take-overs, not after 6');
+is(hang_calls(), 6, 'take-overs: the call was sent 6 times in all');
 is($c->{messages}[-1]{type}, 'turn_failed', 'take-overs: the turn failed');
 like($c->{messages}[-1]{reason}, qr/died repeatedly/,
      'take-overs: and says why');
