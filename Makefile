@@ -2,7 +2,9 @@
 #
 #   make          the dynamic module, against Debian's nginx-dev, with the
 #                 flags Debian's own nginx binary was configured with
-#   make test     the test suite against the stock /usr/sbin/nginx
+#   make test     the layer check and the test suite against the stock
+#                 /usr/sbin/nginx
+#   make layers   fails if a layer of src/ calls one above it
 #   make asan     a full nginx 1.22.1 from Debian's source package with
 #                 AddressSanitizer and UBSan, and the test suite against it
 #   make demo     nginx in the foreground with nginx.conf.example
@@ -33,7 +35,7 @@ ASAN_MODULE :=	$(ASAN_DIR)/nginx/objs/ngx_http_agent_module.so
 ASAN_CFLAGS :=	-g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined
 ASAN_LDFLAGS :=	-fsanitize=address,undefined
 
-.PHONY: all test asan asan-build demo clean FORCE fuzz fuzz-build
+.PHONY: all test layers asan asan-build demo clean FORCE fuzz fuzz-build
 
 all: $(MODULE)
 
@@ -64,7 +66,11 @@ $(B)/nginx/objs/Makefile: config $(B)/flags $(NGINX_SRC)/conf_flags
 $(MODULE): $(B)/nginx/objs/Makefile $(SOURCES)
 	$(MAKE) -j$(JOBS) -C $(B)/nginx -f objs/Makefile modules
 
-test: $(MODULE)
+# no layer of src/ calls one above it (see config, bin/layers)
+layers: $(MODULE)
+	bin/layers $(B)/nginx/objs/addon
+
+test: $(MODULE) layers
 	TEST_NGINX_BINARY=$(NGINX_BIN) TEST_NGINX_MODULE=$(MODULE) \
 	    $(PROVE) $(PROVE_FLAGS) t/
 
@@ -136,7 +142,7 @@ FUZZ_LIBS :=	-lyajl -lsqlite3 -lpthread
 FUZZ_INCS :=	$(addprefix -I $(FUZZ_NGINX)/, src/core src/event \
 		  src/event/modules src/os/unix src/http src/http/modules \
 		  objs) \
-		-I src -I src/provider -I fuzz
+		$(addprefix -I src/, core provider conf fsm store turn api) -I fuzz
 FUZZ_COMMON :=	fuzz/ngx_http_agent_fuzz.h fuzz/ngx_http_agent_fuzz.c \
 		fuzz/ngx_http_agent_fuzz_provider.c
 

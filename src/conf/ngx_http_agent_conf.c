@@ -1507,3 +1507,24 @@ invalid:
 
     return NGX_CONF_ERROR;
 }
+
+
+/*
+ * ngx_conf_log_error() at a line read earlier: for what is checked once
+ * a block, or the whole http block, has been read.
+ */
+
+void
+ngx_http_agent_conf_error(ngx_conf_t *cf, u_char *file, ngx_uint_t line,
+    const char *fmt, ...)
+{
+    u_char   errstr[NGX_MAX_CONF_ERRSTR], *p;
+    va_list  args;
+
+    va_start(args, fmt);
+    p = ngx_vslprintf(errstr, errstr + NGX_MAX_CONF_ERRSTR, fmt, args);
+    va_end(args);
+
+    ngx_log_error(NGX_LOG_EMERG, cf->log, 0, "%*s in %s:%ui",
+                  p - errstr, errstr, file, line);
+}

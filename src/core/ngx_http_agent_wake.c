@@ -10,9 +10,7 @@
 
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_zone.h"
-#include "ngx_http_agent_events.h"
 #include "ngx_http_agent_wake.h"
-#include "ngx_http_agent_turn.h"
 
 
 /*
@@ -74,6 +72,8 @@ static ngx_int_t ngx_http_agent_wake_send(ngx_http_agent_wake_ctx_t *ctx,
 
 /* this process's; NULL in processes that serve no agent_events */
 static ngx_http_agent_wake_ctx_t  *ngx_http_agent_wake_ctx;
+
+ngx_http_agent_wake_handlers_t     ngx_http_agent_wake_handlers;
 
 
 ngx_int_t
@@ -275,7 +275,7 @@ ngx_http_agent_wake(ngx_str_t *id, ngx_pid_t *pids, ngx_uint_t n)
     }
 
     if (local) {
-        ngx_http_agent_events_deliver(id);
+        ngx_http_agent_wake_handlers.deliver(id);
     }
 }
 
@@ -321,7 +321,7 @@ ngx_http_agent_wake_read_handler(ngx_event_t *rev)
         ngx_log_debug0(NGX_LOG_DEBUG_HTTP, c->log, 0,
                        "agent wake: shutting down, ending event streams");
 
-        ngx_http_agent_events_shutdown();
+        ngx_http_agent_wake_handlers.shutdown();
         return;
     }
 
@@ -357,10 +357,10 @@ ngx_http_agent_wake_read_handler(ngx_event_t *rev)
         ngx_log_debug1(NGX_LOG_DEBUG_HTTP, c->log, 0,
                        "agent wake: \"%V\"", &id);
 
-        ngx_http_agent_events_deliver(&id);
+        ngx_http_agent_wake_handlers.deliver(&id);
 
         /* a cancel of a turn this worker runs comes as a wake-up too */
-        ngx_http_agent_turn_cancel(&id);
+        ngx_http_agent_wake_handlers.cancel(&id);
     }
 }
 

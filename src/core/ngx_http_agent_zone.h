@@ -247,6 +247,9 @@ struct ngx_http_agent_zone_s {
 extern ngx_str_t  ngx_http_agent_event_names[];
 extern ngx_str_t  ngx_http_agent_state_names[];
 
+/* new events to write: what the store does then, set at configuration */
+extern void  (*ngx_http_agent_zone_kick)(void);
+
 
 char *ngx_http_agent_zone_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);

@@ -13,6 +13,17 @@
 #include <ngx_http.h>
 
 
+/*
+ * What a wake-up does in the worker it reaches, in the layers above:
+ * set once, at configuration (ngx_http_agent_module.c).
+ */
+typedef struct {
+    void                        (*deliver)(ngx_str_t *id);  /* subscribers */
+    void                        (*cancel)(ngx_str_t *id);   /* its turn */
+    void                        (*shutdown)(void);          /* streams end */
+} ngx_http_agent_wake_handlers_t;
+
+
 ngx_int_t ngx_http_agent_wake_init_process(ngx_cycle_t *cycle);
 void ngx_http_agent_wake_exit_process(ngx_cycle_t *cycle);
 
@@ -22,6 +33,9 @@ void ngx_http_agent_wake_exit_process(ngx_cycle_t *cycle);
  * catch up.  Called with the zone unlocked.
  */
 void ngx_http_agent_wake(ngx_str_t *id, ngx_pid_t *pids, ngx_uint_t n);
+
+
+extern ngx_http_agent_wake_handlers_t  ngx_http_agent_wake_handlers;
 
 
 #endif /* _NGX_HTTP_AGENT_WAKE_H_INCLUDED_ */

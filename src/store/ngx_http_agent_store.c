@@ -12,7 +12,6 @@
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_store.h"
 #include "ngx_http_agent_json.h"
-#include "ngx_http_agent_revive.h"
 
 
 /*
@@ -46,6 +45,10 @@ static void ngx_http_agent_store_done(ngx_event_t *ev);
 
 static ngx_event_t    ngx_http_agent_store_event;
 static ngx_uint_t     ngx_http_agent_store_busy;
+
+/* revives a conversation the sweep found cut off (set at configuration) */
+ngx_int_t  (*ngx_http_agent_store_revive)(ngx_http_request_t *r,
+    ngx_str_t *id);
 
 
 /* agent_store path [thread_pool=name]; */
@@ -925,7 +928,7 @@ ngx_http_agent_store_sweep_done(ngx_event_t *ev)
         ngx_http_agent_zone_unlock(sw->zone);
 
         if (conv == NULL && !ngx_exiting) {
-            (void) ngx_http_agent_revive(NULL, &ids[i]);
+            (void) ngx_http_agent_store_revive(NULL, &ids[i]);
         }
     }
 

@@ -20,6 +20,10 @@ char *ngx_http_agent_block(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 char *ngx_http_agent_conf_resolve(ngx_conf_t *cf,
     ngx_http_agent_main_conf_t *amcf);
 
+/* ngx_conf_log_error() at a line read earlier */
+void ngx_http_agent_conf_error(ngx_conf_t *cf, u_char *file, ngx_uint_t line,
+    const char *fmt, ...);
+
 ngx_http_agent_t *ngx_http_agent_find(ngx_http_agent_main_conf_t *amcf,
     ngx_str_t *name);
 ngx_uint_t ngx_http_agent_tool_pending_kind(ngx_http_agent_tool_t *tool,

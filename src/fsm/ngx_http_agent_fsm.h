@@ -113,5 +113,9 @@ void ngx_http_agent_fsm_pending_remove_locked(ngx_http_agent_conv_t *conv,
 
 extern ngx_str_t  ngx_http_agent_fsm_inputs[];
 
+/* starts the turn of a message that waited: the turn's, set at init */
+extern void  (*ngx_http_agent_fsm_next)(ngx_http_agent_t *agent,
+    ngx_http_agent_zone_t *z, ngx_str_t *id, ngx_uint_t turn);
+
 
 #endif /* _NGX_HTTP_AGENT_FSM_H_INCLUDED_ */

@@ -10,10 +10,10 @@
 
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_zone.h"
-#include "ngx_http_agent_store.h"
 #include "ngx_http_agent_partial.h"
 
 
+static void ngx_http_agent_zone_kick_none(void);
 static ngx_int_t ngx_http_agent_zone_init(ngx_shm_zone_t *shm_zone,
     void *data);
 static void ngx_http_agent_rbtree_insert_value(ngx_rbtree_node_t *temp,
@@ -51,6 +51,10 @@ ngx_str_t  ngx_http_agent_state_names[] = {
     ngx_string("awaiting_input"),
     ngx_null_string
 };
+
+
+/* new events to write: the store is told (set by ngx_http_agent_module.c) */
+void  (*ngx_http_agent_zone_kick)(void) = ngx_http_agent_zone_kick_none;
 
 
 /* agent_zone zone=name:size; */
@@ -669,7 +673,7 @@ ngx_http_agent_event_add_locked(ngx_http_agent_zone_t *z,
                 conv->dirty_linked = 1;
             }
 
-            ngx_http_agent_store_kick();
+            ngx_http_agent_zone_kick();
         }
 
         return ev;
@@ -987,4 +991,10 @@ ngx_http_agent_expire_locked(ngx_http_agent_zone_t *z,
     }
 
     return freed;
+}
+
+
+static void
+ngx_http_agent_zone_kick_none(void)
+{
 }

@@ -69,7 +69,6 @@ static ngx_str_t  ngx_http_agent_status_names[] = {
 };
 
 
-
 /* the turns this worker runs, for a cancel to find */
 static ngx_queue_t  ngx_http_agent_turns;
 
@@ -1247,60 +1246,6 @@ ngx_http_agent_turn_record_hosted(ngx_http_agent_turn_t *t)
             }
         }
     }
-
-    return NGX_OK;
-}
-
-
-/*
- * The end of the turn in this worker: its terminal event (none when it
- * stops to wait), the state it leaves the conversation in, the lease
- * given back, and turn_ended for the live plane.  A turn stops to wait
- * only if a call still waits: NGX_DECLINED, and the turn goes on, when
- * every one was resolved while the lease was held (the resolver left
- * the turn to this worker).
- */
-
-ngx_int_t
-ngx_http_agent_turn_end(ngx_http_agent_turn_t *t,
-    ngx_http_agent_fsm_input_e input, ngx_str_t *fields)
-{
-    ngx_int_t               rc;
-    ngx_http_agent_fsm_t    fsm;
-    ngx_http_agent_conv_t  *conv;
-
-    fsm.fields = fields;
-    fsm.npids = 0;
-    fsm.next = 0;
-
-    ngx_http_agent_zone_lock(t->zone);
-
-    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
-
-    rc = conv ? ngx_http_agent_fsm_locked(t->zone, conv, input, &fsm)
-              : NGX_DECLINED;
-
-    if (rc == NGX_OK && input == NGX_HTTP_AGENT_FSM_WAIT
-        && conv->lease == ngx_pid)
-    {
-        /* no call waits (all resolved while this worker held the turn) */
-        ngx_http_agent_zone_unlock(t->zone);
-        ngx_http_agent_wake(&t->id, fsm.pids, fsm.npids);
-        return NGX_DECLINED;
-    }
-
-    if (rc == NGX_DECLINED && conv) {
-        /* no row: the turn is down here all the same */
-        fsm.fields = NULL;
-        (void) ngx_http_agent_fsm_locked(t->zone, conv,
-                                         NGX_HTTP_AGENT_FSM_ABANDON, &fsm);
-    }
-
-    ngx_http_agent_zone_unlock(t->zone);
-
-    ngx_http_agent_fsm_after(t->agent, t->zone, &t->id, &fsm);
-
-    ngx_http_agent_turn_close(t);
 
     return NGX_OK;
 }

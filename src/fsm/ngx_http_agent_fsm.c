@@ -24,7 +24,6 @@
 #include "ngx_http_agent_fsm.h"
 #include "ngx_http_agent_partial.h"
 #include "ngx_http_agent_wake.h"
-#include "ngx_http_agent_turn.h"
 
 
 /* states as bits, for the table */
@@ -105,6 +104,11 @@ static ngx_int_t ngx_http_agent_fsm_pair_event(ngx_pool_t *pool,
     ngx_http_agent_event_t *e, ngx_array_t *calls);
 static ngx_int_t ngx_http_agent_fsm_pair_copy(ngx_pool_t *pool,
     ngx_str_t *dst, char *src);
+
+
+/* a turn for the message that waited (set by ngx_http_agent_module.c) */
+void  (*ngx_http_agent_fsm_next)(ngx_http_agent_t *agent,
+    ngx_http_agent_zone_t *z, ngx_str_t *id, ngx_uint_t turn);
 
 
 ngx_str_t  ngx_http_agent_fsm_inputs[] = {
@@ -509,7 +513,7 @@ ngx_http_agent_fsm_after(ngx_http_agent_t *agent, ngx_http_agent_zone_t *z,
     ngx_http_agent_wake(id, fsm->pids, fsm->npids);
 
     if (fsm->next) {
-        ngx_http_agent_turn_next(agent, z, id, fsm->next_turn);
+        ngx_http_agent_fsm_next(agent, z, id, fsm->next_turn);
     }
 }
 

@@ -16,7 +16,7 @@
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_tools.h"
-#include "ngx_http_agent_expire.h"
+#include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_provider.h"
 
 
@@ -450,4 +450,179 @@ ngx_http_agent_turn_suspend_again(ngx_http_agent_turn_t *t,
     ngx_http_agent_zone_unlock(t->zone);
 
     return rc;
+}
+
+
+/*
+ * The end of the turn in this worker: its terminal event (none when it
+ * stops to wait), the state it leaves the conversation in, the lease
+ * given back, and turn_ended for the live plane.  A turn stops to wait
+ * only if a call still waits: NGX_DECLINED, and the turn goes on, when
+ * every one was resolved while the lease was held (the resolver left
+ * the turn to this worker).
+ */
+
+ngx_int_t
+ngx_http_agent_turn_end(ngx_http_agent_turn_t *t,
+    ngx_http_agent_fsm_input_e input, ngx_str_t *fields)
+{
+    ngx_int_t               rc;
+    ngx_http_agent_fsm_t    fsm;
+    ngx_http_agent_conv_t  *conv;
+
+    fsm.fields = fields;
+    fsm.npids = 0;
+    fsm.next = 0;
+
+    ngx_http_agent_zone_lock(t->zone);
+
+    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+
+    rc = conv ? ngx_http_agent_fsm_locked(t->zone, conv, input, &fsm)
+              : NGX_DECLINED;
+
+    if (rc == NGX_OK && input == NGX_HTTP_AGENT_FSM_WAIT
+        && conv->lease == ngx_pid)
+    {
+        /* no call waits (all resolved while this worker held the turn) */
+        ngx_http_agent_zone_unlock(t->zone);
+        ngx_http_agent_wake(&t->id, fsm.pids, fsm.npids);
+        return NGX_DECLINED;
+    }
+
+    if (rc == NGX_DECLINED && conv) {
+        /* no row: the turn is down here all the same */
+        fsm.fields = NULL;
+        (void) ngx_http_agent_fsm_locked(t->zone, conv,
+                                         NGX_HTTP_AGENT_FSM_ABANDON, &fsm);
+    }
+
+    ngx_http_agent_zone_unlock(t->zone);
+
+    ngx_http_agent_fsm_after(t->agent, t->zone, &t->id, &fsm);
+
+    ngx_http_agent_turn_close(t);
+
+    return NGX_OK;
+}
+
+
+/*
+ * A cancel of this turn was asked for, if the zone says so: the provider
+ * call is aborted (its connection closes) and its partial reply kept,
+ * marked cancelled; running tool calls are aborted with a [cancelled]
+ * result each; waiting calls resolve as cancelled; then the terminal
+ * cancelled event, idle, and the lease given back.
+ */
+
+void
+ngx_http_agent_turn_abort(ngx_http_agent_turn_t *t)
+{
+    ngx_str_t               reason;
+    ngx_uint_t              cancel;
+    ngx_http_agent_fsm_t    fsm;
+    ngx_http_agent_conv_t  *conv;
+
+    if (t->cancelling) {
+        return;
+    }
+
+    ngx_http_agent_zone_lock(t->zone);
+    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+    cancel = conv && conv->cancel;
+    ngx_http_agent_zone_unlock(t->zone);
+
+    if (!cancel) {
+        return;
+    }
+
+    t->cancelling = 1;
+
+    ngx_log_error(NGX_LOG_INFO, &t->log, 0, "agent turn cancelled");
+
+    if (t->sub.sr && !t->sr_done) {
+        t->sr_done = 1;
+        ngx_http_agent_subrequest_abort(t->sub.sr);
+        t->sub.sr = NULL;
+    }
+
+    if (t->pool && t->reply && !t->recorded && t->reply->text.len
+        && ngx_http_agent_turn_record(t, NGX_HTTP_AGENT_MSG_CANCELLED)
+           != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, &t->log, 0,
+                      "agent turn could not record the cancelled reply");
+    }
+
+    ngx_http_agent_tools_cancel(t);
+
+    ngx_str_set(&reason, "{\"reason\":\"the cancel could not be recorded\"}");
+
+    fsm.fields = NULL;
+    fsm.npids = 0;
+    fsm.next = 0;
+
+    ngx_http_agent_zone_lock(t->zone);
+
+    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+
+    /* an interrupting message runs now */
+
+    if (conv
+        && ngx_http_agent_fsm_locked(t->zone, conv, NGX_HTTP_AGENT_FSM_CANCEL,
+                                     &fsm)
+           == NGX_ERROR)
+    {
+        /* no room for the cancel: the turn ends all the same */
+        fsm.fields = &reason;
+        (void) ngx_http_agent_fsm_locked(t->zone, conv,
+                                         NGX_HTTP_AGENT_FSM_ABANDON, &fsm);
+    }
+
+    ngx_http_agent_zone_unlock(t->zone);
+
+    ngx_http_agent_fsm_after(t->agent, t->zone, &t->id, &fsm);
+
+    ngx_http_agent_turn_close(t);
+}
+
+
+/* a turn for the message that waited, on a request of the module's own */
+
+void
+ngx_http_agent_turn_next(ngx_http_agent_t *agent, ngx_http_agent_zone_t *zone,
+    ngx_str_t *id, ngx_uint_t turn)
+{
+    ngx_str_t               reason;
+    ngx_http_agent_fsm_t    fsm;
+    ngx_http_agent_conv_t  *conv;
+
+    if (agent != NULL && agent->conf_ctx != NULL
+        && ngx_http_agent_turn_start(NULL, agent, zone, id, turn, 0) == NGX_OK)
+    {
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                  "agent could not start the next turn of \"%V\"", id);
+
+    /* the turn ends here; the messages after it get theirs later */
+
+    ngx_str_set(&reason, "{\"reason\":\"the turn could not start\"}");
+
+    fsm.fields = &reason;
+    fsm.npids = 0;
+
+    ngx_http_agent_zone_lock(zone);
+
+    conv = ngx_http_agent_conv_find_locked(zone, id);
+
+    if (conv && conv->lease == ngx_pid && conv->turn == turn) {
+        (void) ngx_http_agent_fsm_locked(zone, conv,
+                                         NGX_HTTP_AGENT_FSM_ABANDON, &fsm);
+    }
+
+    ngx_http_agent_zone_unlock(zone);
+
+    ngx_http_agent_wake(id, fsm.pids, fsm.npids);
 }

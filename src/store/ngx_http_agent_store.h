@@ -138,5 +138,9 @@ void ngx_http_agent_store_kick(void);
 
 extern ngx_http_agent_store_t  ngx_http_agent_store_sqlite;
 
+/* the revival of a conversation from the store: the turn's, set at init */
+extern ngx_int_t  (*ngx_http_agent_store_revive)(ngx_http_request_t *r,
+    ngx_str_t *id);
+
 
 #endif /* _NGX_HTTP_AGENT_STORE_H_INCLUDED_ */

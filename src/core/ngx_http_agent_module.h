@@ -177,8 +177,6 @@ typedef struct {
 } ngx_http_agent_loc_conf_t;
 
 
-void ngx_http_agent_conf_error(ngx_conf_t *cf, u_char *file, ngx_uint_t line,
-    const char *fmt, ...);
 ngx_int_t ngx_http_agent_conversation_id(ngx_http_request_t *r,
     ngx_str_t *id);
 ngx_int_t ngx_http_agent_tool_call_id(ngx_http_request_t *r, ngx_str_t *id);

@@ -21,6 +21,8 @@
 #include "ngx_http_agent_expire.h"
 #include "ngx_http_agent_cancel.h"
 #include "ngx_http_agent_store.h"
+#include "ngx_http_agent_revive.h"
+#include "ngx_http_agent_fsm.h"
 
 
 static void *ngx_http_agent_create_main_conf(ngx_conf_t *cf);
@@ -698,6 +700,15 @@ ngx_http_agent_postconfiguration(ngx_conf_t *cf)
     ngx_http_agent_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_agent_error_filter;
 
+    /* the lower layers' hooks into the ones above */
+
+    ngx_http_agent_zone_kick = ngx_http_agent_store_kick;
+    ngx_http_agent_wake_handlers.deliver = ngx_http_agent_events_deliver;
+    ngx_http_agent_wake_handlers.cancel = ngx_http_agent_turn_cancel;
+    ngx_http_agent_wake_handlers.shutdown = ngx_http_agent_events_shutdown;
+    ngx_http_agent_fsm_next = ngx_http_agent_turn_next;
+    ngx_http_agent_store_revive = ngx_http_agent_revive;
+
     return NGX_OK;
 }
 
@@ -827,22 +838,3 @@ ngx_http_agent_exit_process(ngx_cycle_t *cycle)
 }
 
 
-/*
- * ngx_conf_log_error() at a line read earlier: for what is checked once
- * a block, or the whole http block, has been read.
- */
-
-void
-ngx_http_agent_conf_error(ngx_conf_t *cf, u_char *file, ngx_uint_t line,
-    const char *fmt, ...)
-{
-    u_char   errstr[NGX_MAX_CONF_ERRSTR], *p;
-    va_list  args;
-
-    va_start(args, fmt);
-    p = ngx_vslprintf(errstr, errstr + NGX_MAX_CONF_ERRSTR, fmt, args);
-    va_end(args);
-
-    ngx_log_error(NGX_LOG_EMERG, cf->log, 0, "%*s in %s:%ui",
-                  p - errstr, errstr, file, line);
-}
