@@ -15,6 +15,7 @@
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_fsm.h"
+#include "ngx_http_agent_emit.h"
 #include "ngx_http_agent_provider.h"
 #include "ngx_http_agent_partial.h"
 
@@ -161,14 +162,9 @@ void ngx_http_agent_turn_tools_done(ngx_http_agent_turn_t *t);
 void ngx_http_agent_turn_cancel(ngx_str_t *id);
 void ngx_http_agent_turn_cancel_check(void);
 
-/* appends an event built from fields and wakes the subscribers */
-ngx_int_t ngx_http_agent_emit(ngx_http_agent_zone_t *zone, ngx_str_t *id,
-    ngx_uint_t type, ngx_str_t *fields);
-
-/* the same for a live delta, which joins the reply so far in that lock */
-ngx_int_t ngx_http_agent_emit_delta(ngx_http_agent_zone_t *zone,
-    ngx_str_t *id, ngx_uint_t type, ngx_str_t *fields,
-    ngx_http_agent_delta_t *delta);
+/* a reply's piece, as a live event (the provider's delta handler) */
+void ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply,
+    ngx_uint_t kind, ngx_uint_t index, ngx_str_t *s);
 
 
 #endif /* _NGX_HTTP_AGENT_TURN_H_INCLUDED_ */

@@ -1,0 +1,294 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+/*
+ * The reply, as it arrives (live deltas) and once it is whole or cut (the
+ * assistant message, its calls, the provider's hosted tools).
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_conf.h"
+#include "ngx_http_agent_json.h"
+#include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_turn.h"
+#include "ngx_http_agent_provider.h"
+
+
+static ngx_int_t ngx_http_agent_turn_record_hosted(ngx_http_agent_turn_t *t);
+
+static ngx_str_t  ngx_http_agent_status_names[] = {
+    ngx_string("complete"),
+    ngx_string("interrupted"),
+    ngx_string("cancelled")
+};
+
+
+/* text and thinking deltas, and tool call arguments, as live events */
+
+void
+ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply, ngx_uint_t kind,
+    ngx_uint_t index, ngx_str_t *s)
+{
+    ngx_http_agent_turn_t *t = reply->data;
+
+    u_char                 *p;
+    size_t                  len;
+    ngx_str_t               fields;
+    ngx_uint_t              type;
+    ngx_http_agent_delta_t  delta;
+
+    static ngx_uint_t       types[] = {
+        NGX_HTTP_AGENT_EV_TEXT_DELTA,
+        NGX_HTTP_AGENT_EV_THINKING_DELTA,
+        NGX_HTTP_AGENT_EV_TOOL_CALL_DELTA
+    };
+
+    type = types[kind];
+
+    len = sizeof("{\"message_id\":\"\",\"delta_seq\":,\"index\":,"
+                 "\"delta\":\"\"}")
+          + t->message_id_len + 2 * NGX_INT_T_LEN + 6 * s->len;
+
+    /* one buffer for every delta of the turn: it grows, never piles up */
+
+    if (t->scratch.size < len) {
+        if (t->scratch.data) {
+            ngx_pfree(t->request->connection->pool, t->scratch.data);
+        }
+
+        t->scratch.size = ngx_max(len, 4096);
+        t->scratch.data = ngx_pnalloc(t->request->connection->pool,
+                                      t->scratch.size);
+
+        if (t->scratch.data == NULL) {
+            t->scratch.size = 0;
+            return;
+        }
+    }
+
+    p = ngx_sprintf(t->scratch.data,
+                    "{\"message_id\":\"%*s\",\"delta_seq\":%ui",
+                    t->message_id_len, t->message_id, ++t->delta_seq);
+
+    if (kind == NGX_HTTP_AGENT_DELTA_TOOL_ARGS) {
+        p = ngx_sprintf(p, ",\"index\":%ui", index);
+    }
+
+    p = ngx_cpymem(p, ",\"delta\":\"", sizeof(",\"delta\":\"") - 1);
+    p = (u_char *) ngx_escape_json(p, s->data, s->len);
+    *p++ = '"';
+    *p++ = '}';
+
+    fields.data = t->scratch.data;
+    fields.len = p - t->scratch.data;
+
+    delta.message_id.data = t->message_id;
+    delta.message_id.len = t->message_id_len;
+    delta.delta_seq = t->delta_seq;
+    delta.type = type;
+    delta.index = index;
+    delta.data = *s;
+
+    /* a live event that finds no room is dropped: the log has it all */
+    (void) ngx_http_agent_emit_delta(t->zone, &t->id, type, &fields, &delta);
+}
+
+
+/* the assistant message, and a tool_call event for each call it makes */
+
+ngx_int_t
+ngx_http_agent_turn_record(ngx_http_agent_turn_t *t, ngx_uint_t status)
+{
+    yajl_gen                      g;
+    ngx_str_t                     fields, s, executor;
+    ngx_uint_t                    i, j, failed, complete;
+    ngx_http_agent_tool_t        *tool;
+    ngx_http_agent_reply_t       *reply;
+    ngx_http_agent_tool_ref_t    *ref;
+    ngx_http_agent_reply_call_t  *call;
+
+    reply = t->reply;
+
+    t->recorded = 1;
+
+    if (status == NGX_HTTP_AGENT_MSG_COMPLETE
+        && ngx_http_agent_provider_call_ids(reply) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    call = reply->calls.elts;
+
+    s.data = t->message_id;
+    s.len = t->message_id_len;
+
+    complete = (status == NGX_HTTP_AGENT_MSG_COMPLETE);
+
+    if (ngx_http_agent_provider_reply_json(reply, t->pool, &s,
+                                    &ngx_http_agent_status_names[status],
+                                    complete, &fields)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_agent_emit(t->zone, &t->id, NGX_HTTP_AGENT_EV_ASSISTANT_MSG,
+                            &fields)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (status != NGX_HTTP_AGENT_MSG_COMPLETE) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_agent_turn_record_hosted(t) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ref = t->agent->tools.elts;
+
+    for (i = 0; i < reply->calls.nelts; i++) {
+
+        ngx_str_set(&executor, "unknown");
+
+        s.data = call[i].name.data;
+        s.len = call[i].name.len;
+
+        for (j = 0; j < t->agent->tools.nelts; j++) {
+            tool = ref[j].tool;
+
+            if (tool->name.len == s.len
+                && ngx_strncmp(tool->name.data, s.data, s.len) == 0)
+            {
+                executor = ngx_http_agent_executors[tool->executor].name;
+                break;
+            }
+        }
+
+        g = ngx_http_agent_json_gen(t->pool);
+        if (g == NULL) {
+            return NGX_ERROR;
+        }
+
+        failed = yajl_gen_map_open(g);
+        failed |= ngx_http_agent_json_key(g, "tool_call_id");
+        failed |= yajl_gen_string(g, call[i].id.data, call[i].id.len);
+        failed |= ngx_http_agent_json_key(g, "name");
+        failed |= ngx_http_agent_json_str(g, &s);
+        failed |= ngx_http_agent_json_key(g, "arguments");
+        failed |= yajl_gen_string(g, call[i].arguments.data,
+                                  call[i].arguments.len);
+        failed |= ngx_http_agent_json_key(g, "executor");
+        failed |= ngx_http_agent_json_str(g, &executor);
+
+        if (call[i].provider_id.len) {
+            failed |= ngx_http_agent_json_key(g, "provider_id");
+            failed |= yajl_gen_string(g, call[i].provider_id.data,
+                                      call[i].provider_id.len);
+        }
+
+        failed |= yajl_gen_map_close(g);
+
+        if (ngx_http_agent_json_result(g, failed, &fields) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        if (ngx_http_agent_emit(t->zone, &t->id, NGX_HTTP_AGENT_EV_TOOL_CALL,
+                                &fields)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Each tool the provider ran itself, logged as a tool_call and its
+ * tool_result, both marked provider_executed: paired like any other, and
+ * never dispatched.
+ */
+
+static ngx_int_t
+ngx_http_agent_turn_record_hosted(ngx_http_agent_turn_t *t)
+{
+    yajl_gen                        g;
+    ngx_str_t                       fields, s;
+    ngx_uint_t                      i, k, failed;
+    ngx_http_agent_reply_hosted_t  *h;
+
+    static ngx_uint_t  types[] = {
+        NGX_HTTP_AGENT_EV_TOOL_CALL,
+        NGX_HTTP_AGENT_EV_TOOL_RESULT
+    };
+
+    if (t->reply->hosted.elts == NULL) {
+        return NGX_OK;
+    }
+
+    h = t->reply->hosted.elts;
+
+    for (i = 0; i < t->reply->hosted.nelts; i++) {
+
+        for (k = 0; k < 2; k++) {
+            g = ngx_http_agent_json_gen(t->pool);
+            if (g == NULL) {
+                return NGX_ERROR;
+            }
+
+            failed = yajl_gen_map_open(g);
+            failed |= ngx_http_agent_json_key(g, "tool_call_id");
+            failed |= yajl_gen_string(g, h[i].id.data, h[i].id.len);
+            failed |= ngx_http_agent_json_key(g, "name");
+            failed |= yajl_gen_string(g, h[i].name.data, h[i].name.len);
+
+            if (k == 0) {
+                failed |= ngx_http_agent_json_key(g, "arguments");
+                failed |= yajl_gen_string(g, h[i].input.data,
+                                          h[i].input.len);
+                failed |= ngx_http_agent_json_key(g, "executor");
+                failed |= yajl_gen_string(g, (u_char *) "provider", 8);
+
+            } else {
+                failed |= ngx_http_agent_json_key(g, "ok");
+                failed |= yajl_gen_bool(g, 1);
+                failed |= ngx_http_agent_json_key(g, "result");
+
+                s.data = h[i].result.data;
+                s.len = h[i].result.len;
+
+                if (s.len) {
+                    failed |= ngx_http_agent_json_verbatim(g, &s);
+
+                } else {
+                    failed |= yajl_gen_null(g);
+                }
+            }
+
+            failed |= ngx_http_agent_json_key(g, "provider_executed");
+            failed |= yajl_gen_bool(g, 1);
+            failed |= yajl_gen_map_close(g);
+
+            if (ngx_http_agent_json_result(g, failed, &fields) != NGX_OK
+                || ngx_http_agent_emit(t->zone, &t->id, types[k], &fields)
+                   != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+        }
+    }
+
+    return NGX_OK;
+}
