@@ -11,6 +11,7 @@
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_sse.h"
 #include "ngx_http_agent_provider.h"
+#include "ngx_http_agent_request.h"
 
 
 /*
@@ -70,46 +71,29 @@ typedef struct {
 } ngx_http_agent_openai_responses_event_t;
 
 
-typedef struct {
-    ngx_pool_t                 *pool;
-    yajl_gen                    g;
-    /* for JSON that goes inside a string: tool results, arguments */
-    yajl_gen                    sub;
-} ngx_http_agent_openai_responses_build_t;
-
-
-typedef ngx_uint_t (*ngx_http_agent_openai_responses_input_pt)(
-    ngx_http_agent_openai_responses_build_t *b, yajl_val event);
-
-typedef struct {
-    ngx_str_t                                  type;
-    ngx_http_agent_openai_responses_input_pt   handler;
-} ngx_http_agent_openai_responses_input_t;
-
-
 static ngx_int_t ngx_http_agent_openai_responses_render_tools(yajl_gen g,
     ngx_http_agent_t *agent);
 
 static ngx_int_t ngx_http_agent_openai_responses_build_request(
     ngx_pool_t *pool, ngx_http_agent_t *agent, ngx_str_t *events,
     ngx_uint_t nevents, ngx_str_t *body);
-static ngx_uint_t ngx_http_agent_openai_responses_input(
-    ngx_http_agent_openai_responses_build_t *b, yajl_val event);
+static ngx_uint_t ngx_http_agent_openai_responses_head(
+    ngx_http_agent_request_t *r);
+static ngx_uint_t ngx_http_agent_openai_responses_tail(
+    ngx_http_agent_request_t *r);
 static ngx_uint_t ngx_http_agent_openai_responses_user(
-    ngx_http_agent_openai_responses_build_t *b, yajl_val event);
+    ngx_http_agent_request_t *r);
 static ngx_uint_t ngx_http_agent_openai_responses_assistant(
-    ngx_http_agent_openai_responses_build_t *b, yajl_val event);
+    ngx_http_agent_request_t *r);
 static ngx_uint_t ngx_http_agent_openai_responses_message(
-    ngx_http_agent_openai_responses_build_t *b, ngx_str_t *role,
-    ngx_str_t *content);
+    ngx_http_agent_request_t *r, ngx_str_t *role, ngx_str_t *content);
 static ngx_uint_t ngx_http_agent_openai_responses_ours(yajl_val items);
 static ngx_uint_t ngx_http_agent_openai_responses_items(
-    ngx_http_agent_openai_responses_build_t *b, yajl_val items,
-    ngx_uint_t strip);
-static ngx_uint_t ngx_http_agent_openai_responses_calls(
-    ngx_http_agent_openai_responses_build_t *b, yajl_val calls);
+    ngx_http_agent_request_t *r, yajl_val items, ngx_uint_t strip);
+static ngx_uint_t ngx_http_agent_openai_responses_function(
+    ngx_http_agent_request_t *r, yajl_val call);
 static ngx_uint_t ngx_http_agent_openai_responses_output(
-    ngx_http_agent_openai_responses_build_t *b, yajl_val event);
+    ngx_http_agent_request_t *r);
 
 static ngx_int_t ngx_http_agent_openai_responses_init(
     ngx_http_agent_reply_t *reply);
@@ -156,15 +140,21 @@ static ngx_str_t  ngx_http_agent_assistant = ngx_string("assistant");
 static ngx_str_t  ngx_http_agent_paragraph = ngx_string("\n\n");
 
 
-/* what the canonical events become; every other type is not sent */
-static ngx_http_agent_openai_responses_input_t
-    ngx_http_agent_openai_responses_inputs[] =
+/* a message or an item of "input" for each event the walk sends */
+static ngx_http_agent_request_format_t
+    ngx_http_agent_openai_responses_format =
 {
-    { ngx_string("user_msg"), ngx_http_agent_openai_responses_user },
-    { ngx_string("assistant_msg"),
-      ngx_http_agent_openai_responses_assistant },
-    { ngx_string("tool_result"), ngx_http_agent_openai_responses_output },
-    { ngx_null_string, NULL }
+    ngx_string("openai_responses"),
+    ngx_http_agent_openai_responses_head,
+    ngx_http_agent_openai_responses_tail,
+    ngx_http_agent_openai_responses_user,
+    ngx_http_agent_openai_responses_assistant,
+    ngx_http_agent_openai_responses_output,
+    ngx_http_agent_openai_responses_function,
+    NULL,
+    NULL,
+    0,
+    0
 };
 
 
@@ -277,127 +267,68 @@ ngx_http_agent_openai_responses_render_tools(yajl_gen g,
 }
 
 
-/*
- * {"model","instructions","input":[...],"tools":[...],"store":false,
- *  "stream":true}
- */
-
 static ngx_int_t
 ngx_http_agent_openai_responses_build_request(ngx_pool_t *pool,
     ngx_http_agent_t *agent, ngx_str_t *events, ngx_uint_t nevents,
     ngx_str_t *body)
 {
-    yajl_gen                                  g;
-    yajl_val                                  event;
-    ngx_uint_t                                i, failed;
-    ngx_http_agent_bytes_t                    scratch;
-    ngx_http_agent_openai_responses_build_t   b;
-
-    b.pool = pool;
-    b.g = ngx_http_agent_json_gen(pool);
-    b.sub = ngx_http_agent_json_gen(pool);
-
-    if (b.g == NULL || b.sub == NULL) {
-        return NGX_ERROR;
-    }
-
-    g = b.g;
-
-    ngx_memzero(&scratch, sizeof(ngx_http_agent_bytes_t));
-
-    failed = yajl_gen_map_open(g);
-    failed |= ngx_http_agent_json_key(g, "model");
-    failed |= ngx_http_agent_json_str(g, &agent->model);
-
-    if (agent->system.len) {
-        failed |= ngx_http_agent_json_key(g, "instructions");
-        failed |= ngx_http_agent_json_str(g, &agent->system);
-    }
-
-    failed |= ngx_http_agent_json_key(g, "input");
-    failed |= yajl_gen_array_open(g);
-
-    for (i = 0; i < nevents; i++) {
-        event = ngx_http_agent_provider_event(pool, &scratch, &events[i]);
-        if (event == NULL) {
-            return NGX_ERROR;
-        }
-
-        failed |= ngx_http_agent_openai_responses_input(&b, event);
-
-        yajl_tree_free(event);
-    }
-
-    failed |= yajl_gen_array_close(g);
-
-    if (agent->tools.nelts) {
-        failed |= ngx_http_agent_json_key(g, "tools");
-        failed |= ngx_http_agent_json_verbatim(g, &agent->provider_tools);
-    }
-
-    failed |= ngx_http_agent_json_key(g, "store");
-    failed |= yajl_gen_bool(g, 0);
-    failed |= ngx_http_agent_json_key(g, "stream");
-    failed |= yajl_gen_bool(g, 1);
-
-    failed |= ngx_http_agent_provider_options(g, agent);
-    failed |= yajl_gen_map_close(g);
-
-    if (scratch.data) {
-        ngx_pfree(pool, scratch.data);
-    }
-
-    if (ngx_http_agent_json_result(g, failed, body) != NGX_OK) {
-        /* out of memory, or a tool result nested deeper than yajl allows */
-        ngx_log_error(NGX_LOG_ERR, pool->log, 0,
-                      "openai_responses request could not be rendered");
-        return NGX_ERROR;
-    }
-
-    return NGX_OK;
+    return ngx_http_agent_request_build(
+                                     &ngx_http_agent_openai_responses_format,
+                                     pool, agent, events, nevents, body);
 }
 
 
+/*
+ * {"model","instructions","input":[...],"tools":[...],"store":false,
+ *  "stream":true}
+ */
+
 static ngx_uint_t
-ngx_http_agent_openai_responses_input(
-    ngx_http_agent_openai_responses_build_t *b, yajl_val event)
+ngx_http_agent_openai_responses_head(ngx_http_agent_request_t *r)
 {
-    ngx_str_t                                 type;
-    ngx_http_agent_openai_responses_input_t  *in;
+    ngx_uint_t  failed;
 
-    if (ngx_http_agent_provider_string(
-            ngx_http_agent_provider_get(event, "type"), &type)
-        != NGX_OK)
-    {
-        return 0;
+    failed = 0;
+
+    if (r->agent->system.len) {
+        failed |= ngx_http_agent_json_key(r->g, "instructions");
+        failed |= ngx_http_agent_json_str(r->g, &r->agent->system);
     }
 
-    for (in = ngx_http_agent_openai_responses_inputs; in->handler; in++) {
-        if (in->type.len == type.len
-            && ngx_strncmp(in->type.data, type.data, type.len) == 0)
-        {
-            return in->handler(b, event);
-        }
-    }
+    failed |= ngx_http_agent_json_key(r->g, "input");
+    failed |= yajl_gen_array_open(r->g);
 
-    return 0;
+    return failed;
 }
 
 
 static ngx_uint_t
-ngx_http_agent_openai_responses_user(
-    ngx_http_agent_openai_responses_build_t *b, yajl_val event)
+ngx_http_agent_openai_responses_tail(ngx_http_agent_request_t *r)
+{
+    ngx_uint_t  failed;
+
+    failed = ngx_http_agent_json_key(r->g, "store");
+    failed |= yajl_gen_bool(r->g, 0);
+    failed |= ngx_http_agent_json_key(r->g, "stream");
+    failed |= yajl_gen_bool(r->g, 1);
+
+    return failed;
+}
+
+
+static ngx_uint_t
+ngx_http_agent_openai_responses_user(ngx_http_agent_request_t *r)
 {
     ngx_str_t  content;
 
     if (ngx_http_agent_provider_string(
-            ngx_http_agent_provider_get(event, "content"), &content)
+            ngx_http_agent_provider_get(r->ev.event, "content"), &content)
         != NGX_OK)
     {
         ngx_str_set(&content, "");
     }
 
-    return ngx_http_agent_openai_responses_message(b, &ngx_http_agent_user,
+    return ngx_http_agent_openai_responses_message(r, &ngx_http_agent_user,
                                                    &content);
 }
 
@@ -410,73 +341,42 @@ ngx_http_agent_openai_responses_user(
  */
 
 static ngx_uint_t
-ngx_http_agent_openai_responses_assistant(
-    ngx_http_agent_openai_responses_build_t *b, yajl_val event)
+ngx_http_agent_openai_responses_assistant(ngx_http_agent_request_t *r)
 {
-    ngx_int_t   rc;
-    yajl_val    items, calls;
-    ngx_str_t   content;
     ngx_uint_t  failed, ours;
 
-    if (ngx_http_agent_provider_string(
-            ngx_http_agent_provider_get(event, "content"), &content)
-        != NGX_OK)
-    {
-        ngx_str_set(&content, "");
-    }
-
-    rc = ngx_http_agent_provider_mark(b->pool, event, &content);
-
-    if (rc == NGX_ERROR) {
-        return 1;
-    }
-
-    if (rc == NGX_OK) {
-        return ngx_http_agent_openai_responses_message(b,
-                                                 &ngx_http_agent_assistant,
-                                                 &content);
-    }
-
-    items = ngx_http_agent_provider_get(event, "provider_content");
-    ours = ngx_http_agent_openai_responses_ours(items);
+    ours = ngx_http_agent_openai_responses_ours(r->ev.raw);
 
     if (ours) {
-        return ngx_http_agent_openai_responses_items(b, items, ours == 2);
+        return ngx_http_agent_openai_responses_items(r, r->ev.raw, ours == 2);
     }
 
     failed = 0;
 
-    if (content.len) {
-        failed = ngx_http_agent_openai_responses_message(b,
+    if (r->ev.text.len) {
+        failed = ngx_http_agent_openai_responses_message(r,
                                                  &ngx_http_agent_assistant,
-                                                 &content);
+                                                 &r->ev.text);
     }
 
-    calls = ngx_http_agent_provider_get(event, "tool_calls");
-
-    if (YAJL_IS_ARRAY(calls)) {
-        failed |= ngx_http_agent_openai_responses_calls(b, calls);
-    }
-
-    return failed;
+    return failed | ngx_http_agent_request_calls(r);
 }
 
 
 /* {"role":"user" or "assistant","content":"..."} */
 
 static ngx_uint_t
-ngx_http_agent_openai_responses_message(
-    ngx_http_agent_openai_responses_build_t *b, ngx_str_t *role,
-    ngx_str_t *content)
+ngx_http_agent_openai_responses_message(ngx_http_agent_request_t *r,
+    ngx_str_t *role, ngx_str_t *content)
 {
     ngx_uint_t  failed;
 
-    failed = yajl_gen_map_open(b->g);
-    failed |= ngx_http_agent_json_key(b->g, "role");
-    failed |= ngx_http_agent_json_str(b->g, role);
-    failed |= ngx_http_agent_json_key(b->g, "content");
-    failed |= ngx_http_agent_json_str(b->g, content);
-    failed |= yajl_gen_map_close(b->g);
+    failed = yajl_gen_map_open(r->g);
+    failed |= ngx_http_agent_json_key(r->g, "role");
+    failed |= ngx_http_agent_json_str(r->g, role);
+    failed |= ngx_http_agent_json_key(r->g, "content");
+    failed |= ngx_http_agent_json_str(r->g, content);
+    failed |= yajl_gen_map_close(r->g);
 
     return failed;
 }
@@ -497,7 +397,7 @@ ngx_http_agent_openai_responses_ours(yajl_val items)
     ngx_str_t   type;
     ngx_uint_t  rc;
 
-    if (!YAJL_IS_ARRAY(items) || items->u.array.len == 0) {
+    if (items == NULL) {
         return 0;
     }
 
@@ -539,9 +439,8 @@ ngx_http_agent_openai_responses_ours(yajl_val items)
  */
 
 static ngx_uint_t
-ngx_http_agent_openai_responses_items(
-    ngx_http_agent_openai_responses_build_t *b, yajl_val items,
-    ngx_uint_t strip)
+ngx_http_agent_openai_responses_items(ngx_http_agent_request_t *r,
+    yajl_val items, ngx_uint_t strip)
 {
     size_t      i, k;
     yajl_val    item, type;
@@ -559,7 +458,7 @@ ngx_http_agent_openai_responses_items(
                  || ngx_http_agent_provider_is(type,
                                                        "function_call")))
         {
-            failed |= ngx_http_agent_provider_value(b->g, item);
+            failed |= ngx_http_agent_provider_value(r->g, item);
             continue;
         }
 
@@ -567,25 +466,25 @@ ngx_http_agent_openai_responses_items(
             if (YAJL_IS_STRING(ngx_http_agent_provider_get(item,
                                                       "encrypted_content")))
             {
-                failed |= ngx_http_agent_provider_value(b->g, item);
+                failed |= ngx_http_agent_provider_value(r->g, item);
             }
 
             continue;
         }
 
-        failed |= yajl_gen_map_open(b->g);
+        failed |= yajl_gen_map_open(r->g);
 
         for (k = 0; !failed && k < item->u.object.len; k++) {
             if (ngx_strcmp(item->u.object.keys[k], "id") != 0) {
-                failed = yajl_gen_string(b->g,
+                failed = yajl_gen_string(r->g,
                                       (u_char *) item->u.object.keys[k],
                                       ngx_strlen(item->u.object.keys[k]));
-                failed |= ngx_http_agent_provider_value(b->g,
+                failed |= ngx_http_agent_provider_value(r->g,
                                                   item->u.object.values[k]);
             }
         }
 
-        failed |= yajl_gen_map_close(b->g);
+        failed |= yajl_gen_map_close(r->g);
     }
 
     return failed;
@@ -595,82 +494,42 @@ ngx_http_agent_openai_responses_items(
 /* {"type":"function_call","call_id","name","arguments":"{...}"} */
 
 static ngx_uint_t
-ngx_http_agent_openai_responses_calls(
-    ngx_http_agent_openai_responses_build_t *b, yajl_val calls)
+ngx_http_agent_openai_responses_function(ngx_http_agent_request_t *r,
+    yajl_val call)
 {
-    size_t      i;
-    yajl_val    call, args;
-    ngx_str_t   text;
     ngx_uint_t  failed;
 
-    failed = 0;
-
-    for (i = 0; i < calls->u.array.len; i++) {
-        call = calls->u.array.values[i];
-        args = ngx_http_agent_provider_get(call, "arguments");
-
-        failed |= yajl_gen_map_open(b->g);
-        failed |= ngx_http_agent_json_key(b->g, "type");
-        failed |= ngx_http_agent_json_key(b->g, "function_call");
-        failed |= ngx_http_agent_json_key(b->g, "call_id");
-        failed |= ngx_http_agent_provider_value(b->g,
+    failed = yajl_gen_map_open(r->g);
+    failed |= ngx_http_agent_json_key(r->g, "type");
+    failed |= ngx_http_agent_json_key(r->g, "function_call");
+    failed |= ngx_http_agent_json_key(r->g, "call_id");
+    failed |= ngx_http_agent_provider_value(r->g,
                                      ngx_http_agent_provider_get(call, "id"));
-        failed |= ngx_http_agent_json_key(b->g, "name");
-        failed |= ngx_http_agent_provider_value(b->g,
-                                   ngx_http_agent_provider_get(call, "name"));
-        failed |= ngx_http_agent_json_key(b->g, "arguments");
-
-        /* the API takes the arguments as a JSON text in a string */
-        if (YAJL_IS_STRING(args)) {
-            failed |= ngx_http_agent_provider_value(b->g, args);
-
-        } else if (ngx_http_agent_provider_text(b->sub, args, &text)
-                   == NGX_OK)
-        {
-            failed |= ngx_http_agent_json_str(b->g, &text);
-
-        } else {
-            failed = 1;
-        }
-
-        failed |= yajl_gen_map_close(b->g);
-    }
+    failed |= ngx_http_agent_request_function(r, call);
+    failed |= yajl_gen_map_close(r->g);
 
     return failed;
 }
 
 
-/*
- * {"type":"function_call_output","call_id","output":"{\"ok\":true,...}"};
- * a hosted tool's result is in the raw content of its reply already
- */
+/* {"type":"function_call_output","call_id","output":"{\"ok\":true,...}"} */
 
 static ngx_uint_t
-ngx_http_agent_openai_responses_output(
-    ngx_http_agent_openai_responses_build_t *b, yajl_val event)
+ngx_http_agent_openai_responses_output(ngx_http_agent_request_t *r)
 {
-    ngx_str_t   text;
+    yajl_val    id;
     ngx_uint_t  failed;
 
-    if (YAJL_IS_TRUE(ngx_http_agent_provider_get(event,
-                                                 "provider_executed")))
-    {
-        return 0;
-    }
+    id = ngx_http_agent_provider_get(r->ev.event, "tool_call_id");
 
-    if (ngx_http_agent_provider_result(b->sub, event, &text) != NGX_OK) {
-        return 1;
-    }
-
-    failed = yajl_gen_map_open(b->g);
-    failed |= ngx_http_agent_json_key(b->g, "type");
-    failed |= ngx_http_agent_json_key(b->g, "function_call_output");
-    failed |= ngx_http_agent_json_key(b->g, "call_id");
-    failed |= ngx_http_agent_provider_value(b->g,
-                          ngx_http_agent_provider_get(event, "tool_call_id"));
-    failed |= ngx_http_agent_json_key(b->g, "output");
-    failed |= ngx_http_agent_json_str(b->g, &text);
-    failed |= yajl_gen_map_close(b->g);
+    failed = yajl_gen_map_open(r->g);
+    failed |= ngx_http_agent_json_key(r->g, "type");
+    failed |= ngx_http_agent_json_key(r->g, "function_call_output");
+    failed |= ngx_http_agent_json_key(r->g, "call_id");
+    failed |= ngx_http_agent_provider_value(r->g, id);
+    failed |= ngx_http_agent_json_key(r->g, "output");
+    failed |= ngx_http_agent_json_str(r->g, &r->ev.text);
+    failed |= yajl_gen_map_close(r->g);
 
     return failed;
 }
