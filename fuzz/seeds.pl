@@ -310,7 +310,8 @@ write_dict('tools', @JSON_TOKENS, "\n", '"progress"', '"result"',
 write_dict('request', @JSON_TOKENS, "\n", '"status"', '"interrupted"',
            '"cancelled"', '"ok"', '"result"', '"error"',
            map { src_strings("provider/ngx_http_agent_$_.c") }
-               qw(request openai_chat anthropic_request openai_responses));
+               qw(request openai_chat anthropic_request
+                  openai_responses_request));
 
 for my $target (qw(openai_chat anthropic openai_responses)) {
     write_dict($target, @SSE_TOKENS, @JSON_TOKENS,
