@@ -14,8 +14,10 @@
 
 /*
  * The log read back into a provider request: each adapter's
- * build_request() (src/provider/ngx_http_agent_openai_chat.c,
- * ngx_http_agent_anthropic_request.c, ngx_http_agent_openai_responses.c)
+ * build_request(), the walk of src/provider/ngx_http_agent_request.c with
+ * the functions of its format (ngx_http_agent_openai_chat.c,
+ * ngx_http_agent_anthropic_request.c,
+ * ngx_http_agent_openai_responses_request.c),
  * over canonical events, each parsed by ngx_http_agent_provider_event().
  * The events are what the log holds, and the log holds what came from
  * outside: message contents, tool results, provider_content verbatim.

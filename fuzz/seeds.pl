@@ -307,9 +307,11 @@ write_dict('resolve', @JSON_TOKENS, '"result"', '"decision"', '"approve"',
            '"reject"', '"reason"', '"args"');
 write_dict('tools', @JSON_TOKENS, "\n", '"progress"', '"result"',
            '"error"');
-write_dict('request', @JSON_TOKENS, "\n",
+write_dict('request', @JSON_TOKENS, "\n", '"status"', '"interrupted"',
+           '"cancelled"', '"ok"', '"result"', '"error"',
            map { src_strings("provider/ngx_http_agent_$_.c") }
-               qw(openai_chat anthropic_request openai_responses));
+               qw(request openai_chat anthropic_request
+                  openai_responses_request));
 
 for my $target (qw(openai_chat anthropic openai_responses)) {
     write_dict($target, @SSE_TOKENS, @JSON_TOKENS,

@@ -11,6 +11,7 @@
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_sse.h"
 #include "ngx_http_agent_provider.h"
+#include "ngx_http_agent_request.h"
 
 
 /*
@@ -40,39 +41,22 @@ typedef struct {
 } ngx_http_agent_openai_chat_ctx_t;
 
 
-typedef struct {
-    ngx_pool_t                 *pool;
-    yajl_gen                    g;
-    /* for JSON that goes inside a string: tool results, arguments */
-    yajl_gen                    sub;
-} ngx_http_agent_openai_chat_build_t;
-
-
-typedef ngx_uint_t (*ngx_http_agent_openai_chat_message_pt)(
-    ngx_http_agent_openai_chat_build_t *b, yajl_val event);
-
-typedef struct {
-    ngx_str_t                                type;
-    ngx_http_agent_openai_chat_message_pt    handler;
-} ngx_http_agent_openai_chat_message_t;
-
-
 static ngx_int_t ngx_http_agent_openai_chat_render_tools(yajl_gen g,
     ngx_http_agent_t *agent);
 
 static ngx_int_t ngx_http_agent_openai_chat_build_request(ngx_pool_t *pool,
     ngx_http_agent_t *agent, ngx_str_t *events, ngx_uint_t nevents,
     ngx_str_t *body);
-static ngx_uint_t ngx_http_agent_openai_chat_message(
-    ngx_http_agent_openai_chat_build_t *b, yajl_val event);
+static ngx_uint_t ngx_http_agent_openai_chat_head(
+    ngx_http_agent_request_t *r);
 static ngx_uint_t ngx_http_agent_openai_chat_user(
-    ngx_http_agent_openai_chat_build_t *b, yajl_val event);
+    ngx_http_agent_request_t *r);
 static ngx_uint_t ngx_http_agent_openai_chat_assistant(
-    ngx_http_agent_openai_chat_build_t *b, yajl_val event);
-static ngx_uint_t ngx_http_agent_openai_chat_calls(
-    ngx_http_agent_openai_chat_build_t *b, yajl_val calls);
+    ngx_http_agent_request_t *r);
+static ngx_uint_t ngx_http_agent_openai_chat_function(
+    ngx_http_agent_request_t *r, yajl_val call);
 static ngx_uint_t ngx_http_agent_openai_chat_tool(
-    ngx_http_agent_openai_chat_build_t *b, yajl_val event);
+    ngx_http_agent_request_t *r);
 
 static ngx_int_t ngx_http_agent_openai_chat_init(
     ngx_http_agent_reply_t *reply);
@@ -101,14 +85,22 @@ static ngx_int_t ngx_http_agent_openai_chat_error(
 static ngx_str_t  ngx_http_agent_parameters_key = ngx_string("parameters");
 
 
-/* what the canonical events become; every other type is not sent */
-static ngx_http_agent_openai_chat_message_t
-    ngx_http_agent_openai_chat_messages[] =
-{
-    { ngx_string("user_msg"), ngx_http_agent_openai_chat_user },
-    { ngx_string("assistant_msg"), ngx_http_agent_openai_chat_assistant },
-    { ngx_string("tool_result"), ngx_http_agent_openai_chat_tool },
-    { ngx_null_string, NULL }
+/*
+ * The API has no hosted tools and takes an assistant message with nothing
+ * to say: every tool result and every assistant message is sent.
+ */
+static ngx_http_agent_request_format_t  ngx_http_agent_openai_chat_format = {
+    ngx_string("openai_chat"),
+    ngx_http_agent_openai_chat_head,
+    NULL,
+    ngx_http_agent_openai_chat_user,
+    ngx_http_agent_openai_chat_assistant,
+    ngx_http_agent_openai_chat_tool,
+    ngx_http_agent_openai_chat_function,
+    NULL,
+    NULL,
+    1,
+    1
 };
 
 
@@ -162,38 +154,32 @@ ngx_http_agent_openai_chat_render_tools(yajl_gen g, ngx_http_agent_t *agent)
 }
 
 
-/*
- * {"model","stream":true,"stream_options":{"include_usage":true},
- *  "messages":[...],"tools":[...]}
- */
-
 static ngx_int_t
 ngx_http_agent_openai_chat_build_request(ngx_pool_t *pool,
     ngx_http_agent_t *agent, ngx_str_t *events, ngx_uint_t nevents,
     ngx_str_t *body)
 {
-    yajl_gen                             g;
-    yajl_val                             event;
-    ngx_uint_t                           i, failed;
-    ngx_http_agent_bytes_t               scratch;
-    ngx_http_agent_openai_chat_build_t   b;
+    return ngx_http_agent_request_build(&ngx_http_agent_openai_chat_format,
+                                        pool, agent, events, nevents, body);
+}
 
-    b.pool = pool;
-    b.g = ngx_http_agent_json_gen(pool);
-    b.sub = ngx_http_agent_json_gen(pool);
 
-    if (b.g == NULL || b.sub == NULL) {
-        return NGX_ERROR;
-    }
+/*
+ * {"model","stream":true,"stream_options":{"include_usage":true},
+ *  "messages":[...],"tools":[...]}: the system prompt is the first message
+ */
 
-    g = b.g;
+static ngx_uint_t
+ngx_http_agent_openai_chat_head(ngx_http_agent_request_t *r)
+{
+    yajl_gen           g;
+    ngx_uint_t         failed;
+    ngx_http_agent_t  *agent;
 
-    ngx_memzero(&scratch, sizeof(ngx_http_agent_bytes_t));
+    g = r->g;
+    agent = r->agent;
 
-    failed = yajl_gen_map_open(g);
-    failed |= ngx_http_agent_json_key(g, "model");
-    failed |= ngx_http_agent_json_str(g, &agent->model);
-    failed |= ngx_http_agent_json_key(g, "stream");
+    failed = ngx_http_agent_json_key(g, "stream");
     failed |= yajl_gen_bool(g, 1);
 
     /* the usage arrives in a last chunk only when asked for */
@@ -215,93 +201,34 @@ ngx_http_agent_openai_chat_build_request(ngx_pool_t *pool,
         failed |= yajl_gen_map_close(g);
     }
 
-    for (i = 0; i < nevents; i++) {
-        event = ngx_http_agent_provider_event(pool, &scratch, &events[i]);
-        if (event == NULL) {
-            return NGX_ERROR;
-        }
-
-        failed |= ngx_http_agent_openai_chat_message(&b, event);
-
-        yajl_tree_free(event);
-    }
-
-    failed |= yajl_gen_array_close(g);
-
-    if (agent->tools.nelts) {
-        failed |= ngx_http_agent_json_key(g, "tools");
-        failed |= ngx_http_agent_json_verbatim(g, &agent->provider_tools);
-    }
-
-    failed |= ngx_http_agent_provider_options(g, agent);
-    failed |= yajl_gen_map_close(g);
-
-    if (scratch.data) {
-        ngx_pfree(pool, scratch.data);
-    }
-
-    if (ngx_http_agent_json_result(g, failed, body) != NGX_OK) {
-        /* out of memory, or a tool result nested deeper than yajl allows */
-        ngx_log_error(NGX_LOG_ERR, pool->log, 0,
-                      "openai_chat request could not be rendered");
-        return NGX_ERROR;
-    }
-
-    return NGX_OK;
-}
-
-
-static ngx_uint_t
-ngx_http_agent_openai_chat_message(ngx_http_agent_openai_chat_build_t *b,
-    yajl_val event)
-{
-    ngx_str_t                              type;
-    ngx_http_agent_openai_chat_message_t  *m;
-
-    if (ngx_http_agent_provider_string(
-            ngx_http_agent_provider_get(event, "type"), &type)
-        != NGX_OK)
-    {
-        return 0;
-    }
-
-    for (m = ngx_http_agent_openai_chat_messages; m->handler; m++) {
-        if (m->type.len == type.len
-            && ngx_strncmp(m->type.data, type.data, type.len) == 0)
-        {
-            return m->handler(b, event);
-        }
-    }
-
-    return 0;
+    return failed;
 }
 
 
 /* {"role":"user","content":...} */
 
 static ngx_uint_t
-ngx_http_agent_openai_chat_user(ngx_http_agent_openai_chat_build_t *b,
-    yajl_val event)
+ngx_http_agent_openai_chat_user(ngx_http_agent_request_t *r)
 {
     yajl_val    content;
     ngx_uint_t  failed;
 
-    content = ngx_http_agent_provider_get(event, "content");
+    content = ngx_http_agent_provider_get(r->ev.event, "content");
 
-    failed = yajl_gen_map_open(b->g);
-    failed |= ngx_http_agent_json_key(b->g, "role");
-    failed |= ngx_http_agent_json_key(b->g, "user");
-    failed |= ngx_http_agent_json_key(b->g, "content");
+    failed = yajl_gen_map_open(r->g);
+    failed |= ngx_http_agent_json_key(r->g, "role");
+    failed |= ngx_http_agent_json_key(r->g, "user");
+    failed |= ngx_http_agent_json_key(r->g, "content");
 
     /* a string, or an array of content parts, passed on as it is */
     if (content == NULL || YAJL_IS_NULL(content)) {
-        failed |= ngx_http_agent_json_key(b->g, "");
+        failed |= ngx_http_agent_json_key(r->g, "");
 
     } else {
-        failed |= ngx_http_agent_provider_value(b->g, content);
+        failed |= ngx_http_agent_provider_value(r->g, content);
     }
 
-    failed |= yajl_gen_map_close(b->g);
+    failed |= yajl_gen_map_close(r->g);
 
     return failed;
 }
@@ -310,109 +237,54 @@ ngx_http_agent_openai_chat_user(ngx_http_agent_openai_chat_build_t *b,
 /* {"role":"assistant","content":"..." or null,"tool_calls":[...]} */
 
 static ngx_uint_t
-ngx_http_agent_openai_chat_assistant(ngx_http_agent_openai_chat_build_t *b,
-    yajl_val event)
+ngx_http_agent_openai_chat_assistant(ngx_http_agent_request_t *r)
 {
-    ngx_int_t   rc;
-    yajl_val    calls;
-    ngx_str_t   content;
     ngx_uint_t  failed;
 
-    if (ngx_http_agent_provider_string(
-            ngx_http_agent_provider_get(event, "content"), &content)
-        != NGX_OK)
-    {
-        ngx_str_set(&content, "");
-    }
+    failed = yajl_gen_map_open(r->g);
+    failed |= ngx_http_agent_json_key(r->g, "role");
+    failed |= ngx_http_agent_json_key(r->g, "assistant");
+    failed |= ngx_http_agent_json_key(r->g, "content");
 
-    calls = ngx_http_agent_provider_get(event, "tool_calls");
-
-    if (!YAJL_IS_ARRAY(calls) || calls->u.array.len == 0) {
-        calls = NULL;
-    }
-
-    rc = ngx_http_agent_provider_mark(b->pool, event, &content);
-
-    if (rc == NGX_ERROR) {
-        return 1;
-    }
-
-    if (rc == NGX_OK) {
-        /* a partial message has no calls; never send calls unanswered */
-        calls = NULL;
-    }
-
-    failed = yajl_gen_map_open(b->g);
-    failed |= ngx_http_agent_json_key(b->g, "role");
-    failed |= ngx_http_agent_json_key(b->g, "assistant");
-    failed |= ngx_http_agent_json_key(b->g, "content");
-
-    if (content.len == 0 && calls) {
-        failed |= yajl_gen_null(b->g);
+    if (r->ev.text.len == 0 && r->ev.calls) {
+        failed |= yajl_gen_null(r->g);
 
     } else {
-        failed |= ngx_http_agent_json_str(b->g, &content);
+        failed |= ngx_http_agent_json_str(r->g, &r->ev.text);
     }
 
-    if (calls) {
-        failed |= ngx_http_agent_json_key(b->g, "tool_calls");
-        failed |= ngx_http_agent_openai_chat_calls(b, calls);
+    if (r->ev.calls) {
+        failed |= ngx_http_agent_json_key(r->g, "tool_calls");
+        failed |= yajl_gen_array_open(r->g);
+        failed |= ngx_http_agent_request_calls(r);
+        failed |= yajl_gen_array_close(r->g);
     }
 
-    failed |= yajl_gen_map_close(b->g);
+    failed |= yajl_gen_map_close(r->g);
 
     return failed;
 }
 
 
-/* [{"id","type":"function","function":{"name","arguments"}}] */
+/* {"id","type":"function","function":{"name","arguments"}} */
 
 static ngx_uint_t
-ngx_http_agent_openai_chat_calls(ngx_http_agent_openai_chat_build_t *b,
-    yajl_val calls)
+ngx_http_agent_openai_chat_function(ngx_http_agent_request_t *r,
+    yajl_val call)
 {
-    size_t      i;
-    yajl_val    call, args;
-    ngx_str_t   text;
     ngx_uint_t  failed;
 
-    failed = yajl_gen_array_open(b->g);
-
-    for (i = 0; i < calls->u.array.len; i++) {
-        call = calls->u.array.values[i];
-        args = ngx_http_agent_provider_get(call, "arguments");
-
-        failed |= yajl_gen_map_open(b->g);
-        failed |= ngx_http_agent_json_key(b->g, "id");
-        failed |= ngx_http_agent_provider_value(b->g,
+    failed = yajl_gen_map_open(r->g);
+    failed |= ngx_http_agent_json_key(r->g, "id");
+    failed |= ngx_http_agent_provider_value(r->g,
                                      ngx_http_agent_provider_get(call, "id"));
-        failed |= ngx_http_agent_json_key(b->g, "type");
-        failed |= ngx_http_agent_json_key(b->g, "function");
-        failed |= ngx_http_agent_json_key(b->g, "function");
-        failed |= yajl_gen_map_open(b->g);
-        failed |= ngx_http_agent_json_key(b->g, "name");
-        failed |= ngx_http_agent_provider_value(b->g,
-                                   ngx_http_agent_provider_get(call, "name"));
-        failed |= ngx_http_agent_json_key(b->g, "arguments");
-
-        /* the API takes the arguments as a JSON text in a string */
-        if (YAJL_IS_STRING(args)) {
-            failed |= ngx_http_agent_provider_value(b->g, args);
-
-        } else if (ngx_http_agent_provider_text(b->sub, args, &text)
-                   == NGX_OK)
-        {
-            failed |= ngx_http_agent_json_str(b->g, &text);
-
-        } else {
-            failed = 1;
-        }
-
-        failed |= yajl_gen_map_close(b->g);
-        failed |= yajl_gen_map_close(b->g);
-    }
-
-    failed |= yajl_gen_array_close(b->g);
+    failed |= ngx_http_agent_json_key(r->g, "type");
+    failed |= ngx_http_agent_json_key(r->g, "function");
+    failed |= ngx_http_agent_json_key(r->g, "function");
+    failed |= yajl_gen_map_open(r->g);
+    failed |= ngx_http_agent_request_function(r, call);
+    failed |= yajl_gen_map_close(r->g);
+    failed |= yajl_gen_map_close(r->g);
 
     return failed;
 }
@@ -421,25 +293,21 @@ ngx_http_agent_openai_chat_calls(ngx_http_agent_openai_chat_build_t *b,
 /* {"role":"tool","tool_call_id","content":"{\"ok\":true,...}"} */
 
 static ngx_uint_t
-ngx_http_agent_openai_chat_tool(ngx_http_agent_openai_chat_build_t *b,
-    yajl_val event)
+ngx_http_agent_openai_chat_tool(ngx_http_agent_request_t *r)
 {
-    ngx_str_t   text;
+    yajl_val    id;
     ngx_uint_t  failed;
 
-    if (ngx_http_agent_provider_result(b->sub, event, &text) != NGX_OK) {
-        return 1;
-    }
+    id = ngx_http_agent_provider_get(r->ev.event, "tool_call_id");
 
-    failed = yajl_gen_map_open(b->g);
-    failed |= ngx_http_agent_json_key(b->g, "role");
-    failed |= ngx_http_agent_json_key(b->g, "tool");
-    failed |= ngx_http_agent_json_key(b->g, "tool_call_id");
-    failed |= ngx_http_agent_provider_value(b->g,
-                          ngx_http_agent_provider_get(event, "tool_call_id"));
-    failed |= ngx_http_agent_json_key(b->g, "content");
-    failed |= ngx_http_agent_json_str(b->g, &text);
-    failed |= yajl_gen_map_close(b->g);
+    failed = yajl_gen_map_open(r->g);
+    failed |= ngx_http_agent_json_key(r->g, "role");
+    failed |= ngx_http_agent_json_key(r->g, "tool");
+    failed |= ngx_http_agent_json_key(r->g, "tool_call_id");
+    failed |= ngx_http_agent_provider_value(r->g, id);
+    failed |= ngx_http_agent_json_key(r->g, "content");
+    failed |= ngx_http_agent_json_str(r->g, &r->ev.text);
+    failed |= yajl_gen_map_close(r->g);
 
     return failed;
 }

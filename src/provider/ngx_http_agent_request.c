@@ -1,0 +1,367 @@
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_json.h"
+#include "ngx_http_agent_provider.h"
+#include "ngx_http_agent_request.h"
+
+
+/*
+ * A provider request rendered from the log: one walk over the canonical
+ * events for every wire format.  The walk decides which events are sent
+ * and reads what every format needs of them (an assistant message's text
+ * with the mark of a partial one, its calls, its kept content; a tool
+ * result's outcome); the format's functions write them.
+ */
+
+
+static ngx_int_t ngx_http_agent_request_walk(ngx_http_agent_request_t *r,
+    ngx_uint_t *failed);
+static ngx_int_t ngx_http_agent_request_read(ngx_http_agent_request_t *r,
+    ngx_http_agent_request_event_t *ev);
+static ngx_uint_t ngx_http_agent_request_kind(ngx_http_agent_request_t *r,
+    ngx_http_agent_request_event_t *ev);
+static yajl_val ngx_http_agent_request_array(yajl_val event, char *key);
+static ngx_uint_t ngx_http_agent_request_side(
+    ngx_http_agent_request_event_t *ev);
+static ngx_uint_t ngx_http_agent_request_render(ngx_http_agent_request_t *r);
+
+
+ngx_int_t
+ngx_http_agent_request_build(ngx_http_agent_request_format_t *format,
+    ngx_pool_t *pool, ngx_http_agent_t *agent, ngx_str_t *events,
+    ngx_uint_t nevents, ngx_str_t *body)
+{
+    yajl_gen                  g;
+    ngx_uint_t                failed;
+    ngx_http_agent_request_t  r;
+
+    ngx_memzero(&r, sizeof(ngx_http_agent_request_t));
+
+    r.pool = pool;
+    r.agent = agent;
+    r.format = format;
+    r.events = events;
+    r.nevents = nevents;
+
+    r.g = ngx_http_agent_json_gen(pool);
+    r.sub = ngx_http_agent_json_gen(pool);
+
+    if (r.g == NULL || r.sub == NULL) {
+        return NGX_ERROR;
+    }
+
+    g = r.g;
+
+    failed = yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "model");
+    failed |= ngx_http_agent_json_str(g, &agent->model);
+    failed |= format->head(&r);
+
+    if (ngx_http_agent_request_walk(&r, &failed) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    failed |= yajl_gen_array_close(g);
+
+    if (agent->tools.nelts) {
+        failed |= ngx_http_agent_json_key(g, "tools");
+        failed |= ngx_http_agent_json_verbatim(g, &agent->provider_tools);
+    }
+
+    if (format->tail) {
+        failed |= format->tail(&r);
+    }
+
+    failed |= ngx_http_agent_provider_options(g, agent);
+    failed |= yajl_gen_map_close(g);
+
+    if (r.scratch.data) {
+        ngx_pfree(pool, r.scratch.data);
+    }
+
+    if (ngx_http_agent_json_result(g, failed, body) != NGX_OK) {
+        /* out of memory, or a value nested deeper than yajl allows */
+        ngx_log_error(NGX_LOG_ERR, pool->log, 0,
+                      "%V request could not be rendered", &format->name);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The events that are sent, in order.  The walk reads one event ahead,
+ * so that the format knows whether an event is the last of its side's
+ * run.
+ */
+
+static ngx_int_t
+ngx_http_agent_request_walk(ngx_http_agent_request_t *r, ngx_uint_t *failed)
+{
+    ngx_uint_t                      side;
+    ngx_http_agent_request_event_t  next;
+
+    if (ngx_http_agent_request_read(r, &r->ev) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    side = NGX_HTTP_AGENT_REQUEST_NONE;
+
+    while (r->ev.event) {
+
+        if (ngx_http_agent_request_read(r, &next) != NGX_OK) {
+            yajl_tree_free(r->ev.event);
+            return NGX_ERROR;
+        }
+
+        r->first = (ngx_http_agent_request_side(&r->ev) != side);
+        side = ngx_http_agent_request_side(&r->ev);
+        r->last = (next.event == NULL
+                   || ngx_http_agent_request_side(&next) != side);
+
+        *failed |= ngx_http_agent_request_render(r);
+
+        yajl_tree_free(r->ev.event);
+        r->ev = next;
+    }
+
+    return NGX_OK;
+}
+
+
+/* the next event that is sent; ev->event is NULL at the end of the log */
+
+static ngx_int_t
+ngx_http_agent_request_read(ngx_http_agent_request_t *r,
+    ngx_http_agent_request_event_t *ev)
+{
+    while (r->next < r->nevents) {
+        ngx_memzero(ev, sizeof(ngx_http_agent_request_event_t));
+
+        ev->event = ngx_http_agent_provider_event(r->pool, &r->scratch,
+                                                  &r->events[r->next++]);
+        if (ev->event == NULL) {
+            return NGX_ERROR;
+        }
+
+        ev->kind = ngx_http_agent_request_kind(r, ev);
+
+        if (ev->kind != NGX_HTTP_AGENT_REQUEST_NONE) {
+            return NGX_OK;
+        }
+
+        yajl_tree_free(ev->event);
+    }
+
+    ngx_memzero(ev, sizeof(ngx_http_agent_request_event_t));
+
+    return NGX_OK;
+}
+
+
+/*
+ * What an event is to the request, or none: tool calls are in their
+ * assistant message, a hosted tool's result in the kept content of its,
+ * and an assistant message with nothing to say is left out, since an
+ * API may refuse an empty one.  Other events are the engine's own.
+ */
+
+static ngx_uint_t
+ngx_http_agent_request_kind(ngx_http_agent_request_t *r,
+    ngx_http_agent_request_event_t *ev)
+{
+    yajl_val  type;
+
+    type = ngx_http_agent_provider_get(ev->event, "type");
+
+    if (ngx_http_agent_provider_is(type, "user_msg")) {
+        return NGX_HTTP_AGENT_REQUEST_USER;
+    }
+
+    if (ngx_http_agent_provider_is(type, "tool_result")) {
+        if (!r->format->hosted
+            && YAJL_IS_TRUE(ngx_http_agent_provider_get(ev->event,
+                                                        "provider_executed")))
+        {
+            return NGX_HTTP_AGENT_REQUEST_NONE;
+        }
+
+        return NGX_HTTP_AGENT_REQUEST_RESULT;
+    }
+
+    if (!ngx_http_agent_provider_is(type, "assistant_msg")) {
+        return NGX_HTTP_AGENT_REQUEST_NONE;
+    }
+
+    if (ngx_http_agent_provider_string(
+            ngx_http_agent_provider_get(ev->event, "content"), &ev->text)
+        != NGX_OK)
+    {
+        ngx_str_set(&ev->text, "");
+    }
+
+    ev->partial = (ngx_http_agent_provider_partial(ev->event) != NULL);
+
+    /*
+     * a partial message has no calls, never sent unanswered, and its kept
+     * content may be cut short: it is its text alone, marked
+     */
+
+    if (!ev->partial) {
+        ev->calls = ngx_http_agent_request_array(ev->event, "tool_calls");
+        ev->raw = ngx_http_agent_request_array(ev->event,
+                                               "provider_content");
+    }
+
+    if (ev->partial || ev->text.len || ev->calls || ev->raw
+        || r->format->silent)
+    {
+        return NGX_HTTP_AGENT_REQUEST_ASSISTANT;
+    }
+
+    return NGX_HTTP_AGENT_REQUEST_NONE;
+}
+
+
+/* a member that is a non-empty array, or NULL */
+
+static yajl_val
+ngx_http_agent_request_array(yajl_val event, char *key)
+{
+    yajl_val  v;
+
+    v = ngx_http_agent_provider_get(event, key);
+
+    if (!YAJL_IS_ARRAY(v) || v->u.array.len == 0) {
+        return NULL;
+    }
+
+    return v;
+}
+
+
+/* the side an event is on: the assistant's, or the user's */
+
+static ngx_uint_t
+ngx_http_agent_request_side(ngx_http_agent_request_event_t *ev)
+{
+    if (ev->kind == NGX_HTTP_AGENT_REQUEST_RESULT) {
+        return NGX_HTTP_AGENT_REQUEST_USER;
+    }
+
+    return ev->kind;
+}
+
+
+static ngx_uint_t
+ngx_http_agent_request_render(ngx_http_agent_request_t *r)
+{
+    ngx_uint_t                        failed;
+    ngx_http_agent_request_format_t  *format;
+
+    format = r->format;
+
+    failed = (r->first && format->open) ? format->open(r) : 0;
+
+    switch (r->ev.kind) {
+
+    case NGX_HTTP_AGENT_REQUEST_USER:
+        failed |= format->user(r);
+        break;
+
+    case NGX_HTTP_AGENT_REQUEST_RESULT:
+        if (ngx_http_agent_provider_result(r->sub, r->ev.event, &r->ev.text)
+            != NGX_OK)
+        {
+            failed = 1;
+            break;
+        }
+
+        failed |= format->result(r);
+        break;
+
+    default: /* NGX_HTTP_AGENT_REQUEST_ASSISTANT */
+
+        /* a partial message says so at its end */
+        if (ngx_http_agent_provider_mark(r->pool, r->ev.event, &r->ev.text)
+            == NGX_ERROR)
+        {
+            failed = 1;
+            break;
+        }
+
+        failed |= format->assistant(r);
+    }
+
+    if (r->last && format->close) {
+        failed |= format->close(r);
+    }
+
+    return failed;
+}
+
+
+/* the calls of the assistant message, each as the format writes one */
+
+ngx_uint_t
+ngx_http_agent_request_calls(ngx_http_agent_request_t *r)
+{
+    size_t      i;
+    yajl_val    calls;
+    ngx_uint_t  failed;
+
+    calls = r->ev.calls;
+
+    if (calls == NULL) {
+        return 0;
+    }
+
+    failed = 0;
+
+    for (i = 0; i < calls->u.array.len; i++) {
+        failed |= r->format->call(r, calls->u.array.values[i]);
+    }
+
+    return failed;
+}
+
+
+/*
+ * "name" and "arguments" of a call as the OpenAI APIs take them: the
+ * arguments as a JSON text in a string, which the log keeps them as, as
+ * the model sent them
+ */
+
+ngx_uint_t
+ngx_http_agent_request_function(ngx_http_agent_request_t *r, yajl_val call)
+{
+    yajl_val    args;
+    ngx_str_t   text;
+    ngx_uint_t  failed;
+
+    args = ngx_http_agent_provider_get(call, "arguments");
+
+    failed = ngx_http_agent_json_key(r->g, "name");
+    failed |= ngx_http_agent_provider_value(r->g,
+                                   ngx_http_agent_provider_get(call, "name"));
+    failed |= ngx_http_agent_json_key(r->g, "arguments");
+
+    if (YAJL_IS_STRING(args)) {
+        return failed | ngx_http_agent_provider_value(r->g, args);
+    }
+
+    if (ngx_http_agent_provider_text(r->sub, args, &text) != NGX_OK) {
+        return 1;
+    }
+
+    return failed | ngx_http_agent_json_str(r->g, &text);
+}
