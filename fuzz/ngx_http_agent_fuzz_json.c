@@ -18,7 +18,7 @@
  * taken as a JSON text (a request body, a provider event, a tool's
  * result, an event of the log):
  *
- *   src/ngx_http_agent_json.c
+ *   src/core/ngx_http_agent_json.c
  *     ngx_http_agent_json_parse()     the guarded door to yajl's tree, at
  *                                     the input's and the log's depth
  *     ngx_http_agent_json_object()    the syntax check of tool schemas

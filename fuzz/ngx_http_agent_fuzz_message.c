@@ -6,7 +6,7 @@
 
 /*
  * The body of POST .../messages: ngx_http_agent_message_parse(), static
- * in src/ngx_http_agent_message.c, so the file is compiled into the
+ * in src/api/ngx_http_agent_message.c, so the file is compiled into the
  * target (the library's copy of it is then never linked).  The body is
  * given as ngx_http_agent_json_body() gives it: in the request's pool,
  * NUL-terminated.  The parser only uses r->pool.

@@ -16,7 +16,7 @@
 /*
  * One provider stream through an adapter's init, feed and finish, as
  * the turn's body filter and ngx_http_agent_turn_call_done() drive
- * them (src/ngx_http_agent_turn.c): pieces in the input's cuts, no more
+ * them (src/turn/ngx_http_agent_turn.c): pieces in the input's cuts, no more
  * feeds after one failed, finish only after a stream parsed whole.  The
  * reply is then checked as the turn would use it:
  *

@@ -6,7 +6,7 @@
 
 /*
  * The body of POST .../tool_calls/{id} (a result, or a decision):
- * ngx_http_agent_resolve_parse(), static in src/ngx_http_agent_resolve.c,
+ * ngx_http_agent_resolve_parse(), static in src/api/ngx_http_agent_resolve.c,
  * so the file is compiled into the target (the library's copy of it is
  * then never linked).  The body is given as ngx_http_agent_json_body()
  * gives it: in the request's pool, NUL-terminated.  The parser only uses

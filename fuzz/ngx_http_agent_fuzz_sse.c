@@ -12,7 +12,7 @@
 
 
 /*
- * The SSE parser (src/ngx_http_agent_sse.c): ngx_http_agent_sse_create()
+ * The SSE parser (src/provider/ngx_http_agent_sse.c): ngx_http_agent_sse_create()
  * and ngx_http_agent_sse_feed(), the stream fed in the pieces of the
  * input's header (see ngx_http_agent_fuzz.h), then fed again whole into
  * a new parser.  The two must see the same events, in the same order,

@@ -8,7 +8,7 @@
  * The output of a server tool's location, as the turn's body filter
  * hands it over: ngx_http_agent_tools_body() in the input's pieces, then
  * ngx_http_agent_tools_done() as when the subrequest ends.  That covers,
- * in src/ngx_http_agent_tools.c:
+ * in src/turn/ngx_http_agent_tools.c:
  *
  *   a plain tool      the body gathered, then ngx_http_agent_tools_result()
  *                     (the body as JSON when it is, as text otherwise,
