@@ -487,6 +487,11 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
         goto failed;
     }
 
+    ngx_log_debug5(NGX_LOG_DEBUG_HTTP, &t->log, 0,
+                   "agent turn \"%V\": model call %ui, attempt %ui, to "
+                   "\"%V\", %uz bytes", &t->id, t->model_calls, t->attempt,
+                   &t->agent->provider_location, body.len);
+
     t->deadline.handler = ngx_http_agent_turn_deadline;
     t->deadline.data = t;
     t->deadline.log = &t->log;
