@@ -331,6 +331,11 @@ ngx_http_agent_utf8(ngx_str_t *s)
     u_char  *p, *last;
     size_t   n;
 
+    if (s->len == 0) {
+        /* an empty string may have no data at all */
+        return NGX_OK;
+    }
+
     p = s->data;
     last = p + s->len;
 
