@@ -20,6 +20,19 @@ char *ngx_http_agent_block(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 char *ngx_http_agent_conf_resolve(ngx_conf_t *cf,
     ngx_http_agent_main_conf_t *amcf);
 
+/* the longest name of an agent or a tool */
+#define NGX_HTTP_AGENT_NAME_MAX  64
+
+
+/* reading the blocks: ngx_http_agent_conf_block.c */
+char *ngx_http_agent_conf_parse_block(ngx_conf_t *cf, char *name,
+    ngx_command_t *commands, void *conf);
+ngx_int_t ngx_http_agent_conf_name(ngx_str_t *name);
+ngx_int_t ngx_http_agent_conf_read_file(ngx_conf_t *cf, ngx_str_t *name,
+    ngx_str_t *content);
+char *ngx_http_agent_conf_set_enum(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
 /* ngx_conf_log_error() at a line read earlier */
 void ngx_http_agent_conf_error(ngx_conf_t *cf, u_char *file, ngx_uint_t line,
     const char *fmt, ...);

@@ -194,9 +194,10 @@ ngx_http_agent_json_start_array(void *ctx)
  * be NUL-terminated at len.  Before yajl builds a tree (which it frees
  * recursively) the nesting is checked against NGX_HTTP_AGENT_JSON_DEPTH,
  * (NGX_HTTP_AGENT_JSON_LOG_DEPTH for the log, whose events wrap what
- * came from outside), and a NUL, raw or escaped, is refused: the tree's strings are
- * NUL-terminated and would end there.  NULL: err says why, on one line,
- * as a predicate ("is nested deeper than 64 levels"); size > 1.
+ * came from outside), and a NUL, raw or escaped, is refused: the tree's
+ * strings are NUL-terminated and would end there.  NULL: err says why,
+ * on one line, as a predicate ("is nested deeper than 64 levels");
+ * size > 1.
  */
 
 yajl_val

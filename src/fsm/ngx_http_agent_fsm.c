@@ -345,7 +345,7 @@ ngx_http_agent_fsm_locked(ngx_http_agent_zone_t *z,
 
     if (row->to != NGX_HTTP_AGENT_FSM_SAME) {
         (void) ngx_http_agent_fsm_state_locked(z, conv,
-                                               (ngx_http_agent_state_e) row->to);
+                                            (ngx_http_agent_state_e) row->to);
     }
 
     if (row->lease == NGX_HTTP_AGENT_FSM_GIVE) {
@@ -857,8 +857,8 @@ ngx_http_agent_fsm_pair_locked(ngx_http_agent_zone_t *z,
                       "agent call \"%V\" of \"%*s\" had no result: %s",
                       &c[i].id, conv->id_len, conv->id, error);
 
-        if (ngx_http_agent_fsm_error_result_locked(z, conv, &c[i].id, &c[i].name,
-                                               error)
+        if (ngx_http_agent_fsm_error_result_locked(z, conv, &c[i].id,
+                                                   &c[i].name, error)
             != NGX_OK)
         {
             rc = NGX_ERROR;
