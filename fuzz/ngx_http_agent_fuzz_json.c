@@ -23,7 +23,7 @@
  *                                     the input's and the log's depth
  *     ngx_http_agent_json_object()    the syntax check of tool schemas
  *     ngx_http_agent_json_trim()
- *     ngx_http_agent_utf8(), ngx_http_agent_utf8_fix()
+ *     ngx_http_agent_json_utf8(), ngx_http_agent_json_utf8_fix()
  *   src/provider/ngx_http_agent_provider.c
  *     ngx_http_agent_provider_parse(), _parse_log()
  *     ngx_http_agent_provider_value(), _text()   a tree written back
@@ -32,7 +32,7 @@
  * Checks: a tree that parsed is written back without failing, and what
  * is written parses again to the very same text; an error message is a
  * NUL-terminated string; the bytes utf8_fix() returns are UTF-8 for
- * ngx_http_agent_utf8() and for yajl's generator alike, and text that
+ * ngx_http_agent_json_utf8() and for yajl's generator alike, and text that
  * is UTF-8 is left as it is.
  */
 
@@ -207,17 +207,17 @@ ngx_http_agent_fuzz_json_utf8(ngx_pool_t *pool, u_char *p, size_t len)
 
     fixed = s;
 
-    if (ngx_http_agent_utf8_fix(pool, &fixed) != NGX_OK) {
+    if (ngx_http_agent_json_utf8_fix(pool, &fixed) != NGX_OK) {
         abort();
     }
 
-    if (ngx_http_agent_utf8(&s) == NGX_OK
+    if (ngx_http_agent_json_utf8(&s) == NGX_OK
         && (fixed.data != s.data || fixed.len != s.len))
     {
         ngx_http_agent_fuzz_fail("utf8_fix changed UTF-8 text", p, len);
     }
 
-    if (ngx_http_agent_utf8(&fixed) != NGX_OK) {
+    if (ngx_http_agent_json_utf8(&fixed) != NGX_OK) {
         ngx_http_agent_fuzz_fail("utf8_fix left text that is not UTF-8",
                                  fixed.data, fixed.len);
     }

@@ -12,7 +12,7 @@
  *
  *   a plain tool      the body gathered, then ngx_http_agent_tools_result()
  *                     (the body as JSON when it is, as text otherwise,
- *                     ngx_http_agent_utf8_fix())
+ *                     ngx_http_agent_json_utf8_fix())
  *   a streaming tool  the NDJSON lines: ngx_http_agent_tools_stream(),
  *                     _line(), _progress(), _outcome(), _stream_end()
  *

@@ -11,6 +11,7 @@
 #include <yajl/yajl_tree.h>
 
 #include "ngx_http_agent_module.h"
+#include "ngx_http_agent_api.h"
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_revive.h"
@@ -83,18 +84,9 @@ ngx_http_agent_cancel_handler(ngx_http_request_t *r)
 
     ngx_http_agent_zone_lock(z);
 
-    conv = ngx_http_agent_conv_find_locked(z, &id);
-
+    conv = ngx_http_agent_api_conv_locked(r, z, &id, &rc);
     if (conv == NULL) {
-        ngx_http_agent_zone_unlock(z);
-        return ngx_http_agent_not_found(r, &id);
-    }
-
-    if (ngx_http_agent_conv_agent_locked(conv, ngx_http_agent_api_agent(r))
-        != NGX_OK)
-    {
-        ngx_http_agent_zone_unlock(z);
-        return ngx_http_agent_api_foreign(r);
+        return rc;
     }
 
     if (conv->state == NGX_HTTP_AGENT_IDLE) {

@@ -158,7 +158,7 @@ ngx_http_agent_describe_tool(yajl_gen g, ngx_http_agent_t *agent,
     failed |= yajl_gen_array_open(g);
 
     for (phase = 0; phase < NGX_HTTP_AGENT_NPHASES; phase++) {
-        kind = ngx_http_agent_tool_pending_kind(tool, phase);
+        kind = ngx_http_agent_conf_pending_kind(tool, phase);
 
         if (kind != NGX_HTTP_AGENT_PENDING_NONE) {
             failed |= ngx_http_agent_json_str(g,

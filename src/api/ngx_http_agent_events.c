@@ -9,6 +9,7 @@
 #include <ngx_http.h>
 
 #include "ngx_http_agent_module.h"
+#include "ngx_http_agent_api.h"
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_revive.h"
 #include "ngx_http_agent_json.h"
@@ -178,7 +179,7 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
     ngx_http_agent_revive_ctx_t  *ctx;
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        return ngx_http_agent_events_not_allowed(r);
+        return ngx_http_agent_events_request_not_allowed(r);
     }
 
     rc = ngx_http_discard_request_body(r);
@@ -198,7 +199,7 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
                                          "no agent_zone is configured");
     }
 
-    rc = ngx_http_agent_conversation_id(r, &id);
+    rc = ngx_http_agent_api_conversation_id(r, &id);
 
     if (rc == NGX_ERROR) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -211,7 +212,7 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
                                          "or invalid");
     }
 
-    if (ngx_http_agent_events_after(r, &after) != NGX_OK) {
+    if (ngx_http_agent_events_request_after(r, &after) != NGX_OK) {
         return ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
                                          "invalid_argument",
                                          "Last-Event-ID and \"after\" "
@@ -277,7 +278,7 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
     {
         rc = NGX_AGAIN;
 
-    } else if (ngx_http_agent_sub_add_locked(conv, ngx_pid) != NGX_OK) {
+    } else if (ngx_http_agent_conv_sub_add_locked(conv, ngx_pid) != NGX_OK) {
         rc = NGX_HTTP_SERVICE_UNAVAILABLE;
 
     } else {
@@ -303,7 +304,7 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
     ngx_http_agent_zone_unlock(z);
 
     if (rc == NGX_HTTP_NOT_FOUND) {
-        return ngx_http_agent_not_found(r, &sub->id);
+        return ngx_http_agent_revive_not_found(r, &sub->id);
     }
 
     if (rc == NGX_HTTP_FORBIDDEN) {
@@ -312,7 +313,7 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
     }
 
     if (rc == NGX_AGAIN) {
-        return ngx_http_agent_history(r, &sub->id, after, base);
+        return ngx_http_agent_revive_history(r, &sub->id, after, base);
     }
 
     if (rc == NGX_HTTP_SERVICE_UNAVAILABLE) {
@@ -330,7 +331,7 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    rc = ngx_http_agent_events_header(r);
+    rc = ngx_http_agent_events_request_header(r);
 
     if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
         return rc;
@@ -598,9 +599,18 @@ ngx_http_agent_events_pull(ngx_http_agent_events_sub_t *sub,
         sub->pos = 0;
     }
 
+    if (conv->live_lost > sub->pos) {
+        /*
+         * live events after the cursor were given up before this
+         * subscriber took them: it is sent the reply so far in place of
+         * the deltas it missed, and then the deltas after it
+         */
+        sub->partial = 1;
+    }
+
     for (i = 0; i < NGX_HTTP_AGENT_EVENTS_BATCHES; i++) {
 
-        n = ngx_http_agent_events_after_locked(conv, sub->pos, evs,
+        n = ngx_http_agent_log_since_locked(conv, sub->pos, evs,
                                                NGX_HTTP_AGENT_EVENTS_BATCH);
         if (n == 0) {
             break;
@@ -680,11 +690,19 @@ ngx_http_agent_events_copy_locked(ngx_http_agent_events_sub_t *sub,
         keep[i] = 0;
 
         if (ev->seq == 0) {
-            if (ev->pos > sub->live && sub->queued + size < slow
-                && !(sub->partial && ngx_http_agent_event_delta(ev->type)))
+            if (ev->pos <= sub->live
+                || (sub->partial && ngx_http_agent_event_delta(ev->type)))
             {
+                continue;
+            }
+
+            if (sub->queued + size < slow) {
                 keep[i] = 1;
                 size += ngx_http_agent_events_head_size(ev) + ev->len + 2;
+
+            } else if (ngx_http_agent_event_delta(ev->type)) {
+                /* a client that does not keep up: the reply so far later */
+                sub->partial = 1;
             }
 
             continue;
@@ -1183,7 +1201,7 @@ ngx_http_agent_events_unregister(ngx_http_agent_events_sub_t *sub)
         conv = ngx_http_agent_conv_find_locked(z, &sub->id);
 
         if (conv) {
-            ngx_http_agent_sub_remove_locked(conv, ngx_pid);
+            ngx_http_agent_conv_sub_remove_locked(conv, ngx_pid);
         }
 
         ngx_http_agent_zone_unlock(z);

@@ -23,10 +23,10 @@ void ngx_http_agent_events_deliver(ngx_str_t *id);
 void ngx_http_agent_events_shutdown(void);
 
 /* the request and the answer's head: ngx_http_agent_events_request.c */
-ngx_int_t ngx_http_agent_events_not_allowed(ngx_http_request_t *r);
-ngx_int_t ngx_http_agent_events_after(ngx_http_request_t *r,
+ngx_int_t ngx_http_agent_events_request_not_allowed(ngx_http_request_t *r);
+ngx_int_t ngx_http_agent_events_request_after(ngx_http_request_t *r,
     uint64_t *after);
-ngx_int_t ngx_http_agent_events_header(ngx_http_request_t *r);
+ngx_int_t ngx_http_agent_events_request_header(ngx_http_request_t *r);
 
 
 #endif /* _NGX_HTTP_AGENT_EVENTS_H_INCLUDED_ */

@@ -21,7 +21,7 @@ static ngx_int_t ngx_http_agent_events_header_add(ngx_http_request_t *r,
 
 
 ngx_int_t
-ngx_http_agent_events_not_allowed(ngx_http_request_t *r)
+ngx_http_agent_events_request_not_allowed(ngx_http_request_t *r)
 {
     ngx_int_t  rc;
 
@@ -44,7 +44,7 @@ ngx_http_agent_events_not_allowed(ngx_http_request_t *r)
 /* the seq to resume after: Last-Event-ID, else ?after=, else 0 */
 
 ngx_int_t
-ngx_http_agent_events_after(ngx_http_request_t *r, uint64_t *after)
+ngx_http_agent_events_request_after(ngx_http_request_t *r, uint64_t *after)
 {
     off_t             n;
     ngx_str_t         value;
@@ -101,7 +101,7 @@ ngx_http_agent_events_after(ngx_http_request_t *r, uint64_t *after)
 
 
 ngx_int_t
-ngx_http_agent_events_header(ngx_http_request_t *r)
+ngx_http_agent_events_request_header(ngx_http_request_t *r)
 {
     r->headers_out.status = NGX_HTTP_OK;
     r->headers_out.content_length_n = -1;

@@ -148,7 +148,7 @@ ngx_http_agent_expire_handler(ngx_event_t *ev)
                                          &fsm);
 
         expired[n].resume = fsm.run;
-        expired[n].npids = ngx_http_agent_sub_pids_locked(conv,
+        expired[n].npids = ngx_http_agent_conv_sub_pids_locked(conv,
                                                           expired[n].pids);
         n++;
     }
@@ -195,7 +195,7 @@ ngx_http_agent_expire_handler(ngx_event_t *ev)
         expired[n].next = 0;
         expired[n].takeover = 1;
         expired[n].give_up = fsm.give_up;
-        expired[n].npids = ngx_http_agent_sub_pids_locked(conv,
+        expired[n].npids = ngx_http_agent_conv_sub_pids_locked(conv,
                                                           expired[n].pids);
         n++;
     }
@@ -302,7 +302,7 @@ ngx_http_agent_expire_resume(ngx_http_agent_main_conf_t *amcf,
     name.data = e->agent;
     name.len = e->agent_len;
 
-    agent = ngx_http_agent_find(amcf, &name);
+    agent = ngx_http_agent_conf_find(amcf, &name);
 
     if (e->next) {
         ngx_http_agent_turn_next(agent, amcf->zone, &id, e->turn);
@@ -375,7 +375,7 @@ ngx_http_agent_expire_stalled_locked(ngx_http_agent_zone_t *z,
         expired[n].next = 1;
         expired[n].takeover = 0;
         expired[n].give_up = 0;
-        expired[n].npids = ngx_http_agent_sub_pids_locked(conv,
+        expired[n].npids = ngx_http_agent_conv_sub_pids_locked(conv,
                                                           expired[n].pids);
         n++;
     }

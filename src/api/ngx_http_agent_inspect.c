@@ -9,6 +9,7 @@
 #include <ngx_http.h>
 
 #include "ngx_http_agent_module.h"
+#include "ngx_http_agent_api.h"
 #include "ngx_http_agent_conf.h"
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_zone.h"
@@ -99,18 +100,9 @@ ngx_http_agent_inspect_handler(ngx_http_request_t *r)
 
     ngx_http_agent_zone_lock(z);
 
-    conv = ngx_http_agent_conv_find_locked(z, &id);
-
+    conv = ngx_http_agent_api_conv_locked(r, z, &id, &rc);
     if (conv == NULL) {
-        ngx_http_agent_zone_unlock(z);
-        return ngx_http_agent_not_found(r, &id);
-    }
-
-    if (ngx_http_agent_conv_agent_locked(conv, ngx_http_agent_api_agent(r))
-        != NGX_OK)
-    {
-        ngx_http_agent_zone_unlock(z);
-        return ngx_http_agent_api_foreign(r);
+        return rc;
     }
 
     if (ngx_http_agent_inspect_pending_locked(r, conv, &pending) != NGX_OK
@@ -133,7 +125,7 @@ ngx_http_agent_inspect_handler(ngx_http_request_t *r)
             || ctx->after != (uint64_t) after || ctx->upto != upto)
         {
             ngx_http_agent_zone_unlock(z);
-            return ngx_http_agent_history(r, &id, after, upto);
+            return ngx_http_agent_revive_history(r, &id, after, upto);
         }
 
         for (n = 0; n < ctx->nhistory && n < (ngx_uint_t) limit; n++) {
@@ -367,7 +359,7 @@ ngx_http_agent_inspect_running_locked(ngx_http_request_t *r,
     for (i = calls.nelts; i > 0; i--) {
 
         if (ngx_http_agent_inspect_has(&results, &call[i - 1].id)
-            || ngx_http_agent_pending_find_locked(conv, &call[i - 1].id))
+            || ngx_http_agent_conv_pending_locked(conv, &call[i - 1].id))
         {
             continue;
         }
@@ -472,87 +464,4 @@ ngx_http_agent_inspect_has(ngx_array_t *calls, ngx_str_t *id)
     }
 
     return 0;
-}
-
-
-/*
- * agent_zone_status: what the zone holds, for monitoring and sizing:
- * {"zone":NAME,"size":BYTES,"pages":N,"free_pages":N,"used":BYTES,
- *  "conversations":N,"reserve":BOOL}
- */
-
-static ngx_int_t ngx_http_agent_zone_status_handler(ngx_http_request_t *r);
-
-
-char *
-ngx_http_agent_zone_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    ngx_http_core_loc_conf_t  *clcf;
-
-    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-
-    if (clcf->handler) {
-        return "is duplicate";
-    }
-
-    clcf->handler = ngx_http_agent_zone_status_handler;
-
-    return NGX_CONF_OK;
-}
-
-
-static ngx_int_t
-ngx_http_agent_zone_status_handler(ngx_http_request_t *r)
-{
-    ngx_int_t                    rc;
-    ngx_str_t                    json;
-    ngx_uint_t                   pages, free, count, reserve;
-    ngx_slab_pool_t             *shpool;
-    ngx_http_agent_zone_t       *z;
-    ngx_http_agent_main_conf_t  *amcf;
-
-    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        return ngx_http_agent_json_method(r, "GET, HEAD");
-    }
-
-    rc = ngx_http_discard_request_body(r);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
-    z = amcf->zone;
-
-    if (z == NULL) {
-        return ngx_http_agent_json_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
-                                         "internal_error",
-                                         "no agent_zone is configured");
-    }
-
-    shpool = z->shpool;
-
-    ngx_http_agent_zone_lock(z);
-
-    pages = (shpool->end - shpool->start) / ngx_pagesize;
-    free = shpool->pfree;
-    count = z->sh->count;
-    reserve = (z->sh->reserve != NULL);
-
-    ngx_http_agent_zone_unlock(z);
-
-    json.data = ngx_pnalloc(r->pool, 160 + z->shm_zone->shm.name.len);
-    if (json.data == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    json.len = ngx_sprintf(json.data,
-                           "{\"zone\":\"%V\",\"size\":%uz,\"pages\":%ui,"
-                           "\"free_pages\":%ui,\"used\":%ui,"
-                           "\"conversations\":%ui,\"reserve\":%s}",
-                           &z->shm_zone->shm.name, z->shm_zone->shm.size,
-                           pages, free, (pages - free) * ngx_pagesize, count,
-                           reserve ? "true" : "false")
-               - json.data;
-
-    return ngx_http_agent_json_send(r, NGX_HTTP_OK, &json);
 }

@@ -14,8 +14,6 @@
 
 
 ngx_int_t ngx_http_agent_inspect_handler(ngx_http_request_t *r);
-char *ngx_http_agent_zone_status(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
 
 
 #endif /* _NGX_HTTP_AGENT_INSPECT_H_INCLUDED_ */

@@ -11,6 +11,7 @@
 #include <yajl/yajl_tree.h>
 
 #include "ngx_http_agent_module.h"
+#include "ngx_http_agent_api.h"
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_revive.h"
@@ -125,7 +126,7 @@ ngx_http_agent_message_body(ngx_http_request_t *r)
         return;
     }
 
-    if (ngx_http_agent_conversation_id(r, &id) != NGX_OK) {
+    if (ngx_http_agent_api_conversation_id(r, &id) != NGX_OK) {
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }
@@ -320,11 +321,11 @@ ngx_http_agent_message_busy_locked(ngx_http_request_t *r,
         }
     }
 
-    n = ngx_http_agent_sub_pids_locked(conv, pids);
+    n = ngx_http_agent_conv_sub_pids_locked(conv, pids);
 
     ngx_http_agent_zone_unlock(z);
 
-    if (ngx_http_agent_conversation_id(r, &id) != NGX_OK) {
+    if (ngx_http_agent_api_conversation_id(r, &id) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 

@@ -14,6 +14,7 @@
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_message.h"
 #include "ngx_http_agent_inspect.h"
+#include "ngx_http_agent_zone_status.h"
 #include "ngx_http_agent_events.h"
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_wake.h"
@@ -38,8 +39,6 @@ static char *ngx_http_agent_api(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_agent_merge_api(ngx_conf_t *cf,
     ngx_http_agent_loc_conf_t *conf);
-static ngx_int_t ngx_http_agent_id(ngx_http_request_t *r,
-    ngx_http_complex_value_t *cv, ngx_str_t *id);
 static char *ngx_http_agent_events_buffer_check(ngx_conf_t *cf, void *post,
     void *data);
 static ngx_int_t ngx_http_agent_error_filter(ngx_http_request_t *r);
@@ -102,14 +101,14 @@ static ngx_command_t  ngx_http_agent_commands[] = {
 
     { ngx_string("agent_tool"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_BLOCK|NGX_CONF_TAKE1,
-      ngx_http_agent_tool_block,
+      ngx_http_agent_conf_tool_block,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
       NULL },
 
     { ngx_string("agent"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_BLOCK|NGX_CONF_TAKE1,
-      ngx_http_agent_block,
+      ngx_http_agent_conf_agent_block,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
       NULL },
@@ -380,7 +379,7 @@ ngx_http_agent_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     } else if (conf->agent == NULL) {
         amcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_agent_module);
 
-        conf->agent = ngx_http_agent_find(amcf, &conf->agent_name);
+        conf->agent = ngx_http_agent_conf_find(amcf, &conf->agent_name);
 
         if (conf->agent == NULL) {
             ngx_http_agent_conf_error(cf, conf->agent_file, conf->agent_line,
@@ -555,138 +554,6 @@ ngx_http_agent_merge_api(ngx_conf_t *cf, ngx_http_agent_loc_conf_t *conf)
     }
 
     return NGX_CONF_OK;
-}
-
-
-ngx_int_t
-ngx_http_agent_conversation_id(ngx_http_request_t *r, ngx_str_t *id)
-{
-    ngx_http_agent_loc_conf_t  *alcf;
-
-    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
-
-    return ngx_http_agent_id(r, alcf->conversation, id);
-}
-
-
-/*
- * What every endpoint checks first: the method, and the conversation id.
- * NGX_OK: go on with id; NGX_DONE: an error answer is sent and *rc is
- * what the handler returns.
- */
-
-ngx_int_t
-ngx_http_agent_api_request(ngx_http_request_t *r, ngx_uint_t methods,
-    char *allow, ngx_str_t *id, ngx_int_t *rc)
-{
-    if (!(r->method & methods)) {
-        *rc = ngx_http_agent_json_method(r, allow);
-        return NGX_DONE;
-    }
-
-    switch (ngx_http_agent_conversation_id(r, id)) {
-
-    case NGX_OK:
-        return NGX_OK;
-
-    case NGX_DECLINED:
-        *rc = ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
-                                        "invalid_conversation",
-                                        "the conversation id is missing or "
-                                        "invalid");
-        return NGX_DONE;
-
-    default:
-        *rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
-        return NGX_DONE;
-    }
-}
-
-
-/* the name of the agent the location serves */
-
-ngx_str_t *
-ngx_http_agent_api_agent(ngx_http_request_t *r)
-{
-    ngx_http_agent_loc_conf_t  *alcf;
-
-    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
-
-    return &alcf->agent->name;
-}
-
-
-/*
- * A conversation of another agent is answered as an unknown one: the
- * location says nothing of a conversation that belongs elsewhere, and
- * changes nothing.
- */
-
-ngx_int_t
-ngx_http_agent_api_foreign(ngx_http_request_t *r)
-{
-    return ngx_http_agent_json_error(r, NGX_HTTP_NOT_FOUND, "not_found",
-                                     "no such conversation");
-}
-
-
-ngx_int_t
-ngx_http_agent_tool_call_id(ngx_http_request_t *r, ngx_str_t *id)
-{
-    ngx_http_agent_loc_conf_t  *alcf;
-
-    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
-
-    return ngx_http_agent_id(r, alcf->tool_call, id);
-}
-
-
-/*
- * An id is 1 to 64 bytes of letters, digits, "-", "_", "." and ":", not
- * only dots, so that it is safe in a path ("." and ".." name directories),
- * a header, a log line and a key.
- */
-
-static ngx_int_t
-ngx_http_agent_id(ngx_http_request_t *r, ngx_http_complex_value_t *cv,
-    ngx_str_t *id)
-{
-    u_char      c;
-    ngx_uint_t  i, dots;
-
-    if (ngx_http_complex_value(r, cv, id) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    if (id->len == 0 || id->len > 64) {
-        return NGX_DECLINED;
-    }
-
-    dots = 0;
-
-    for (i = 0; i < id->len; i++) {
-        c = id->data[i];
-
-        if (c == '.') {
-            dots++;
-            continue;
-        }
-
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-            || (c >= '0' && c <= '9')
-            || c == '-' || c == '_' || c == ':')
-        {
-            continue;
-        }
-
-        return NGX_DECLINED;
-    }
-
-    if (dots == id->len) {
-        return NGX_DECLINED;
-    }
-
-    return NGX_OK;
 }
 
 

@@ -11,6 +11,7 @@
 #include <yajl/yajl_tree.h>
 
 #include "ngx_http_agent_module.h"
+#include "ngx_http_agent_api.h"
 #include "ngx_http_agent_conf.h"
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_zone.h"
@@ -92,12 +93,12 @@ ngx_http_agent_resolve_body(ngx_http_request_t *r)
     ngx_memzero(&res, sizeof(ngx_http_agent_resolution_t));
     err = NULL;
 
-    if (ngx_http_agent_conversation_id(r, &res.conv) != NGX_OK) {
+    if (ngx_http_agent_api_conversation_id(r, &res.conv) != NGX_OK) {
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }
 
-    rc = ngx_http_agent_tool_call_id(r, &res.call);
+    rc = ngx_http_agent_api_tool_call_id(r, &res.call);
 
     if (rc == NGX_ERROR) {
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
@@ -273,6 +274,7 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
 {
     u_char                      *p;
     uint64_t                     seq;
+    ngx_int_t                    rc;
     ngx_str_t                    json;
     ngx_uint_t                   turn, run;
     ngx_time_t                  *tp;
@@ -289,21 +291,12 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
 
     ngx_http_agent_zone_lock(z);
 
-    conv = ngx_http_agent_conv_find_locked(z, &res->conv);
-
+    conv = ngx_http_agent_api_conv_locked(r, z, &res->conv, &rc);
     if (conv == NULL) {
-        ngx_http_agent_zone_unlock(z);
-        return ngx_http_agent_not_found(r, &res->conv);
+        return rc;
     }
 
-    if (ngx_http_agent_conv_agent_locked(conv, ngx_http_agent_api_agent(r))
-        != NGX_OK)
-    {
-        ngx_http_agent_zone_unlock(z);
-        return ngx_http_agent_api_foreign(r);
-    }
-
-    pend = ngx_http_agent_pending_find_locked(conv, &res->call);
+    pend = ngx_http_agent_conv_pending_locked(conv, &res->call);
 
     tp = ngx_timeofday();
 
@@ -475,7 +468,7 @@ ngx_http_agent_resolve_record_locked(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    ev = ngx_http_agent_event_add_locked(z, conv,
+    ev = ngx_http_agent_log_add_locked(z, conv,
                                          NGX_HTTP_AGENT_EV_RESOLUTION,
                                          &fields);
     if (ev == NULL) {
@@ -585,7 +578,7 @@ ngx_http_agent_resolve_result_locked(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    if (ngx_http_agent_event_add_locked(z, conv,
+    if (ngx_http_agent_log_add_locked(z, conv,
                                         NGX_HTTP_AGENT_EV_TOOL_RESULT,
                                         &fields)
         == NULL)

@@ -14,9 +14,10 @@
 #include "ngx_http_agent_module.h"
 
 
-char *ngx_http_agent_tool_block(ngx_conf_t *cf, ngx_command_t *cmd,
+char *ngx_http_agent_conf_tool_block(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
-char *ngx_http_agent_block(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+char *ngx_http_agent_conf_agent_block(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 char *ngx_http_agent_conf_resolve(ngx_conf_t *cf,
     ngx_http_agent_main_conf_t *amcf);
 
@@ -37,15 +38,18 @@ char *ngx_http_agent_conf_set_enum(ngx_conf_t *cf, ngx_command_t *cmd,
 void ngx_http_agent_conf_error(ngx_conf_t *cf, u_char *file, ngx_uint_t line,
     const char *fmt, ...);
 
-ngx_http_agent_t *ngx_http_agent_find(ngx_http_agent_main_conf_t *amcf,
+ngx_http_agent_tool_t *ngx_http_agent_conf_tool_find(
+    ngx_http_agent_main_conf_t *amcf, ngx_str_t *name);
+ngx_http_agent_t *ngx_http_agent_conf_find(ngx_http_agent_main_conf_t *amcf,
     ngx_str_t *name);
-ngx_uint_t ngx_http_agent_tool_pending_kind(ngx_http_agent_tool_t *tool,
+ngx_uint_t ngx_http_agent_conf_pending_kind(ngx_http_agent_tool_t *tool,
     ngx_uint_t phase);
 
 
 extern ngx_conf_enum_t  ngx_http_agent_executors[];
 extern ngx_conf_enum_t  ngx_http_agent_approvals[];
 extern ngx_str_t        ngx_http_agent_pending_kinds[];
+extern ngx_conf_post_t  ngx_http_agent_conf_utf8_post;
 
 
 #endif /* _NGX_HTTP_AGENT_CONF_H_INCLUDED_ */

@@ -45,9 +45,9 @@ ngx_http_agent_emit_delta(ngx_http_agent_zone_t *zone, ngx_str_t *id,
         ngx_http_agent_partial_add_locked(zone, conv, delta);
     }
 
-    ev = ngx_http_agent_event_add_locked(zone, conv, type, fields);
+    ev = ngx_http_agent_log_add_locked(zone, conv, type, fields);
 
-    n = ngx_http_agent_sub_pids_locked(conv, pids);
+    n = ngx_http_agent_conv_sub_pids_locked(conv, pids);
 
     ngx_http_agent_zone_unlock(zone);
 

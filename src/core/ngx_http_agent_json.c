@@ -327,7 +327,7 @@ ngx_http_agent_json_scan(u_char *p, size_t len, ngx_uint_t max,
  */
 
 ngx_int_t
-ngx_http_agent_utf8(ngx_str_t *s)
+ngx_http_agent_json_utf8(ngx_str_t *s)
 {
     u_char  *p, *last;
     size_t   n;
@@ -362,12 +362,12 @@ ngx_http_agent_utf8(ngx_str_t *s)
  */
 
 ngx_int_t
-ngx_http_agent_utf8_fix(ngx_pool_t *pool, ngx_str_t *s)
+ngx_http_agent_json_utf8_fix(ngx_pool_t *pool, ngx_str_t *s)
 {
     u_char  *p, *last, *d, *dst;
     size_t   n;
 
-    if (ngx_http_agent_utf8(s) == NGX_OK) {
+    if (ngx_http_agent_json_utf8(s) == NGX_OK) {
         return NGX_OK;
     }
 

@@ -43,8 +43,8 @@ ngx_int_t ngx_http_agent_json_object(ngx_pool_t *pool, ngx_str_t *json,
 yajl_val ngx_http_agent_json_parse(u_char *json, size_t len,
     ngx_uint_t depth, char *err, size_t size);
 char *ngx_http_agent_json_reason(ngx_pool_t *pool, char *what, char *reason);
-ngx_int_t ngx_http_agent_utf8(ngx_str_t *s);
-ngx_int_t ngx_http_agent_utf8_fix(ngx_pool_t *pool, ngx_str_t *s);
+ngx_int_t ngx_http_agent_json_utf8(ngx_str_t *s);
+ngx_int_t ngx_http_agent_json_utf8_fix(ngx_pool_t *pool, ngx_str_t *s);
 
 yajl_gen ngx_http_agent_json_gen(ngx_pool_t *pool);
 ngx_uint_t ngx_http_agent_json_str(yajl_gen g, ngx_str_t *s);

@@ -177,15 +177,6 @@ typedef struct {
 } ngx_http_agent_loc_conf_t;
 
 
-ngx_int_t ngx_http_agent_conversation_id(ngx_http_request_t *r,
-    ngx_str_t *id);
-ngx_int_t ngx_http_agent_tool_call_id(ngx_http_request_t *r, ngx_str_t *id);
-ngx_int_t ngx_http_agent_api_request(ngx_http_request_t *r,
-    ngx_uint_t methods, char *allow, ngx_str_t *id, ngx_int_t *rc);
-ngx_str_t *ngx_http_agent_api_agent(ngx_http_request_t *r);
-ngx_int_t ngx_http_agent_api_foreign(ngx_http_request_t *r);
-
-
 extern ngx_module_t  ngx_http_agent_module;
 
 

@@ -29,7 +29,7 @@ void ngx_http_agent_wake_exit_process(ngx_cycle_t *cycle);
 
 /*
  * The conversation has new events: the workers named (from
- * ngx_http_agent_sub_pids_locked()) are told to let their subscribers
+ * ngx_http_agent_conv_sub_pids_locked()) are told to let their subscribers
  * catch up.  Called with the zone unlocked.
  */
 void ngx_http_agent_wake(ngx_str_t *id, ngx_pid_t *pids, ngx_uint_t n);

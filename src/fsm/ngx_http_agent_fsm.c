@@ -354,7 +354,7 @@ ngx_http_agent_fsm_locked(ngx_http_agent_zone_t *z,
         if (held) {
             /* the turn is down in its worker: for the live plane */
             ngx_str_set(&ended, "{}");
-            (void) ngx_http_agent_event_add_locked(z, conv,
+            (void) ngx_http_agent_log_add_locked(z, conv,
                                                 NGX_HTTP_AGENT_EV_TURN_ENDED,
                                                 &ended);
             ngx_http_agent_fsm_lease_locked(z, conv, 0);
@@ -387,7 +387,7 @@ ngx_http_agent_fsm_locked(ngx_http_agent_zone_t *z,
 
     fsm->state = conv->state;
     fsm->turn = conv->turn;
-    fsm->npids = ngx_http_agent_sub_pids_locked(conv, fsm->pids);
+    fsm->npids = ngx_http_agent_conv_sub_pids_locked(conv, fsm->pids);
 
     return NGX_OK;
 }
@@ -483,7 +483,7 @@ ngx_http_agent_fsm_act_locked(ngx_http_agent_zone_t *z,
         ngx_str_set(&fields, "{}");
     }
 
-    ev = ngx_http_agent_event_add_locked(z, conv, row->terminal, &fields);
+    ev = ngx_http_agent_log_add_locked(z, conv, row->terminal, &fields);
 
     if (ev == NULL) {
         if (row->terminal == NGX_HTTP_AGENT_EV_CANCELLED) {
@@ -548,7 +548,7 @@ ngx_http_agent_fsm_start_locked(ngx_http_agent_zone_t *z,
             if (ngx_http_agent_fsm_pair_locked(z, conv,
                                                NGX_HTTP_AGENT_UNPAIRED)
                 != NGX_OK
-                || ngx_http_agent_event_add_locked(z, conv,
+                || ngx_http_agent_log_add_locked(z, conv,
                                                 NGX_HTTP_AGENT_EV_TURN_FAILED,
                                                 &closed)
                    == NULL)
@@ -561,7 +561,7 @@ ngx_http_agent_fsm_start_locked(ngx_http_agent_zone_t *z,
     conv->turn++;
     conv->takeovers = 0;
 
-    ev = ngx_http_agent_event_add_locked(z, conv, NGX_HTTP_AGENT_EV_USER_MSG,
+    ev = ngx_http_agent_log_add_locked(z, conv, NGX_HTTP_AGENT_EV_USER_MSG,
                                          fsm->fields);
     if (ev == NULL) {
         conv->turn--;
@@ -570,7 +570,7 @@ ngx_http_agent_fsm_start_locked(ngx_http_agent_zone_t *z,
 
     fsm->seq = ev->seq;
 
-    (void) ngx_http_agent_event_add_locked(z, conv,
+    (void) ngx_http_agent_log_add_locked(z, conv,
                                            NGX_HTTP_AGENT_EV_TURN_STARTED,
                                            &empty);
 
@@ -655,7 +655,7 @@ ngx_http_agent_fsm_state_locked(ngx_http_agent_zone_t *z,
                  - buf;
 
     /* the transition stands even if its live event finds no room */
-    (void) ngx_http_agent_event_add_locked(z, conv,
+    (void) ngx_http_agent_log_add_locked(z, conv,
                                            NGX_HTTP_AGENT_EV_STATE_CHANGED,
                                            &fields);
     return NGX_OK;
@@ -719,7 +719,7 @@ ngx_http_agent_fsm_settle_locked(ngx_http_agent_zone_t *z,
     fields.data = buf;
     fields.len = b - buf;
 
-    if (ngx_http_agent_event_add_locked(z, conv,
+    if (ngx_http_agent_log_add_locked(z, conv,
                                         NGX_HTTP_AGENT_EV_RESOLUTION,
                                         &fields)
         == NULL)
@@ -775,7 +775,7 @@ ngx_http_agent_fsm_error_result_locked(ngx_http_agent_zone_t *z,
 
     fields.len = b - fields.data;
 
-    ev = ngx_http_agent_event_add_locked(z, conv,
+    ev = ngx_http_agent_log_add_locked(z, conv,
                                          NGX_HTTP_AGENT_EV_TOOL_RESULT,
                                          &fields);
 
@@ -864,7 +864,7 @@ ngx_http_agent_fsm_pair_locked(ngx_http_agent_zone_t *z,
             rc = NGX_ERROR;
         }
 
-        pd = ngx_http_agent_pending_find_locked(conv, &c[i].id);
+        pd = ngx_http_agent_conv_pending_locked(conv, &c[i].id);
         if (pd) {
             ngx_http_agent_fsm_pending_remove_locked(conv, pd);
         }

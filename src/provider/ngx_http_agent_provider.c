@@ -12,12 +12,6 @@
 #include "ngx_http_agent_provider.h"
 
 
-/* the first buffer of a growable string */
-#define NGX_HTTP_AGENT_BYTES_MIN  128
-
-/* room for the first line of yajl's message */
-
-
 ngx_http_agent_provider_t  *ngx_http_agent_providers[] = {
     &ngx_http_agent_openai_chat,
     &ngx_http_agent_anthropic_messages,
@@ -152,67 +146,6 @@ ngx_http_agent_provider_function(yajl_gen g, ngx_http_agent_tool_t *tool,
                                       ngx_http_agent_provider_parameters(tool));
 
     return failed;
-}
-
-
-/*
- * The reply's strings grow by doubling from its pool; a buffer left
- * behind goes back to the pool when it can (a large allocation).
- */
-
-ngx_int_t
-ngx_http_agent_bytes_append(ngx_pool_t *pool, ngx_http_agent_bytes_t *b,
-    u_char *p, size_t len)
-{
-    size_t   size;
-    u_char  *data;
-
-    if (len == 0) {
-        return NGX_OK;
-    }
-
-    if (len > NGX_MAX_SIZE_T_VALUE / 4 - b->len) {
-        return NGX_ERROR;
-    }
-
-    if (b->len + len > b->size) {
-        size = b->size ? b->size : NGX_HTTP_AGENT_BYTES_MIN;
-
-        while (size < b->len + len) {
-            size *= 2;
-        }
-
-        data = ngx_pnalloc(pool, size);
-        if (data == NULL) {
-            return NGX_ERROR;
-        }
-
-        if (b->len) {
-            ngx_memcpy(data, b->data, b->len);
-        }
-
-        if (b->data) {
-            ngx_pfree(pool, b->data);
-        }
-
-        b->data = data;
-        b->size = size;
-    }
-
-    ngx_memcpy(b->data + b->len, p, len);
-    b->len += len;
-
-    return NGX_OK;
-}
-
-
-ngx_int_t
-ngx_http_agent_bytes_set(ngx_pool_t *pool, ngx_http_agent_bytes_t *b,
-    u_char *p, size_t len)
-{
-    b->len = 0;
-
-    return ngx_http_agent_bytes_append(pool, b, p, len);
 }
 
 

@@ -15,20 +15,13 @@
 #include <yajl/yajl_tree.h>
 
 #include "ngx_http_agent_module.h"
+#include "ngx_http_agent_bytes.h"
 
 
 /* what a live delta carries */
 #define NGX_HTTP_AGENT_DELTA_TEXT            0
 #define NGX_HTTP_AGENT_DELTA_THINKING        1
 #define NGX_HTTP_AGENT_DELTA_TOOL_ARGS       2
-
-
-/* a growable byte string; grows by doubling from the reply's pool */
-typedef struct {
-    u_char                       *data;
-    size_t                        len;
-    size_t                        size;
-} ngx_http_agent_bytes_t;
 
 
 /* a tool call as the model streams it */
@@ -157,10 +150,6 @@ ngx_uint_t ngx_http_agent_provider_function(yajl_gen g,
     ngx_http_agent_tool_t *tool, ngx_str_t *schema_key);
 
 
-ngx_int_t ngx_http_agent_bytes_append(ngx_pool_t *pool,
-    ngx_http_agent_bytes_t *b, u_char *p, size_t len);
-ngx_int_t ngx_http_agent_bytes_set(ngx_pool_t *pool,
-    ngx_http_agent_bytes_t *b, u_char *p, size_t len);
 
 /* a call id the API can address: 1 to 64 letters, digits, "_" and "-" */
 #define NGX_HTTP_AGENT_CALL_ID_MAX   64

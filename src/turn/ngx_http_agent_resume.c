@@ -420,7 +420,7 @@ ngx_http_agent_turn_suspend_again(ngx_http_agent_turn_t *t,
     ngx_uint_t              kind;
     ngx_http_agent_conv_t  *conv;
 
-    kind = ngx_http_agent_tool_pending_kind(tool,
+    kind = ngx_http_agent_conf_pending_kind(tool,
                       tool->approval == NGX_HTTP_AGENT_APPROVAL_REQUIRED
                       ? NGX_HTTP_AGENT_PHASE_APPROVAL
                       : NGX_HTTP_AGENT_PHASE_EXEC);
@@ -542,7 +542,7 @@ ngx_http_agent_turn_abort(ngx_http_agent_turn_t *t)
 
     if (t->sub.sr && !t->sr_done) {
         t->sr_done = 1;
-        ngx_http_agent_subrequest_abort(t->sub.sr);
+        ngx_http_agent_tools_abort(t->sub.sr);
         t->sub.sr = NULL;
     }
 

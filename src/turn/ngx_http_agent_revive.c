@@ -328,7 +328,7 @@ done:
  */
 
 ngx_int_t
-ngx_http_agent_not_found(ngx_http_request_t *r, ngx_str_t *id)
+ngx_http_agent_revive_not_found(ngx_http_request_t *r, ngx_str_t *id)
 {
     switch (ngx_http_agent_revive(r, id)) {
 
@@ -657,7 +657,7 @@ ngx_http_agent_revive_resume(ngx_http_agent_zone_t *z, ngx_str_t *id,
     amcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
                                                ngx_http_agent_module);
 
-    agent = ngx_http_agent_find(amcf, name);
+    agent = ngx_http_agent_conf_find(amcf, name);
 
     if (resume) {
         ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
@@ -706,7 +706,7 @@ ngx_http_agent_revive_resume(ngx_http_agent_zone_t *z, ngx_str_t *id,
  */
 
 ngx_int_t
-ngx_http_agent_history(ngx_http_request_t *r, ngx_str_t *id, uint64_t after,
+ngx_http_agent_revive_history(ngx_http_request_t *r, ngx_str_t *id, uint64_t after,
     uint64_t upto)
 {
     ngx_http_agent_revive_ctx_t  *ctx;
@@ -804,7 +804,7 @@ failed:
  */
 
 ngx_int_t
-ngx_http_agent_turn_history(ngx_http_agent_turn_t *t)
+ngx_http_agent_revive_turn_history(ngx_http_agent_turn_t *t)
 {
     uint64_t                base;
     ngx_http_agent_conv_t  *conv;

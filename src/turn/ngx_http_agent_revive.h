@@ -42,16 +42,16 @@ typedef struct {
 ngx_int_t ngx_http_agent_revive(ngx_http_request_t *r, ngx_str_t *id);
 
 /* revived, or answered 404; the zone is not locked */
-ngx_int_t ngx_http_agent_not_found(ngx_http_request_t *r, ngx_str_t *id);
+ngx_int_t ngx_http_agent_revive_not_found(ngx_http_request_t *r, ngx_str_t *id);
 
 ngx_http_agent_revive_ctx_t *ngx_http_agent_revive_ctx(ngx_http_request_t *r);
 
 /* the events after..upto for the request, then its handler runs again */
-ngx_int_t ngx_http_agent_history(ngx_http_request_t *r, ngx_str_t *id,
+ngx_int_t ngx_http_agent_revive_history(ngx_http_request_t *r, ngx_str_t *id,
     uint64_t after, uint64_t upto);
 
 /* NGX_AGAIN: the turn's history is being read, the model call follows */
-ngx_int_t ngx_http_agent_turn_history(ngx_http_agent_turn_t *t);
+ngx_int_t ngx_http_agent_revive_turn_history(ngx_http_agent_turn_t *t);
 
 
 #endif /* _NGX_HTTP_AGENT_REVIVE_H_INCLUDED_ */

@@ -375,7 +375,7 @@ ngx_http_agent_tools_cancel(ngx_http_agent_turn_t *t)
                            "agent tool call \"%V\": subrequest aborted",
                            &calls[i]->id);
 
-            ngx_http_agent_subrequest_abort(calls[i]->sub.sr);
+            ngx_http_agent_tools_abort(calls[i]->sub.sr);
         }
 
         (void) ngx_http_agent_tools_result(calls[i], NULL, "[cancelled]");
@@ -392,7 +392,7 @@ ngx_http_agent_tools_cancel(ngx_http_agent_turn_t *t)
  */
 
 void
-ngx_http_agent_subrequest_abort(ngx_http_request_t *sr)
+ngx_http_agent_tools_abort(ngx_http_request_t *sr)
 {
     if (sr->upstream && sr->upstream->cleanup && *sr->upstream->cleanup) {
         (*sr->upstream->cleanup)(sr);
@@ -940,7 +940,7 @@ ngx_http_agent_tools_failure(ngx_http_agent_call_t *call, ngx_uint_t status)
 
     ngx_http_agent_json_trim(&body);
 
-    if (ngx_http_agent_utf8_fix(call->turn->pool, &body) != NGX_OK) {
+    if (ngx_http_agent_json_utf8_fix(call->turn->pool, &body) != NGX_OK) {
         return "the tool failed";
     }
 
@@ -996,7 +996,7 @@ ngx_http_agent_tools_suspend(ngx_http_agent_call_t *call)
 
     t = call->turn;
 
-    kind = ngx_http_agent_tool_pending_kind(call->tool,
+    kind = ngx_http_agent_conf_pending_kind(call->tool,
                       call->tool->approval == NGX_HTTP_AGENT_APPROVAL_REQUIRED
                       ? NGX_HTTP_AGENT_PHASE_APPROVAL
                       : NGX_HTTP_AGENT_PHASE_EXEC);
@@ -1022,7 +1022,7 @@ ngx_http_agent_tools_suspend(ngx_http_agent_call_t *call)
         return rc;
     }
 
-    n = ngx_http_agent_sub_pids_locked(conv, pids);
+    n = ngx_http_agent_conv_sub_pids_locked(conv, pids);
 
     ngx_http_agent_zone_unlock(t->zone);
 
@@ -1113,7 +1113,7 @@ ngx_http_agent_tools_suspend_locked(ngx_http_agent_zone_t *zone,
         }
     }
 
-    if (ngx_http_agent_event_add_locked(zone, conv,
+    if (ngx_http_agent_log_add_locked(zone, conv,
                                         NGX_HTTP_AGENT_EV_SUSPENSION, fields)
         == NULL)
     {
@@ -1176,7 +1176,7 @@ ngx_http_agent_tools_result(ngx_http_agent_call_t *call, ngx_str_t *result,
         } else {
             /* not JSON, or JSON too deep to take apart: the text as is */
 
-            if (ngx_http_agent_utf8_fix(t->pool, result) != NGX_OK) {
+            if (ngx_http_agent_json_utf8_fix(t->pool, result) != NGX_OK) {
                 goto unrecorded;
             }
 

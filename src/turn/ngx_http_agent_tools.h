@@ -44,7 +44,7 @@ void ngx_http_agent_tools_state(ngx_http_agent_turn_t *t,
 void ngx_http_agent_tools_cancel(ngx_http_agent_turn_t *t);
 
 /* a subrequest's upstream torn down, as when its request is terminated */
-void ngx_http_agent_subrequest_abort(ngx_http_request_t *sr);
+void ngx_http_agent_tools_abort(ngx_http_request_t *sr);
 
 /* the output of a tool subrequest, from the turn's filters */
 ngx_int_t ngx_http_agent_tools_header(ngx_http_request_t *r,

@@ -392,7 +392,7 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
 
     /* the history in the store only is read once per turn, first */
 
-    rc = ngx_http_agent_turn_history(t);
+    rc = ngx_http_agent_revive_turn_history(t);
 
     if (rc == NGX_AGAIN) {
         return;
@@ -459,7 +459,7 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
             t->model_calls--;
         }
 
-        rc = ngx_http_agent_turn_history(t);
+        rc = ngx_http_agent_revive_turn_history(t);
 
         if (rc == NGX_AGAIN) {
             return;
@@ -783,7 +783,7 @@ ngx_http_agent_turn_deadline(ngx_event_t *ev)
     t->timed_out = 1;
     t->sr_done = 1;
 
-    ngx_http_agent_subrequest_abort(t->sub.sr);
+    ngx_http_agent_tools_abort(t->sub.sr);
     t->sub.sr = NULL;
 
     t->event.handler = ngx_http_agent_turn_call_done;
@@ -808,6 +808,9 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
     {
         t->parse_error = 1;
     }
+
+    /* the reply's last pieces go out before anything is logged */
+    ngx_http_agent_turn_delta_flush(t);
 
     outcome = ngx_http_agent_turn_outcome(t, &reason);
 
@@ -994,7 +997,7 @@ ngx_http_agent_turn_outcome(ngx_http_agent_turn_t *t, ngx_str_t *reason)
      * that are not (or a character the 512-byte cut split) replaced
      */
 
-    if (detail.len && ngx_http_agent_utf8_fix(t->pool, &detail) != NGX_OK) {
+    if (detail.len && ngx_http_agent_json_utf8_fix(t->pool, &detail) != NGX_OK) {
         detail.len = 0;
     }
 
@@ -1099,6 +1102,10 @@ ngx_http_agent_turn_close(ngx_http_agent_turn_t *t)
 
     if (t->event.posted) {
         ngx_delete_posted_event(&t->event);
+    }
+
+    if (t->delta_event.posted) {
+        ngx_delete_posted_event(&t->delta_event);
     }
 
     if (t->deadline.timer_set) {

@@ -1,0 +1,192 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+/*
+ * What every endpoint does first: the method, the ids of the request,
+ * and the conversation it acts on, found in the zone, revived from the
+ * store, or answered 404.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_api.h"
+#include "ngx_http_agent_conf.h"
+#include "ngx_http_agent_json.h"
+#include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_revive.h"
+
+
+static ngx_int_t ngx_http_agent_api_id(ngx_http_request_t *r,
+    ngx_http_complex_value_t *cv, ngx_str_t *id);
+
+
+ngx_int_t
+ngx_http_agent_api_conversation_id(ngx_http_request_t *r, ngx_str_t *id)
+{
+    ngx_http_agent_loc_conf_t  *alcf;
+
+    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
+
+    return ngx_http_agent_api_id(r, alcf->conversation, id);
+}
+
+
+/*
+ * What every endpoint checks first: the method, and the conversation id.
+ * NGX_OK: go on with id; NGX_DONE: an error answer is sent and *rc is
+ * what the handler returns.
+ */
+
+ngx_int_t
+ngx_http_agent_api_request(ngx_http_request_t *r, ngx_uint_t methods,
+    char *allow, ngx_str_t *id, ngx_int_t *rc)
+{
+    if (!(r->method & methods)) {
+        *rc = ngx_http_agent_json_method(r, allow);
+        return NGX_DONE;
+    }
+
+    switch (ngx_http_agent_api_conversation_id(r, id)) {
+
+    case NGX_OK:
+        return NGX_OK;
+
+    case NGX_DECLINED:
+        *rc = ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                                        "invalid_conversation",
+                                        "the conversation id is missing or "
+                                        "invalid");
+        return NGX_DONE;
+
+    default:
+        *rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NGX_DONE;
+    }
+}
+
+
+/* the name of the agent the location serves */
+
+ngx_str_t *
+ngx_http_agent_api_agent(ngx_http_request_t *r)
+{
+    ngx_http_agent_loc_conf_t  *alcf;
+
+    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
+
+    return &alcf->agent->name;
+}
+
+
+/*
+ * A conversation of another agent is answered as an unknown one: the
+ * location says nothing of a conversation that belongs elsewhere, and
+ * changes nothing.
+ */
+
+ngx_int_t
+ngx_http_agent_api_foreign(ngx_http_request_t *r)
+{
+    return ngx_http_agent_json_error(r, NGX_HTTP_NOT_FOUND, "not_found",
+                                     "no such conversation");
+}
+
+
+ngx_int_t
+ngx_http_agent_api_tool_call_id(ngx_http_request_t *r, ngx_str_t *id)
+{
+    ngx_http_agent_loc_conf_t  *alcf;
+
+    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
+
+    return ngx_http_agent_api_id(r, alcf->tool_call, id);
+}
+
+
+/*
+ * An id is 1 to 64 bytes of letters, digits, "-", "_", "." and ":", not
+ * only dots, so that it is safe in a path ("." and ".." name directories),
+ * a header, a log line and a key.
+ */
+
+static ngx_int_t
+ngx_http_agent_api_id(ngx_http_request_t *r, ngx_http_complex_value_t *cv,
+    ngx_str_t *id)
+{
+    u_char      c;
+    ngx_uint_t  i, dots;
+
+    if (ngx_http_complex_value(r, cv, id) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (id->len == 0 || id->len > 64) {
+        return NGX_DECLINED;
+    }
+
+    dots = 0;
+
+    for (i = 0; i < id->len; i++) {
+        c = id->data[i];
+
+        if (c == '.') {
+            dots++;
+            continue;
+        }
+
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+            || (c >= '0' && c <= '9')
+            || c == '-' || c == '_' || c == ':')
+        {
+            continue;
+        }
+
+        return NGX_DECLINED;
+    }
+
+    if (dots == id->len) {
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The conversation an endpoint acts on, with the zone locked.  One that
+ * the zone does not hold is revived from the store, or answered 404; one
+ * of another agent is answered as an unknown one.  Then NULL is returned,
+ * the zone unlocked, and *rc is what the handler returns.
+ */
+
+ngx_http_agent_conv_t *
+ngx_http_agent_api_conv_locked(ngx_http_request_t *r,
+    ngx_http_agent_zone_t *z, ngx_str_t *id, ngx_int_t *rc)
+{
+    ngx_http_agent_conv_t  *conv;
+
+    conv = ngx_http_agent_conv_find_locked(z, id);
+
+    if (conv == NULL) {
+        ngx_http_agent_zone_unlock(z);
+        *rc = ngx_http_agent_revive_not_found(r, id);
+        return NULL;
+    }
+
+    if (ngx_http_agent_conv_agent_locked(conv, ngx_http_agent_api_agent(r))
+        != NGX_OK)
+    {
+        ngx_http_agent_zone_unlock(z);
+        *rc = ngx_http_agent_api_foreign(r);
+        return NULL;
+    }
+
+    return conv;
+}

@@ -1,0 +1,41 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#ifndef _NGX_HTTP_AGENT_API_H_INCLUDED_
+#define _NGX_HTTP_AGENT_API_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_zone.h"
+
+
+/*
+ * The method and the conversation id.  NGX_OK: go on with id; NGX_DONE:
+ * an error answer is sent and *rc is what the handler returns.
+ */
+ngx_int_t ngx_http_agent_api_request(ngx_http_request_t *r,
+    ngx_uint_t methods, char *allow, ngx_str_t *id, ngx_int_t *rc);
+
+ngx_int_t ngx_http_agent_api_conversation_id(ngx_http_request_t *r,
+    ngx_str_t *id);
+ngx_int_t ngx_http_agent_api_tool_call_id(ngx_http_request_t *r,
+    ngx_str_t *id);
+
+/* the name of the agent the location serves */
+ngx_str_t *ngx_http_agent_api_agent(ngx_http_request_t *r);
+
+/* the answer for a conversation of another agent: as an unknown one */
+ngx_int_t ngx_http_agent_api_foreign(ngx_http_request_t *r);
+
+/* the conversation, zone locked; NULL: answered, unlocked, *rc set */
+ngx_http_agent_conv_t *ngx_http_agent_api_conv_locked(ngx_http_request_t *r,
+    ngx_http_agent_zone_t *z, ngx_str_t *id, ngx_int_t *rc);
+
+
+#endif /* _NGX_HTTP_AGENT_API_H_INCLUDED_ */

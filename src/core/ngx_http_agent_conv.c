@@ -1,0 +1,282 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+/*
+ * A conversation's record in the zone: found by its id in the rbtree,
+ * created, bound to its agent, evicted; its waiting calls and the workers
+ * with its subscribers.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_partial.h"
+
+
+ngx_http_agent_conv_t *
+ngx_http_agent_conv_find_locked(ngx_http_agent_zone_t *z, ngx_str_t *id)
+{
+    uint32_t                hash;
+    ngx_int_t               rc;
+    ngx_rbtree_node_t      *node, *sentinel;
+    ngx_http_agent_conv_t  *conv;
+
+    hash = ngx_crc32_short(id->data, id->len);
+
+    node = z->sh->rbtree.root;
+    sentinel = z->sh->rbtree.sentinel;
+
+    while (node != sentinel) {
+
+        if (hash < node->key) {
+            node = node->left;
+            continue;
+        }
+
+        if (hash > node->key) {
+            node = node->right;
+            continue;
+        }
+
+        conv = (ngx_http_agent_conv_t *) node;
+
+        rc = ngx_memn2cmp(id->data, conv->id, id->len, conv->id_len);
+
+        if (rc == 0) {
+            ngx_queue_remove(&conv->lru);
+            ngx_queue_insert_tail(&z->sh->lru, &conv->lru);
+            conv->accessed = ngx_current_msec;
+            return conv;
+        }
+
+        node = (rc < 0) ? node->left : node->right;
+    }
+
+    return NULL;
+}
+
+
+ngx_http_agent_conv_t *
+ngx_http_agent_conv_create_locked(ngx_http_agent_zone_t *z, ngx_str_t *id)
+{
+    ngx_http_agent_conv_t  *conv;
+
+    if (id->len > NGX_HTTP_AGENT_ID_LEN) {
+        return NULL;
+    }
+
+    conv = ngx_http_agent_zone_alloc_locked(z, NULL,
+                                       sizeof(ngx_http_agent_conv_t));
+    if (conv == NULL) {
+        return NULL;
+    }
+
+    /* idle, no lease: the state machine's start */
+    ngx_memzero(conv, sizeof(ngx_http_agent_conv_t));
+
+    conv->node.key = ngx_crc32_short(id->data, id->len);
+    ngx_memcpy(conv->id, id->data, id->len);
+    conv->id_len = id->len;
+    conv->updated = ngx_current_msec;
+    conv->accessed = ngx_current_msec;
+
+    ngx_queue_init(&conv->log);
+    ngx_queue_init(&conv->live);
+    ngx_queue_init(&conv->queued);
+
+    ngx_rbtree_insert(&z->sh->rbtree, &conv->node);
+    ngx_queue_insert_tail(&z->sh->lru, &conv->lru);
+    z->sh->count++;
+
+    return conv;
+}
+
+
+/* a conversation that never took an event, as if it had not been made */
+
+void
+ngx_http_agent_conv_delete_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv)
+{
+    (void) ngx_http_agent_log_live_free_locked(z, conv, (uint64_t) -1);
+
+    ngx_http_agent_partial_free_locked(z, conv);
+
+    ngx_queue_remove(&conv->lru);
+    ngx_rbtree_delete(&z->sh->rbtree, &conv->node);
+    z->sh->count--;
+
+    ngx_slab_free_locked(z->shpool, conv);
+}
+
+
+/*
+ * A conversation leaves the zone only when the store holds all of it and
+ * nothing in the zone waits on it: at rest, no turn, nothing queued, no
+ * subscriber.  Its waiting calls' deadlines are the store's sweep's.
+ */
+
+ngx_int_t
+ngx_http_agent_conv_evictable_locked(ngx_http_agent_conv_t *conv)
+{
+    ngx_uint_t  i;
+
+    if ((conv->state != NGX_HTTP_AGENT_IDLE
+         && conv->state != NGX_HTTP_AGENT_AWAITING_INPUT)
+        || conv->lease || conv->nqueued || conv->cancel
+        || conv->flushing || conv->flushed < conv->seq || conv->seq == 0)
+    {
+        return 0;
+    }
+
+    for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
+        if (conv->subs[i].count) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+/*
+ * A conversation belongs to the agent whose location created it: to
+ * another agent it does not exist.  One with no agent recorded (a record
+ * not yet used) is anyone's.
+ */
+
+ngx_int_t
+ngx_http_agent_conv_agent_locked(ngx_http_agent_conv_t *conv,
+    ngx_str_t *agent)
+{
+    if (conv->agent_len == 0
+        || (conv->agent_len == agent->len
+            && ngx_memcmp(conv->agent, agent->data, agent->len) == 0))
+    {
+        return NGX_OK;
+    }
+
+    return NGX_DECLINED;
+}
+
+
+void
+ngx_http_agent_conv_evict_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv)
+{
+    ngx_queue_t             *q;
+    ngx_http_agent_event_t  *ev;
+
+    while (!ngx_queue_empty(&conv->log)) {
+        q = ngx_queue_head(&conv->log);
+        ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+        ngx_queue_remove(q);
+        ngx_slab_free_locked(z->shpool, ev);
+    }
+
+    if (conv->npending) {
+        ngx_queue_remove(&conv->waiting);
+    }
+
+    if (conv->dirty_linked) {
+        ngx_queue_remove(&conv->dirty);
+    }
+
+    z->sh->evicted++;
+
+    ngx_http_agent_conv_delete_locked(z, conv);
+}
+
+
+ngx_http_agent_pending_t *
+ngx_http_agent_conv_pending_locked(ngx_http_agent_conv_t *conv,
+    ngx_str_t *id)
+{
+    ngx_uint_t                 i;
+    ngx_http_agent_pending_t  *p;
+
+    for (i = 0; i < NGX_HTTP_AGENT_PENDING; i++) {
+        p = &conv->pending[i];
+
+        if (p->kind && p->id_len == id->len
+            && ngx_memcmp(p->id, id->data, id->len) == 0)
+        {
+            return p;
+        }
+    }
+
+    return NULL;
+}
+
+
+ngx_int_t
+ngx_http_agent_conv_sub_add_locked(ngx_http_agent_conv_t *conv, ngx_pid_t pid)
+{
+    ngx_uint_t  i, free;
+
+    free = NGX_HTTP_AGENT_SUB_WORKERS;
+
+    for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
+
+        if (conv->subs[i].pid == pid) {
+            conv->subs[i].count++;
+            return NGX_OK;
+        }
+
+        if (conv->subs[i].count == 0 && free == NGX_HTTP_AGENT_SUB_WORKERS) {
+            free = i;
+        }
+    }
+
+    if (free == NGX_HTTP_AGENT_SUB_WORKERS) {
+        return NGX_DECLINED;
+    }
+
+    conv->subs[free].pid = pid;
+    conv->subs[free].count = 1;
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_agent_conv_sub_remove_locked(ngx_http_agent_conv_t *conv, ngx_pid_t pid)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
+
+        if (conv->subs[i].pid == pid && conv->subs[i].count) {
+            if (--conv->subs[i].count == 0) {
+                conv->subs[i].pid = 0;
+            }
+
+            return;
+        }
+    }
+}
+
+
+ngx_uint_t
+ngx_http_agent_conv_sub_pids_locked(ngx_http_agent_conv_t *conv, ngx_pid_t *pids)
+{
+    ngx_uint_t  i, n;
+
+    n = 0;
+
+    for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
+        if (conv->subs[i].count) {
+            pids[n++] = conv->subs[i].pid;
+        }
+    }
+
+    return n;
+}
