@@ -5,8 +5,9 @@
 # tool_result blocks of one user message), its stream assembled into the
 # log (text, tool_use input from input_json_delta pieces, thinking with
 # its signature, a hosted web search as a provider-executed pair), and
-# what the API needs back (thinking, hosted tool blocks, citations) sent
-# back as it came.  Errors: an error event mid-stream fails the turn,
+# what the API needs back (thinking, hosted tool blocks, citations, every
+# field of a block, each thinking block's signature) sent back as it
+# came.  Errors: an error event mid-stream fails the turn,
 # before the first token it is retried, like 429 and 529.
 
 use strict;
@@ -299,6 +300,91 @@ is_deeply([map { $_->{role} } @$sent], [qw(user assistant user)],
           'the hosted result is not a user message');
 is_deeply($sent->[1]{content}, $content,
           'the search sent back as the API returned it');
+
+###############################################################################
+
+# a tool_use block with a field the module does not know goes back whole
+
+my $caller = { type => 'code_execution_20250825',
+               tool_id => 'srvtoolu_code1' };
+my @used = (
+    { type => 'text', text => 'Calling.' },
+    { type => 'tool_use', id => 'toolu_c1', name => 'echo',
+      input => { n => 7 }, caller => $caller },
+);
+
+$mock->reset;
+$mock->script({ content => \@used, chunks => 3 }, { text => 'Done.' });
+
+send_message($t, 'u1', 'call it');
+$c = wait_state($t, 'u1', 'idle');
+
+is(log_types($c), 'user_msg assistant_msg tool_call tool_result '
+   . 'assistant_msg turn_completed', 'the call ran');
+is_deeply((of_type($c, 'tool_result'))[0]{result}, { args => { n => 7 } },
+          'with its input assembled from the deltas');
+is_deeply(messages(1)->[1], { role => 'assistant', content => \@used },
+          'the tool_use sent back with its caller');
+
+###############################################################################
+
+# several thinking blocks (interleaved thinking) and redacted thinking:
+# each goes back with its own signature, or its data
+
+my @thought = (
+    { type => 'thinking', thinking => 'First, look it up.',
+      signature => 'sig-first' },
+    { type => 'redacted_thinking', data => 'EmwKAhgBEgy3va3pzix/LafPsn4a' },
+    { type => 'text', text => 'Looking.' },
+    { type => 'thinking', thinking => 'Then echo n.',
+      signature => 'sig-second' },
+    { type => 'tool_use', id => 'toolu_k1', name => 'echo',
+      input => { n => 2 } },
+);
+
+$mock->reset;
+$mock->script({ content => \@thought, chunks => 2 }, { text => 'Echoed.' });
+
+send_message($t, 'i1', 'think twice');
+$c = wait_state($t, 'i1', 'idle');
+
+is(log_types($c), 'user_msg assistant_msg tool_call tool_result '
+   . 'assistant_msg turn_completed', 'the turn with two thinking blocks');
+
+$assistant = (of_type($c, 'assistant_msg'))[0];
+is_deeply($assistant->{provider_content}, \@thought,
+          'every block kept, each with its signature');
+is_deeply(messages(1)->[1], { role => 'assistant', content => \@thought },
+          'each signature sent back with its own thinking');
+
+# a block whole in its start, signature included, with no deltas
+
+$mock->reset;
+$mock->script({ raw => [map { "event: $_->{type}\ndata: " . encode_json($_)
+                              . "\n\n" } (
+    { type => 'message_start',
+      message => { id => 'msg_w', usage => { input_tokens => 3 } } },
+    { type => 'content_block_start', index => 0,
+      content_block => { type => 'thinking', thinking => 'Whole.',
+                         signature => 'sig-whole' } },
+    { type => 'content_block_stop', index => 0 },
+    { type => 'content_block_start', index => 1,
+      content_block => { type => 'text', text => 'Hi.' } },
+    { type => 'content_block_stop', index => 1 },
+    { type => 'message_delta', delta => { stop_reason => 'end_turn' },
+      usage => { output_tokens => 2 } },
+    { type => 'message_stop' },
+)] }, { text => 'Again.' });
+
+send_message($t, 'i2', 'x');
+wait_state($t, 'i2', 'idle');
+send_message($t, 'i2', 'y');
+wait_state($t, 'i2', 'idle');
+
+is_deeply(messages(1)->[1], { role => 'assistant', content => [
+    { type => 'thinking', thinking => 'Whole.', signature => 'sig-whole' },
+    { type => 'text', text => 'Hi.' },
+] }, 'a signature in the block\'s start sent back');
 
 ###############################################################################
 
