@@ -688,7 +688,10 @@ ngx_http_agent_anthropic_block_delta(ngx_http_agent_anthropic_ctx_t *ctx,
 }
 
 
-/* {"delta":{"stop_reason","stop_sequence"},"usage":{"output_tokens"}} */
+/*
+ * {"delta":{"stop_reason","stop_sequence"},"usage":{"output_tokens"}}:
+ * pause_turn is a turn of hosted tools the API paused, to be continued
+ */
 
 static ngx_int_t
 ngx_http_agent_anthropic_message_delta(ngx_http_agent_anthropic_ctx_t *ctx,
@@ -710,6 +713,10 @@ ngx_http_agent_anthropic_message_delta(ngx_http_agent_anthropic_ctx_t *ctx,
     {
         return NGX_OK;
     }
+
+    reply->paused = (reason.len == sizeof("pause_turn") - 1
+                     && ngx_strncmp(reason.data, "pause_turn", reason.len)
+                        == 0);
 
     return ngx_http_agent_bytes_set(reply->pool, &reply->finish_reason,
                                     reason.data, reason.len);
