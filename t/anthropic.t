@@ -387,6 +387,30 @@ is_deeply(messages(2), [
     { role => 'user', content => 'thanks' },
 ], 'history: the paused and the continued reply as one message');
 
+# the worker killed during the continuation: the turn is taken over and
+# goes on from the log, the paused reply still the request's last message
+
+$mock->reset;
+$mock->script({ content => [searched('srvtoolu_k1', 'Searching. ')],
+                finish_reason => 'pause_turn' },
+              { text => 'lost words', chunks => 2, pause_after => 2 },
+              { text => 'Found.' });
+
+send_message($t, 'p3', 'search');
+$mock->wait_paused(1, 5);
+$t->kill_worker;
+
+$c = wait_state($t, 'p3', 'idle', 10);
+is(log_types($c), 'user_msg assistant_msg tool_call tool_result '
+   . 'assistant_msg turn_completed', 'taken over: the paused turn goes on');
+is($c->{messages}[-2]{content}, 'Found.', 'with the model called again');
+is_deeply(messages(2)->[-1], { role => 'assistant',
+                               content => [searched('srvtoolu_k1',
+                                                    'Searching. ')] },
+          'the paused reply sent back after the take-over');
+
+$t->allow_alert(qr/worker process \d+ exited on signal 9/);
+
 # pause_turn counts against max_model_calls (3 here)
 
 $mock->reset;
