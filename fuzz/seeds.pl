@@ -78,6 +78,22 @@ my %ANTHROPIC = (
     overloaded => { text => 'partial', error_after => 4,
                     error => { type => 'overloaded_error',
                                message => 'Overloaded' } },
+    blocks => { content => [
+        { type => 'thinking', thinking => 'First.', signature => 'EuYB1' },
+        { type => 'redacted_thinking', data => 'EmwKAhgB' },
+        { type => 'thinking', thinking => 'Second.', signature => 'EuYB2' },
+        { type => 'tool_use', id => 'toolu_01', name => 'get_weather',
+          input => { city => 'Paris' },
+          caller => { type => 'code_execution_20250825',
+                      tool_id => 'srvtoolu_02' } }], chunks => 2 },
+    paused => { content => [
+        { type => 'server_tool_use', id => 'srvtoolu_03',
+          name => 'web_search', input => { query => 'nginx' } },
+        { type => 'web_search_tool_result', tool_use_id => 'srvtoolu_03',
+          content => [{ type => 'web_search_result',
+                        url => 'https://example.com/c', title => 'C',
+                        encrypted_content => 'Eqgf' }] }],
+        finish_reason => 'pause_turn' },
 );
 
 my %RESPONSES = (
@@ -300,7 +316,7 @@ my @JSON_TOKENS = ('{', '}', '[', ']', '":"', '","', '":{', '":[', 'null',
                    'true', 'false', '\\u0000', '\\ud83d\\ude00', '1e999');
 
 write_dict('sse', @SSE_TOKENS);
-write_dict('json', @JSON_TOKENS, src_strings('ngx_http_agent_json.c'),
+write_dict('json', @JSON_TOKENS, src_strings('core/ngx_http_agent_json.c'),
            src_strings('provider/ngx_http_agent_provider.c'));
 write_dict('message', @JSON_TOKENS, '"content"', '"source_id"');
 write_dict('resolve', @JSON_TOKENS, '"result"', '"decision"', '"approve"',

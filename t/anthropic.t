@@ -5,9 +5,11 @@
 # tool_result blocks of one user message), its stream assembled into the
 # log (text, tool_use input from input_json_delta pieces, thinking with
 # its signature, a hosted web search as a provider-executed pair), and
-# what the API needs back (thinking, hosted tool blocks, citations) sent
-# back as it came.  Errors: an error event mid-stream fails the turn,
-# before the first token it is retried, like 429 and 529.
+# what the API needs back (thinking, hosted tool blocks, citations, every
+# field of a block, each thinking block's signature) sent back as it
+# came; a reply the API paused (pause_turn) sent back for the API to go
+# on with, in the same turn.  Errors: an error event mid-stream fails the
+# turn, before the first token it is retried, like 429 and 529.
 
 use strict;
 use warnings;
@@ -299,6 +301,217 @@ is_deeply([map { $_->{role} } @$sent], [qw(user assistant user)],
           'the hosted result is not a user message');
 is_deeply($sent->[1]{content}, $content,
           'the search sent back as the API returned it');
+
+###############################################################################
+
+# a hosted search the API paused: its blocks as the API returns them
+
+sub searched {
+    my ($id, $text) = @_;
+
+    return (
+        { type => 'text', text => $text },
+        { type => 'server_tool_use', id => $id, name => 'web_search',
+          input => { query => 'paris weather' } },
+        { type => 'web_search_tool_result', tool_use_id => $id,
+          content => [{ type => 'web_search_result',
+                        url => 'https://example.com/paris',
+                        title => 'Paris weather',
+                        encrypted_content => 'EqgfCioIARgB-' . $id,
+                        page_age => undef }] },
+    );
+}
+
+###############################################################################
+
+# pause_turn: the paused reply is recorded, and sent back as it came as
+# the last message, with no user message after it; the turn goes on with
+# the next model call and completes
+
+my @paused = searched('srvtoolu_p1', 'Let me search. ');
+
+$mock->reset;
+$mock->script({ content => \@paused, finish_reason => 'pause_turn',
+                chunks => 2, latency => 0.5 },
+              { text => 'It is sunny.' });
+
+send_message($t, 'p1', 'weather?');
+
+$sse = Test::Agent::SSE->new(http_stream(events_request('p1'),
+                                            port => $port));
+@ev = $sse->events_until(sub { ($_[0]{event} // '') eq 'turn_ended' }, 10);
+
+$c = wait_state($t, 'p1', 'idle');
+
+is(log_types($c), 'user_msg assistant_msg tool_call tool_result '
+   . 'assistant_msg turn_completed', 'a paused turn goes on and completes');
+is(scalar @{$mock->requests}, 2, 'the model was called again');
+
+my @assistant = of_type($c, 'assistant_msg');
+is_deeply([map { $_->{content} } @assistant],
+          ['Let me search. ', 'It is sunny.'], 'the text of both calls');
+is($assistant[0]{finish_reason}, 'pause_turn', 'the pause logged');
+is_deeply([map { $_->{turn} } @assistant], [1, 1], 'in one turn');
+isnt($assistant[0]{message_id}, $assistant[1]{message_id},
+     'two messages, as model calls after tool results are');
+is_deeply($assistant[0]{provider_content}, \@paused,
+          'the paused blocks kept as the API returned them');
+
+$sent = messages(1);
+is_deeply([map { $_->{role} } @$sent], [qw(user assistant)],
+          'the continuation ends with the assistant message');
+is_deeply($sent->[-1], { role => 'assistant', content => \@paused },
+          'the paused reply sent back verbatim');
+
+is_deeply([map { $_->{event} }
+           grep { $_->{event} =~ /^(assistant_msg|turn_(completed|ended))$/ }
+           @ev], [qw(assistant_msg assistant_msg turn_completed turn_ended)],
+          'subscribers see one turn of two messages');
+
+my %seen;
+is_deeply([grep { !$seen{$_}++ } map { json_of($_)->{message_id} }
+           grep { $_->{event} eq 'text_delta' } @ev],
+          [map { $_->{message_id} } @assistant],
+          'the deltas of each, under its message_id');
+
+# the next turn: both calls make one assistant message, in order
+
+$mock->script({ text => 'You are welcome.' });
+send_message($t, 'p1', 'thanks');
+wait_state($t, 'p1', 'idle');
+
+is_deeply(messages(2), [
+    { role => 'user', content => 'weather?' },
+    { role => 'assistant',
+      content => [@paused, { type => 'text', text => 'It is sunny.' }] },
+    { role => 'user', content => 'thanks' },
+], 'history: the paused and the continued reply as one message');
+
+# the worker killed during the continuation: the turn is taken over and
+# goes on from the log, the paused reply still the request's last message
+
+$mock->reset;
+$mock->script({ content => [searched('srvtoolu_k1', 'Searching. ')],
+                finish_reason => 'pause_turn' },
+              { text => 'lost words', chunks => 2, pause_after => 2 },
+              { text => 'Found.' });
+
+send_message($t, 'p3', 'search');
+$mock->wait_paused(1, 5);
+$t->kill_worker;
+
+$c = wait_state($t, 'p3', 'idle', 10);
+is(log_types($c), 'user_msg assistant_msg tool_call tool_result '
+   . 'assistant_msg turn_completed', 'taken over: the paused turn goes on');
+is($c->{messages}[-2]{content}, 'Found.', 'with the model called again');
+is_deeply(messages(2)->[-1], { role => 'assistant',
+                               content => [searched('srvtoolu_k1',
+                                                    'Searching. ')] },
+          'the paused reply sent back after the take-over');
+
+$t->allow_alert(qr/worker process \d+ exited on signal 9/);
+
+# pause_turn counts against max_model_calls (3 here)
+
+$mock->reset;
+$mock->script((map { { content => [searched("srvtoolu_m$_", "$_. ")],
+                       finish_reason => 'pause_turn' } } 1 .. 3),
+              { text => 'never' });
+
+send_message($t, 'p2', 'search a lot');
+$c = wait_state($t, 'p2', 'idle');
+
+is(log_types($c), join(' ', 'user_msg',
+                       ('assistant_msg tool_call tool_result') x 3,
+                       'turn_failed'), 'paused three times: the turn fails');
+is(scalar @{$mock->requests}, 3, 'no model call past max_model_calls');
+is($c->{messages}[-1]{reason}, 'the turn reached max_model_calls',
+   'as any turn that reaches max_model_calls');
+
+###############################################################################
+
+# a tool_use block with a field the module does not know goes back whole
+
+my $caller = { type => 'code_execution_20250825',
+               tool_id => 'srvtoolu_code1' };
+my @used = (
+    { type => 'text', text => 'Calling.' },
+    { type => 'tool_use', id => 'toolu_c1', name => 'echo',
+      input => { n => 7 }, caller => $caller },
+);
+
+$mock->reset;
+$mock->script({ content => \@used, chunks => 3 }, { text => 'Done.' });
+
+send_message($t, 'u1', 'call it');
+$c = wait_state($t, 'u1', 'idle');
+
+is(log_types($c), 'user_msg assistant_msg tool_call tool_result '
+   . 'assistant_msg turn_completed', 'the call ran');
+is_deeply((of_type($c, 'tool_result'))[0]{result}, { args => { n => 7 } },
+          'with its input assembled from the deltas');
+is_deeply(messages(1)->[1], { role => 'assistant', content => \@used },
+          'the tool_use sent back with its caller');
+
+###############################################################################
+
+# several thinking blocks (interleaved thinking) and redacted thinking:
+# each goes back with its own signature, or its data
+
+my @thought = (
+    { type => 'thinking', thinking => 'First, look it up.',
+      signature => 'sig-first' },
+    { type => 'redacted_thinking', data => 'EmwKAhgBEgy3va3pzix/LafPsn4a' },
+    { type => 'text', text => 'Looking.' },
+    { type => 'thinking', thinking => 'Then echo n.',
+      signature => 'sig-second' },
+    { type => 'tool_use', id => 'toolu_k1', name => 'echo',
+      input => { n => 2 } },
+);
+
+$mock->reset;
+$mock->script({ content => \@thought, chunks => 2 }, { text => 'Echoed.' });
+
+send_message($t, 'i1', 'think twice');
+$c = wait_state($t, 'i1', 'idle');
+
+is(log_types($c), 'user_msg assistant_msg tool_call tool_result '
+   . 'assistant_msg turn_completed', 'the turn with two thinking blocks');
+
+$assistant = (of_type($c, 'assistant_msg'))[0];
+is_deeply($assistant->{provider_content}, \@thought,
+          'every block kept, each with its signature');
+is_deeply(messages(1)->[1], { role => 'assistant', content => \@thought },
+          'each signature sent back with its own thinking');
+
+# a block whole in its start, signature included, with no deltas
+
+$mock->reset;
+$mock->script({ raw => [map { "event: $_->{type}\ndata: " . encode_json($_)
+                              . "\n\n" } (
+    { type => 'message_start',
+      message => { id => 'msg_w', usage => { input_tokens => 3 } } },
+    { type => 'content_block_start', index => 0,
+      content_block => { type => 'thinking', thinking => 'Whole.',
+                         signature => 'sig-whole' } },
+    { type => 'content_block_stop', index => 0 },
+    { type => 'content_block_start', index => 1,
+      content_block => { type => 'text', text => 'Hi.' } },
+    { type => 'content_block_stop', index => 1 },
+    { type => 'message_delta', delta => { stop_reason => 'end_turn' },
+      usage => { output_tokens => 2 } },
+    { type => 'message_stop' },
+)] }, { text => 'Again.' });
+
+send_message($t, 'i2', 'x');
+wait_state($t, 'i2', 'idle');
+send_message($t, 'i2', 'y');
+wait_state($t, 'i2', 'idle');
+
+is_deeply(messages(1)->[1], { role => 'assistant', content => [
+    { type => 'thinking', thinking => 'Whole.', signature => 'sig-whole' },
+    { type => 'text', text => 'Hi.' },
+] }, 'a signature in the block\'s start sent back');
 
 ###############################################################################
 

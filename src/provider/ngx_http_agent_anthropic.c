@@ -30,9 +30,13 @@
  * message_stop.
  *
  * Blocks the canonical fields cannot rebuild (thinking with its
- * signature, hosted tool blocks, text with citations) must go back to
- * the API as they came: the reply's blocks are then kept, as the API
- * returns them unstreamed, as the message's provider_content.
+ * signature, hosted tool blocks, text with citations, a block with a
+ * field the module does not know, such as a tool_use's caller) must go
+ * back to the API as they came: the reply's blocks are then kept, as the
+ * API returns them unstreamed, as the message's provider_content.  A
+ * block is its content_block_start, every field as it came, with the
+ * fields its deltas build (text, thinking, signature, input, citations)
+ * filled in.
  */
 
 
@@ -73,10 +77,22 @@ typedef struct {
 
     /*
      * a thinking block's signature; a text block's citations, JSON texts
-     * joined with commas; a verbatim block, whole
+     * joined with commas
      */
     ngx_http_agent_bytes_t      extra;
+
+    /* the content_block of its start, a JSON text */
+    ngx_http_agent_bytes_t      start;
+
+    /* it has fields that the canonical ones cannot rebuild */
+    unsigned                    own:1;
 } ngx_http_agent_anthropic_block_t;
+
+
+typedef struct {
+    ngx_uint_t                  built;
+    const char                 *names[5];
+} ngx_http_agent_anthropic_members_t;
 
 
 typedef struct {
@@ -133,6 +149,9 @@ static ngx_int_t ngx_http_agent_anthropic_piece(
     ngx_http_agent_anthropic_ctx_t *ctx, ngx_http_agent_bytes_t *block,
     ngx_http_agent_bytes_t *all, ngx_uint_t kind, ngx_uint_t index,
     yajl_val v);
+static ngx_int_t ngx_http_agent_anthropic_cite(
+    ngx_http_agent_anthropic_ctx_t *ctx,
+    ngx_http_agent_anthropic_block_t *block, yajl_val cite);
 static ngx_int_t ngx_http_agent_anthropic_json(
     ngx_http_agent_anthropic_ctx_t *ctx, ngx_http_agent_bytes_t *b,
     yajl_val v);
@@ -141,11 +160,32 @@ static ngx_int_t ngx_http_agent_anthropic_raw(
 static ngx_uint_t ngx_http_agent_anthropic_raw_block(
     ngx_http_agent_anthropic_ctx_t *ctx, yajl_gen g,
     ngx_http_agent_anthropic_block_t *block);
+static ngx_int_t ngx_http_agent_anthropic_member(
+    ngx_http_agent_anthropic_block_t *block, char *key);
+static ngx_uint_t ngx_http_agent_anthropic_built(
+    ngx_http_agent_anthropic_ctx_t *ctx, yajl_gen g,
+    ngx_http_agent_anthropic_block_t *block, ngx_uint_t n);
+static ngx_uint_t ngx_http_agent_anthropic_own(
+    ngx_http_agent_anthropic_block_t *block, yajl_val cb);
 static void ngx_http_agent_anthropic_usage(ngx_http_agent_reply_t *reply,
     yajl_val usage);
 
 
 static ngx_str_t  ngx_http_agent_anthropic_schema = ngx_string("input_schema");
+
+
+/*
+ * The members of a block by its kind: first those its deltas build, then
+ * those the canonical fields rebuild as they are.  Any other member is
+ * the block's own.
+ */
+static ngx_http_agent_anthropic_members_t  ngx_http_agent_anthropic_members[]
+    = {
+    { 2, { "text", "citations", "type", NULL } },
+    { 2, { "thinking", "signature", "type", NULL } },
+    { 1, { "input", "type", "id", "name", NULL } },
+    { 1, { "input", "type", "id", "name", NULL } }
+};
 
 
 static ngx_http_agent_anthropic_event_t  ngx_http_agent_anthropic_events[] = {
@@ -391,7 +431,8 @@ static ngx_int_t
 ngx_http_agent_anthropic_block_start(ngx_http_agent_anthropic_ctx_t *ctx,
     yajl_val v)
 {
-    yajl_val                           cb, index, type;
+    size_t                             i;
+    yajl_val                           cb, index, type, cites;
     ngx_str_t                          id;
     ngx_http_agent_reply_t            *reply;
     ngx_http_agent_anthropic_block_t  *block;
@@ -419,8 +460,32 @@ ngx_http_agent_anthropic_block_start(ngx_http_agent_anthropic_ctx_t *ctx,
 
     ngx_memzero(block, sizeof(ngx_http_agent_anthropic_block_t));
 
+    /* NUL-terminated, to be parsed again when the reply is kept */
+
+    if (ngx_http_agent_anthropic_json(ctx, &block->start, cb) != NGX_OK
+        || ngx_http_agent_bytes_append(reply->pool, &block->start,
+                                       (u_char *) "", 1)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    block->start.len--;
+
     if (ngx_http_agent_provider_is(type, "text")) {
         block->kind = NGX_HTTP_AGENT_ANTHROPIC_TEXT;
+        block->own = ngx_http_agent_anthropic_own(block, cb);
+
+        cites = ngx_http_agent_provider_get(cb, "citations");
+
+        for (i = 0; YAJL_IS_ARRAY(cites) && i < cites->u.array.len; i++) {
+            if (ngx_http_agent_anthropic_cite(ctx, block,
+                                              cites->u.array.values[i])
+                != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+        }
 
         return ngx_http_agent_anthropic_piece(ctx, &block->text, &reply->text,
                                              NGX_HTTP_AGENT_DELTA_TEXT, 0,
@@ -429,6 +494,14 @@ ngx_http_agent_anthropic_block_start(ngx_http_agent_anthropic_ctx_t *ctx,
 
     if (ngx_http_agent_provider_is(type, "thinking")) {
         block->kind = NGX_HTTP_AGENT_ANTHROPIC_THINKING;
+
+        if (ngx_http_agent_anthropic_piece(ctx, &block->extra, NULL,
+                             NGX_HTTP_AGENT_ANTHROPIC_QUIET, 0,
+                             ngx_http_agent_provider_get(cb, "signature"))
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
 
         return ngx_http_agent_anthropic_piece(ctx, &block->text,
                                               &reply->thinking,
@@ -442,6 +515,7 @@ ngx_http_agent_anthropic_block_start(ngx_http_agent_anthropic_ctx_t *ctx,
     if (ngx_http_agent_provider_is(type, "tool_use")) {
         block->kind = NGX_HTTP_AGENT_ANTHROPIC_TOOL_USE;
         block->n = ctx->ncalls++;
+        block->own = ngx_http_agent_anthropic_own(block, cb);
 
         return ngx_http_agent_anthropic_tool_start(ctx, block, cb);
     }
@@ -453,15 +527,12 @@ ngx_http_agent_anthropic_block_start(ngx_http_agent_anthropic_ctx_t *ctx,
     }
 
     /*
-     * web_search_tool_result, redacted_thinking, and blocks to come; one
-     * with the tool_use_id of a server_tool_use is that tool's result
+     * web_search_tool_result, redacted_thinking, and blocks to come, kept
+     * as they start; one with the tool_use_id of a server_tool_use is
+     * that tool's result
      */
 
     block->kind = NGX_HTTP_AGENT_ANTHROPIC_VERBATIM;
-
-    if (ngx_http_agent_anthropic_json(ctx, &block->extra, cb) != NGX_OK) {
-        return NGX_ERROR;
-    }
 
     if (ngx_http_agent_provider_string(
             ngx_http_agent_provider_get(cb, "tool_use_id"), &id)
@@ -531,7 +602,7 @@ static ngx_int_t
 ngx_http_agent_anthropic_block_delta(ngx_http_agent_anthropic_ctx_t *ctx,
     yajl_val v)
 {
-    yajl_val                           delta, type, index, cite;
+    yajl_val                           delta, type, index;
     ngx_uint_t                         kind;
     ngx_http_agent_reply_t            *reply;
     ngx_http_agent_anthropic_block_t  *block;
@@ -592,23 +663,12 @@ ngx_http_agent_anthropic_block_delta(ngx_http_agent_anthropic_ctx_t *ctx,
     }
 
     if (ngx_http_agent_provider_is(type, "citations_delta")) {
-        cite = ngx_http_agent_provider_get(delta, "citation");
-
-        if (block->kind != NGX_HTTP_AGENT_ANTHROPIC_TEXT
-            || !YAJL_IS_OBJECT(cite))
-        {
+        if (block->kind != NGX_HTTP_AGENT_ANTHROPIC_TEXT) {
             return NGX_OK;
         }
 
-        if (block->extra.len
-            && ngx_http_agent_bytes_append(reply->pool, &block->extra,
-                                           (u_char *) ",", 1)
-               != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
-
-        return ngx_http_agent_anthropic_json(ctx, &block->extra, cite);
+        return ngx_http_agent_anthropic_cite(ctx, block,
+                                ngx_http_agent_provider_get(delta, "citation"));
     }
 
     if (!ngx_http_agent_provider_is(type, "input_json_delta")
@@ -628,7 +688,10 @@ ngx_http_agent_anthropic_block_delta(ngx_http_agent_anthropic_ctx_t *ctx,
 }
 
 
-/* {"delta":{"stop_reason","stop_sequence"},"usage":{"output_tokens"}} */
+/*
+ * {"delta":{"stop_reason","stop_sequence"},"usage":{"output_tokens"}}:
+ * pause_turn is a turn of hosted tools the API paused, to be continued
+ */
 
 static ngx_int_t
 ngx_http_agent_anthropic_message_delta(ngx_http_agent_anthropic_ctx_t *ctx,
@@ -650,6 +713,10 @@ ngx_http_agent_anthropic_message_delta(ngx_http_agent_anthropic_ctx_t *ctx,
     {
         return NGX_OK;
     }
+
+    reply->paused = (reason.len == sizeof("pause_turn") - 1
+                     && ngx_strncmp(reason.data, "pause_turn", reason.len)
+                        == 0);
 
     return ngx_http_agent_bytes_set(reply->pool, &reply->finish_reason,
                                     reason.data, reason.len);
@@ -680,7 +747,7 @@ ngx_http_agent_anthropic_message_stop(ngx_http_agent_anthropic_ctx_t *ctx,
         switch (block[i].kind) {
 
         case NGX_HTTP_AGENT_ANTHROPIC_TEXT:
-            keep |= (block[i].extra.len != 0);
+            keep |= (block[i].extra.len != 0 || block[i].own);
             break;
 
         case NGX_HTTP_AGENT_ANTHROPIC_THINKING:
@@ -698,6 +765,7 @@ ngx_http_agent_anthropic_message_stop(ngx_http_agent_anthropic_ctx_t *ctx,
                 return NGX_ERROR;
             }
 
+            keep |= block[i].own;
             break;
 
         default: /* NGX_HTTP_AGENT_ANTHROPIC_SERVER_TOOL_USE, _VERBATIM */
@@ -893,6 +961,28 @@ ngx_http_agent_anthropic_piece(ngx_http_agent_anthropic_ctx_t *ctx,
 }
 
 
+/* a citation of a text block, added to those before it */
+
+static ngx_int_t
+ngx_http_agent_anthropic_cite(ngx_http_agent_anthropic_ctx_t *ctx,
+    ngx_http_agent_anthropic_block_t *block, yajl_val cite)
+{
+    if (!YAJL_IS_OBJECT(cite)) {
+        return NGX_OK;
+    }
+
+    if (block->extra.len
+        && ngx_http_agent_bytes_append(ctx->reply->pool, &block->extra,
+                                       (u_char *) ",", 1)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_agent_anthropic_json(ctx, &block->extra, cite);
+}
+
+
 /* a value appended to b as a JSON text */
 
 static ngx_int_t
@@ -949,16 +1039,25 @@ ngx_http_agent_anthropic_raw(ngx_http_agent_anthropic_ctx_t *ctx)
 }
 
 
+/*
+ * A block as its start came, with the members its deltas built in their
+ * place, or after the others if its start had none
+ */
+
 static ngx_uint_t
 ngx_http_agent_anthropic_raw_block(ngx_http_agent_anthropic_ctx_t *ctx,
     yajl_gen g, ngx_http_agent_anthropic_block_t *block)
 {
-    u_char      *p;
-    ngx_str_t    s;
-    ngx_uint_t   failed;
+    char                                *key;
+    size_t                               i;
+    yajl_val                             cb;
+    ngx_int_t                            n;
+    ngx_str_t                            s;
+    ngx_uint_t                           failed, done;
+    ngx_http_agent_anthropic_members_t  *m;
 
-    s.data = block->extra.data;
-    s.len = block->extra.len;
+    s.data = block->start.data;
+    s.len = block->start.len;
 
     if (block->kind == NGX_HTTP_AGENT_ANTHROPIC_VERBATIM) {
         return ngx_http_agent_json_verbatim(g, &s);
@@ -966,55 +1065,104 @@ ngx_http_agent_anthropic_raw_block(ngx_http_agent_anthropic_ctx_t *ctx,
 
     /* the API refuses an empty text block */
     if (block->kind == NGX_HTTP_AGENT_ANTHROPIC_TEXT
-        && block->text.len == 0 && s.len == 0)
+        && block->text.len == 0 && block->extra.len == 0)
     {
         return 0;
     }
 
+    cb = ngx_http_agent_provider_parse(ctx->reply->log, s.data, s.len,
+                                       "anthropic_messages content block");
+    if (cb == NULL) {
+        return 1;
+    }
+
+    m = &ngx_http_agent_anthropic_members[block->kind];
+    done = 0;
+
     failed = yajl_gen_map_open(g);
-    failed |= ngx_http_agent_json_key(g, "type");
 
-    switch (block->kind) {
+    for (i = 0; i < cb->u.object.len; i++) {
+        key = (char *) cb->u.object.keys[i];
+        n = ngx_http_agent_anthropic_member(block, key);
 
-    case NGX_HTTP_AGENT_ANTHROPIC_TEXT:
-        failed |= ngx_http_agent_json_key(g, "text");
-        failed |= ngx_http_agent_json_key(g, "text");
-        failed |= yajl_gen_string(g, block->text.data, block->text.len);
+        failed |= yajl_gen_string(g, (u_char *) key, ngx_strlen(key));
 
-        if (s.len) {
-            /* the citations, JSON texts joined with commas */
-            failed |= ngx_http_agent_json_key(g, "citations");
-            failed |= yajl_gen_array_open(g);
-            failed |= ngx_http_agent_json_verbatim(g, &s);
-            failed |= yajl_gen_array_close(g);
+        if (n == NGX_DECLINED) {
+            failed |= ngx_http_agent_provider_value(g, cb->u.object.values[i]);
+            continue;
         }
 
-        break;
+        failed |= ngx_http_agent_anthropic_built(ctx, g, block, n);
+        done |= 1 << n;
+    }
 
-    case NGX_HTTP_AGENT_ANTHROPIC_THINKING:
-        failed |= ngx_http_agent_json_key(g, "thinking");
-        failed |= ngx_http_agent_json_key(g, "thinking");
-        failed |= yajl_gen_string(g, block->text.data, block->text.len);
-        failed |= ngx_http_agent_json_key(g, "signature");
-        failed |= ngx_http_agent_json_str(g, &s);
-        break;
-
-    default: /* NGX_HTTP_AGENT_ANTHROPIC_TOOL_USE, _SERVER_TOOL_USE */
-
-        if (block->kind == NGX_HTTP_AGENT_ANTHROPIC_TOOL_USE) {
-            failed |= ngx_http_agent_json_key(g, "tool_use");
-
-        } else {
-            failed |= ngx_http_agent_json_key(g, "server_tool_use");
+    for (n = 0; n < (ngx_int_t) m->built; n++) {
+        if (done & (1 << n)
+            || ngx_http_agent_anthropic_member(block, (char *) m->names[n])
+               == NGX_DECLINED)
+        {
+            continue;
         }
 
-        failed |= ngx_http_agent_json_key(g, "id");
-        failed |= yajl_gen_string(g, block->id.data, block->id.len);
-        failed |= ngx_http_agent_json_key(g, "name");
-        failed |= yajl_gen_string(g, block->name.data, block->name.len);
-        failed |= ngx_http_agent_json_key(g, "input");
+        failed |= yajl_gen_string(g, (u_char *) m->names[n],
+                                  ngx_strlen(m->names[n]));
+        failed |= ngx_http_agent_anthropic_built(ctx, g, block, n);
+    }
 
-        /* parsed back, since it must be valid to go back */
+    yajl_tree_free(cb);
+
+    return failed | yajl_gen_map_close(g);
+}
+
+
+/*
+ * Which of the members its deltas build a key is, or NGX_DECLINED: a
+ * member they do not build, or built nothing for (a text block's
+ * citations, when none came), goes back as its start had it
+ */
+
+static ngx_int_t
+ngx_http_agent_anthropic_member(ngx_http_agent_anthropic_block_t *block,
+    char *key)
+{
+    ngx_uint_t                           n;
+    ngx_http_agent_anthropic_members_t  *m;
+
+    m = &ngx_http_agent_anthropic_members[block->kind];
+
+    for (n = 0; n < m->built; n++) {
+        if (ngx_strcmp(m->names[n], key) != 0) {
+            continue;
+        }
+
+        if (block->kind == NGX_HTTP_AGENT_ANTHROPIC_TEXT && n == 1
+            && block->extra.len == 0)
+        {
+            return NGX_DECLINED;
+        }
+
+        return n;
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/* the value of member n as the deltas built it */
+
+static ngx_uint_t
+ngx_http_agent_anthropic_built(ngx_http_agent_anthropic_ctx_t *ctx,
+    yajl_gen g, ngx_http_agent_anthropic_block_t *block, ngx_uint_t n)
+{
+    u_char      *p;
+    ngx_str_t    s;
+    ngx_uint_t   failed;
+
+    if (block->kind == NGX_HTTP_AGENT_ANTHROPIC_TOOL_USE
+        || block->kind == NGX_HTTP_AGENT_ANTHROPIC_SERVER_TOOL_USE)
+    {
+        /* the input, parsed back, since it must be valid to go back */
+
         p = ngx_pnalloc(ctx->reply->pool, block->text.len + 1);
         if (p == NULL) {
             return 1;
@@ -1022,11 +1170,56 @@ ngx_http_agent_anthropic_raw_block(ngx_http_agent_anthropic_ctx_t *ctx,
 
         *ngx_cpymem(p, block->text.data, block->text.len) = '\0';
 
-        failed |= ngx_http_agent_anthropic_input(g, p);
-        break;
+        return ngx_http_agent_anthropic_input(g, p);
     }
 
-    return failed | yajl_gen_map_close(g);
+    if (n == 0) {
+        /* a text's text, a thinking's thinking */
+        return yajl_gen_string(g, block->text.data, block->text.len);
+    }
+
+    s.data = block->extra.data;
+    s.len = block->extra.len;
+
+    if (block->kind == NGX_HTTP_AGENT_ANTHROPIC_THINKING) {
+        return ngx_http_agent_json_str(g, &s);
+    }
+
+    /* the citations, JSON texts joined with commas */
+
+    failed = yajl_gen_array_open(g);
+    failed |= ngx_http_agent_json_verbatim(g, &s);
+
+    return failed | yajl_gen_array_close(g);
+}
+
+
+/* the block has members the canonical fields cannot rebuild */
+
+static ngx_uint_t
+ngx_http_agent_anthropic_own(ngx_http_agent_anthropic_block_t *block,
+    yajl_val cb)
+{
+    size_t                               i;
+    ngx_uint_t                           n;
+    ngx_http_agent_anthropic_members_t  *m;
+
+    m = &ngx_http_agent_anthropic_members[block->kind];
+
+    for (i = 0; i < cb->u.object.len; i++) {
+
+        for (n = 0; m->names[n]; n++) {
+            if (ngx_strcmp(m->names[n], cb->u.object.keys[i]) == 0) {
+                break;
+            }
+        }
+
+        if (m->names[n] == NULL) {
+            return 1;
+        }
+    }
+
+    return 0;
 }
 
 

@@ -91,6 +91,11 @@ struct ngx_http_agent_reply_s {
     unsigned                      started:1;
     /* the stream ended as the API says a complete stream ends */
     unsigned                      complete:1;
+    /*
+     * the API paused a long turn (Anthropic's pause_turn): the reply goes
+     * back as it is, the last message, for the model to go on with it
+     */
+    unsigned                      paused:1;
 
     /* live deltas, as they are parsed; s is valid during the call only */
     void                        (*delta)(ngx_http_agent_reply_t *reply,

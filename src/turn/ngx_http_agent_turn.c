@@ -879,6 +879,20 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
         }
     }
 
+    if (t->reply->paused) {
+        /*
+         * the reply is not final: the turn goes on from the log, as after
+         * tool results, and the paused reply is the request's last message
+         */
+
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, &t->log, 0,
+                       "agent turn \"%V\": the provider paused the turn",
+                       &t->id);
+
+        ngx_http_agent_turn_resume(&t->event);
+        return;
+    }
+
     ngx_str_set(&reason, "{}");
     ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_COMPLETE, &reason);
 }

@@ -78,6 +78,9 @@ Test::Agent::MockProvider::OpenAIResponses.
 C<< thinking => 'text' >> (with C<signature>) and C<< web_search =>
 { query =>, results => [...], citations => [...] } >>: content blocks
 before the text; see Test::Agent::MockProvider::Anthropic.
+C<< content => [{ type => 'thinking', ... }, ...] >>: any content blocks,
+each given whole as the unstreamed API returns it, fields the module does
+not know included, streamed as the API streams them.
 
 =item Usage
 
@@ -164,7 +167,7 @@ my %REPLY_KEYS = map { $_ => 1 } qw(
     text chunks delay tool_calls finish_reason usage include_usage model id
     headers raw status retry_after error body error_after cut_after reset
     stall_after stall_head pause_after latency reasoning web_search
-    thinking signature);
+    thinking signature content);
 
 my %TOOL_CALL_KEYS = map { $_ => 1 } qw(id name arguments chunks index);
 

@@ -19,6 +19,9 @@ package Test::Agent::MockProvider::Anthropic;
 #   text       text => '...' (chunks); citations_delta first, if any
 #   tool calls tool_calls => [{ id, name, arguments, chunks }]: input as
 #              input_json_delta pieces after an empty one, as the API does
+# or, instead of all these, content => [{ type, ... }, ...]: any blocks,
+# each whole as the unstreamed API returns it, and every field of it that
+# is not streamed (a tool_use's caller, say) in its content_block_start.
 # finish_reason is the stop_reason (end_turn, or tool_use with calls);
 # usage => { input_tokens, output_tokens } (prompt_tokens and
 # completion_tokens are taken too).
@@ -64,6 +67,9 @@ sub _id ($reply) {
 # its deltas, and the whole block as a non-streamed reply has it.
 sub _blocks ($reply) {
     my (@blocks, $ws, @calls);
+
+    return map { _whole($_, $reply->{chunks}) } @{ $reply->{content} }
+        if $reply->{content};
 
     $ws = $reply->{web_search};
     @calls = @{ $reply->{tool_calls} // [] };
@@ -158,9 +164,57 @@ sub _text ($text, $chunks, @cites) {
     };
 }
 
+# A block given whole, streamed: what the deltas carry is empty at its
+# start, everything else is there as it is.
+sub _whole ($b, $chunks) {
+    my $type = $b->{type} // '';
+
+    if ($type eq 'text') {
+        my %start = (%$b, text => '');
+        delete $start{citations};
+
+        return {
+            start => \%start,
+            deltas => [(map { obj(type => 'citations_delta', citation => $_) }
+                            @{ $b->{citations} // [] }),
+                       map { obj(type => 'text_delta', text => $_) }
+                           split_text($b->{text}, $chunks)],
+            whole => $b,
+        };
+    }
+
+    if ($type eq 'thinking') {
+        return {
+            start => { %$b, thinking => '', signature => '' },
+            deltas => [(map { obj(type => 'thinking_delta', thinking => $_) }
+                            split_text($b->{thinking}, $chunks)),
+                       obj(type => 'signature_delta',
+                           signature => $b->{signature} // '')],
+            whole => $b,
+        };
+    }
+
+    if ($type eq 'tool_use' || $type eq 'server_tool_use') {
+        return {
+            start => { %$b, input => {} },
+            deltas => [map { obj(type => 'input_json_delta',
+                                 partial_json => $_) }
+                           '', split_text(json($b->{input} // {}), $chunks)],
+            whole => $b,
+        };
+    }
+
+    # redacted_thinking, hosted tool results: whole at their start
+    return { start => $b, deltas => [], whole => $b };
+}
+
 sub _stop_reason ($reply) {
+    my @uses = grep { ($_->{type} // '') eq 'tool_use' }
+                    @{ $reply->{content} // [] };
+
     return $reply->{finish_reason}
-           // (@{ $reply->{tool_calls} // [] } ? 'tool_use' : 'end_turn');
+           // (@{ $reply->{tool_calls} // [] } || @uses ? 'tool_use'
+                                                         : 'end_turn');
 }
 
 sub _event ($type, @kv) { return sse(obj(type => $type, @kv), $type) }
