@@ -25,13 +25,7 @@ use Test::Agent::SSE;
 my $t = Test::Agent->new;
 my $mock = Test::Agent::MockProvider->new;
 
-my $tools = <<'EOF';
-    agent_tool echo {
-        description "Echoes what it got";
-        parameters '{"type":"object","properties":{"n":{"type":"integer"}}}';
-        location /tools/echo;
-    }
-
+my $tools = $ECHO_TOOL . <<'EOF';
     agent_tool web_search {
         description "Search the web";
         executor provider;
@@ -39,13 +33,7 @@ my $tools = <<'EOF';
     }
 EOF
 
-my $server = <<'EOF';
-        location = /tools/echo {
-            internal;
-            default_type application/json;
-            return 200 '{"args":$request_body}';
-        }
-EOF
+my $server = $ECHO_LOCATION;
 
 $t->write_file_expand('nginx.conf', engine_conf($mock,
     adapter => 'openai_responses', tools => $tools, server => $server,

@@ -302,14 +302,29 @@ ngx_http_agent_anthropic_feed(ngx_http_agent_reply_t *reply, u_char *p,
 static ngx_int_t
 ngx_http_agent_anthropic_finish(ngx_http_agent_reply_t *reply)
 {
-    ngx_http_agent_anthropic_ctx_t  *ctx;
+    ngx_uint_t                         i;
+    ngx_http_agent_anthropic_ctx_t    *ctx;
+    ngx_http_agent_anthropic_block_t  *block;
 
     ctx = reply->state;
 
-    if (ctx->state == sw_stream) {
-        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, reply->log, 0,
-                       "anthropic_messages stream ended before "
-                       "message_stop");
+    if (ctx->state == sw_done) {
+        return NGX_OK;
+    }
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, reply->log, 0,
+                   "anthropic_messages stream ended before message_stop");
+
+    /* the calls a stream cut short began: the turn keeps them, unrun */
+
+    block = ctx->blocks.elts;
+
+    for (i = 0; i < ctx->blocks.nelts; i++) {
+        if (block[i].kind == NGX_HTTP_AGENT_ANTHROPIC_TOOL_USE
+            && ngx_http_agent_anthropic_tools(ctx, &block[i]) != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
     }
 
     return NGX_OK;

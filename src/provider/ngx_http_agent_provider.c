@@ -683,14 +683,15 @@ ngx_http_agent_provider_call_ids(ngx_http_agent_reply_t *reply)
 
 /*
  * The fields of the assistant_msg event of a reply: its text, thinking,
- * the provider's own content blocks, its calls if it is complete, usage
- * and status.  The generator refuses a string that is not UTF-8.
+ * the provider's own content blocks, its calls (those of a partial reply
+ * too, as far as they came), usage and status.  The generator refuses a
+ * string that is not UTF-8.
  */
 
 ngx_int_t
 ngx_http_agent_provider_reply_json(ngx_http_agent_reply_t *reply,
     ngx_pool_t *pool, ngx_str_t *message_id, ngx_str_t *status,
-    ngx_uint_t complete, ngx_str_t *out)
+    ngx_str_t *out)
 {
     yajl_gen                      g;
     ngx_str_t                     s;
@@ -729,7 +730,7 @@ ngx_http_agent_provider_reply_json(ngx_http_agent_reply_t *reply,
         failed |= ngx_http_agent_json_verbatim(g, &s);
     }
 
-    if (complete && reply->calls.nelts) {
+    if (reply->calls.nelts) {
         call = reply->calls.elts;
 
         failed |= ngx_http_agent_json_key(g, "tool_calls");

@@ -193,7 +193,7 @@ ngx_int_t ngx_http_agent_bytes_set(ngx_pool_t *pool,
 ngx_int_t ngx_http_agent_provider_call_ids(ngx_http_agent_reply_t *reply);
 ngx_int_t ngx_http_agent_provider_reply_json(ngx_http_agent_reply_t *reply,
     ngx_pool_t *pool, ngx_str_t *message_id, ngx_str_t *status,
-    ngx_uint_t complete, ngx_str_t *out);
+    ngx_str_t *out);
 ngx_int_t ngx_http_agent_provider_error(ngx_http_agent_reply_t *reply,
     ngx_http_agent_provider_error_t *known, yajl_val err, yajl_val type);
 yajl_val ngx_http_agent_provider_parse(ngx_log_t *log, u_char *json,

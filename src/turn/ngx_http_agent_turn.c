@@ -838,7 +838,7 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
         ngx_log_error(NGX_LOG_ERR, &t->log, 0, "agent turn failed: %V",
                       &reason);
 
-        if (t->reply->text.len
+        if (ngx_http_agent_turn_said(t->reply)
             && ngx_http_agent_turn_record(t, NGX_HTTP_AGENT_MSG_INTERRUPTED)
                != NGX_OK)
         {
