@@ -168,7 +168,11 @@ ngx_http_agent_fuzz_provider_run(ngx_http_agent_provider_t *provider,
         }
     }
 
-    if (complete || reply->text.len) {
+    /* what ngx_http_agent_turn_said() keeps of a partial reply */
+
+    if (complete || reply->text.len || reply->thinking.len
+        || reply->calls.nelts)
+    {
         ngx_http_agent_fuzz_provider_record(reply, complete);
     }
 
@@ -298,27 +302,32 @@ ngx_http_agent_fuzz_provider_record(ngx_http_agent_reply_t *reply,
 
     static ngx_str_t  message_id = ngx_string("msg_fuzz");
 
-    if (complete) {
-        if (ngx_http_agent_provider_call_ids(reply) != NGX_OK) {
-            abort();
-        }
+    /* a partial reply's calls are recorded too */
 
-        call = reply->calls.elts;
+    if (ngx_http_agent_provider_call_ids(reply) != NGX_OK) {
+        abort();
+    }
 
-        for (i = 0; i < reply->calls.nelts; i++) {
-            if (call[i].id.len == 0
-                || call[i].id.len > NGX_HTTP_AGENT_CALL_ID_MAX)
-            {
-                ngx_http_agent_fuzz_fail("a call id is not addressable",
-                                         call[i].id.data, call[i].id.len);
-            }
+    call = reply->calls.elts;
+
+    for (i = 0; i < reply->calls.nelts; i++) {
+        if (call[i].id.len == 0
+            || call[i].id.len > NGX_HTTP_AGENT_CALL_ID_MAX)
+        {
+            ngx_http_agent_fuzz_fail("a call id is not addressable",
+                                     call[i].id.data, call[i].id.len);
         }
     }
 
-    ngx_str_set(&status, "complete");
+    if (complete) {
+        ngx_str_set(&status, "complete");
+
+    } else {
+        ngx_str_set(&status, "interrupted");
+    }
 
     if (ngx_http_agent_provider_reply_json(reply, reply->pool, &message_id,
-                                           &status, complete, &json)
+                                           &status, &json)
         != NGX_OK)
     {
         return;

@@ -30,13 +30,7 @@ use Test::Agent::MockProvider;
 my $t = Test::Agent->new;
 my $mock = Test::Agent::MockProvider->new;
 
-my $tools = <<'EOF';
-    agent_tool echo {
-        description "Echoes what it got";
-        parameters '{"type":"object","properties":{"n":{"type":"integer"}}}';
-        location /tools/echo;
-    }
-
+my $tools = $ECHO_TOOL . <<'EOF';
     agent_tool web_search {
         executor provider;
         provider_definition anthropic_messages
@@ -44,13 +38,7 @@ my $tools = <<'EOF';
     }
 EOF
 
-my $server = <<'EOF';
-        location = /tools/echo {
-            internal;
-            default_type application/json;
-            return 200 '{"args":$request_body}';
-        }
-EOF
+my $server = $ECHO_LOCATION;
 
 # the version, beta options and key are headers of the provider location
 

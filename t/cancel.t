@@ -61,6 +61,8 @@ is(types('i1'), 'user_msg assistant_msg turn_completed', 'log unchanged');
 is(cancel($t, 'nope')->{status}, 404, 'unknown conversation');
 is(http_get_status('/c/i1/cancel'), 405, 'GET is not a cancel');
 
+my $c;
+
 # streaming: on whichever worker the cancel lands, several times
 
 for my $n (1 .. 4) {
@@ -96,6 +98,34 @@ for my $n (1 .. 4) {
          'the next turn shows the cut reply as cancelled');
 }
 
+# streaming a call: the call begun is kept, marked, never run, and
+# paired with its error result; the next request sends neither
+
+$mock->reset;
+$mock->script({ tool_calls => [{ id => 'p1', name => 'slow',
+                                 arguments => '{"n": 12345}' }],
+                chunks => 4, pause_after => 3 },
+              { text => 'after' });
+
+send_message($t, 'p', 'work');
+$mock->wait_paused(0, 5);
+
+ok(cancel($t, 'p')->{json}{cancelled}, 'cancel while a call streams');
+
+$c = inspect($t, 'p')->{json};
+is(log_types($c), 'user_msg assistant_msg tool_call tool_result cancelled',
+   'the call begun is kept, with its result');
+is($c->{messages}[2]{status}, 'cancelled', 'the call marked cancelled');
+like($c->{messages}[3]{error}, qr/^\[cancelled\].*not run/,
+     'its result says it did not run');
+is(scalar @{$mock->requests}, 1, 'the tool was not called');
+
+send_message($t, 'p', 'next');
+wait_state($t, 'p', 'idle');
+is_deeply([map { $_->{role} } @{$mock->requests->[1]{json}{messages}}],
+          [qw(system user assistant user)],
+          'next request: the cut call and its result are not sent');
+
 # executing_tools: the running tool is aborted with a [cancelled] result
 
 $mock->reset;
@@ -110,7 +140,7 @@ $mock->wait_requests(2, 5);
 $r = cancel($t, 'x');
 ok($r->{json}{cancelled}, 'cancel while a tool runs');
 
-my $c = inspect($t, 'x')->{json};
+$c = inspect($t, 'x')->{json};
 is(log_types($c), 'user_msg assistant_msg tool_call tool_result cancelled',
    'the call got its result, then cancelled');
 is($c->{messages}[3]{error}, '[cancelled]', 'a [cancelled] result');

@@ -25,13 +25,7 @@ use Test::Agent::SSE;
 my $t = Test::Agent->new;
 my $mock = Test::Agent::MockProvider->new;
 
-my $tools = <<'EOF';
-    agent_tool echo {
-        description "Echoes what it got";
-        parameters '{"type":"object","properties":{"n":{"type":"integer"}}}';
-        location /tools/echo;
-    }
-
+my $tools = $ECHO_TOOL . <<'EOF';
     agent_tool web_search {
         description "Search the web";
         executor provider;
@@ -39,13 +33,7 @@ my $tools = <<'EOF';
     }
 EOF
 
-my $server = <<'EOF';
-        location = /tools/echo {
-            internal;
-            default_type application/json;
-            return 200 '{"args":$request_body}';
-        }
-EOF
+my $server = $ECHO_LOCATION;
 
 $t->write_file_expand('nginx.conf', engine_conf($mock,
     adapter => 'openai_responses', tools => $tools, server => $server,
@@ -93,6 +81,8 @@ is($req->{json}{model}, 'gpt-test', 'model');
 is($req->{json}{instructions}, 'You are terse.', 'system prompt');
 ok($req->{json}{stream}, 'streaming asked for');
 ok(exists $req->{json}{store} && !$req->{json}{store}, 'nothing stored');
+ok(!exists $req->{json}{include},
+   'no encrypted reasoning asked for without reasoning in the options');
 ok(!exists $req->{json}{previous_response_id}, 'the whole context is sent');
 is_deeply(input(0), [{ role => 'user', content => 'hi' }], 'input');
 is_deeply($req->{json}{tools},
@@ -387,5 +377,53 @@ $c = wait_state($t, 'h1', 'idle');
 is(log_types($c), 'user_msg turn_failed', '400 ends the turn');
 like($c->{messages}[-1]{error}, qr/bad input item/, 'provider error kept');
 
+$t->done(more => 1);
+
+# with reasoning in the agent's options, the encrypted content that lets
+# a reasoning item go back without "store" is asked for, and the item
+# goes back with it; options that set "include" have the last word
+
+for my $case (['{"reasoning":{"effort":"low","summary":"auto"}}',
+               ['reasoning.encrypted_content']],
+              ['{"reasoning":{"effort":"low"},"include":[]}', []])
+{
+    my ($options, $include) = @$case;
+
+    $t = Test::Agent->new;
+    $t->write_file_expand('nginx.conf', engine_conf($mock,
+        adapter => 'openai_responses', agent => "options '$options';"));
+    $t->run;
+
+    $mock->reset;
+    $mock->script({ reasoning => 'Thinking it over.', text => 'Yes.' },
+                  { text => 'Again yes.' });
+
+    send_message($t, 'o1', 'well?');
+    wait_state($t, 'o1', 'idle');
+    send_message($t, 'o1', 'sure?');
+    wait_state($t, 'o1', 'idle');
+
+    $req = $mock->requests->[0];
+    is_deeply($req->{json}{include}, $include, "$options: include");
+    is(() = $req->{body} =~ /"include"/g, 1, "$options: once");
+
+    @in = @{input(1)};
+
+    if (@$include) {
+        is_deeply([map { $_->{type} // $_->{role} } @in],
+                  [qw(user reasoning message user)],
+                  "$options: the reasoning item goes back");
+        like($in[1]{encrypted_content}, qr/^gAAAAA/,
+             "$options: with its encrypted content");
+
+    } else {
+        is_deeply([map { $_->{type} // $_->{role} } @in],
+                  [qw(user message user)],
+                  "$options: without it, the reasoning item cannot");
+    }
+
+    $t->done(more => 1);
+}
+
 $mock->stop;
-$t->done;
+done_testing();

@@ -248,7 +248,8 @@ ngx_http_agent_conv_sub_add_locked(ngx_http_agent_conv_t *conv, ngx_pid_t pid)
 
 
 void
-ngx_http_agent_conv_sub_remove_locked(ngx_http_agent_conv_t *conv, ngx_pid_t pid)
+ngx_http_agent_conv_sub_remove_locked(ngx_http_agent_conv_t *conv,
+    ngx_pid_t pid)
 {
     ngx_uint_t  i;
 
@@ -266,7 +267,8 @@ ngx_http_agent_conv_sub_remove_locked(ngx_http_agent_conv_t *conv, ngx_pid_t pid
 
 
 ngx_uint_t
-ngx_http_agent_conv_sub_pids_locked(ngx_http_agent_conv_t *conv, ngx_pid_t *pids)
+ngx_http_agent_conv_sub_pids_locked(ngx_http_agent_conv_t *conv,
+    ngx_pid_t *pids)
 {
     ngx_uint_t  i, n;
 

@@ -203,6 +203,22 @@ static ngx_http_agent_anthropic_event_t  ngx_http_agent_anthropic_events[] = {
 };
 
 
+/* the error types of the API, by the HTTP status each stands for */
+static ngx_http_agent_provider_error_t  ngx_http_agent_anthropic_errors[] = {
+    { ngx_string("invalid_request_error"), NGX_HTTP_AGENT_ERROR_FINAL },
+    { ngx_string("authentication_error"), NGX_HTTP_AGENT_ERROR_FINAL },
+    { ngx_string("billing_error"), NGX_HTTP_AGENT_ERROR_FINAL },
+    { ngx_string("permission_error"), NGX_HTTP_AGENT_ERROR_FINAL },
+    { ngx_string("not_found_error"), NGX_HTTP_AGENT_ERROR_FINAL },
+    { ngx_string("request_too_large"), NGX_HTTP_AGENT_ERROR_FINAL },
+    { ngx_string("rate_limit_error"), NGX_HTTP_AGENT_ERROR_RETRY },
+    { ngx_string("api_error"), NGX_HTTP_AGENT_ERROR_RETRY },
+    { ngx_string("timeout_error"), NGX_HTTP_AGENT_ERROR_RETRY },
+    { ngx_string("overloaded_error"), NGX_HTTP_AGENT_ERROR_RETRY },
+    { ngx_null_string, 0 }
+};
+
+
 ngx_http_agent_provider_t  ngx_http_agent_anthropic_messages = {
     ngx_string("anthropic_messages"),
     1,
@@ -326,14 +342,29 @@ ngx_http_agent_anthropic_feed(ngx_http_agent_reply_t *reply, u_char *p,
 static ngx_int_t
 ngx_http_agent_anthropic_finish(ngx_http_agent_reply_t *reply)
 {
-    ngx_http_agent_anthropic_ctx_t  *ctx;
+    ngx_uint_t                         i;
+    ngx_http_agent_anthropic_ctx_t    *ctx;
+    ngx_http_agent_anthropic_block_t  *block;
 
     ctx = reply->state;
 
-    if (ctx->state == sw_stream) {
-        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, reply->log, 0,
-                       "anthropic_messages stream ended before "
-                       "message_stop");
+    if (ctx->state == sw_done) {
+        return NGX_OK;
+    }
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, reply->log, 0,
+                   "anthropic_messages stream ended before message_stop");
+
+    /* the calls a stream cut short began: the turn keeps them, unrun */
+
+    block = ctx->blocks.elts;
+
+    for (i = 0; i < ctx->blocks.nelts; i++) {
+        if (block[i].kind == NGX_HTTP_AGENT_ANTHROPIC_TOOL_USE
+            && ngx_http_agent_anthropic_tools(ctx, &block[i]) != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
     }
 
     return NGX_OK;
@@ -862,56 +893,22 @@ ngx_http_agent_anthropic_tools(ngx_http_agent_anthropic_ctx_t *ctx,
 }
 
 
-/*
- * {"type":"error","error":{"type":"overloaded_error","message"}}.  The
- * type is never empty afterwards, so that it tells the engine there was
- * an error.
- */
+/* {"type":"error","error":{"type":"overloaded_error","message"}} */
 
 static ngx_int_t
 ngx_http_agent_anthropic_error(ngx_http_agent_anthropic_ctx_t *ctx,
     yajl_val v)
 {
-    yajl_val                 err;
-    ngx_str_t                type, message;
-    ngx_http_agent_reply_t  *reply;
-
-    reply = ctx->reply;
+    yajl_val  err;
 
     ctx->state = sw_error;
 
     err = ngx_http_agent_provider_get(v, "error");
 
-    if (ngx_http_agent_provider_string(
-            ngx_http_agent_provider_get(err, "type"), &type)
-        != NGX_OK
-        || type.len == 0)
-    {
-        ngx_str_set(&type, "error");
-    }
-
-    if (ngx_http_agent_provider_string(
-            ngx_http_agent_provider_get(err, "message"), &message)
-        != NGX_OK)
-    {
-        ngx_str_set(&message, "");
-    }
-
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, reply->log, 0,
-                   "anthropic_messages stream error: %V: %V",
-                   &type, &message);
-
-    if (ngx_http_agent_bytes_set(reply->pool, &reply->error_type, type.data,
-                                 type.len)
-        != NGX_OK
-        || ngx_http_agent_bytes_set(reply->pool, &reply->error_message,
-                                    message.data, message.len)
-           != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    return NGX_OK;
+    return ngx_http_agent_provider_error(ctx->reply,
+                                         ngx_http_agent_anthropic_errors, err,
+                                         ngx_http_agent_provider_get(err,
+                                                                     "type"));
 }
 
 

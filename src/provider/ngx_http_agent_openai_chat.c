@@ -708,62 +708,19 @@ ngx_http_agent_openai_chat_count(yajl_val v, ngx_uint_t *n)
 
 
 /*
- * An error after the stream started, in place of a chunk.  The type is
- * never empty afterwards, so that it tells the engine there was one.
+ * An error after the stream started, in place of a chunk:
+ * {"error":{"message","type","param","code"}}, with Groq's
+ * "failed_generation" too, or a string.
  */
 
 static ngx_int_t
 ngx_http_agent_openai_chat_error(ngx_http_agent_openai_chat_ctx_t *ctx,
     yajl_val err)
 {
-    yajl_val                 code;
-    ngx_str_t                type, message;
-    ngx_http_agent_reply_t  *reply;
-
-    reply = ctx->reply;
-
     ctx->state = sw_error;
 
-    if (ngx_http_agent_provider_string(err, &message) != NGX_OK
-        && ngx_http_agent_provider_string(
-               ngx_http_agent_provider_get(err, "message"), &message)
-           != NGX_OK)
-    {
-        ngx_str_null(&message);
-    }
-
-    code = ngx_http_agent_provider_get(err, "code");
-
-    if (ngx_http_agent_provider_string(
-            ngx_http_agent_provider_get(err, "type"), &type)
-        != NGX_OK
-        && ngx_http_agent_provider_string(code, &type) != NGX_OK)
-    {
-        if (YAJL_IS_NUMBER(code)) {
-            type.data = (u_char *) code->u.number.r;
-            type.len = ngx_strlen(type.data);
-
-        } else {
-            ngx_str_null(&type);
-        }
-    }
-
-    if (type.len == 0) {
-        ngx_str_set(&type, "error");
-    }
-
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, reply->log, 0,
-                   "openai_chat stream error: %V: %V", &type, &message);
-
-    if (ngx_http_agent_bytes_set(reply->pool, &reply->error_type, type.data,
-                                 type.len)
-        != NGX_OK
-        || ngx_http_agent_bytes_set(reply->pool, &reply->error_message,
-                                    message.data, message.len)
-           != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    return NGX_OK;
+    return ngx_http_agent_provider_error(ctx->reply,
+                                         ngx_http_agent_openai_errors, err,
+                                         ngx_http_agent_provider_get(err,
+                                                                     "type"));
 }

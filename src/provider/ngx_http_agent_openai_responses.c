@@ -748,8 +748,7 @@ static ngx_int_t
 ngx_http_agent_openai_responses_error(
     ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev)
 {
-    yajl_val   err;
-    ngx_str_t  type, message;
+    yajl_val  err;
 
     err = ngx_http_agent_provider_get(ev, "response");
 
@@ -760,48 +759,20 @@ ngx_http_agent_openai_responses_error(
         err = ngx_http_agent_provider_get(ev, "error");
     }
 
-    if (!YAJL_IS_OBJECT(err)) {
-        err = ev;
-    }
-
-    /* the type of the event itself says nothing */
-    if ((err == ev
-         || ngx_http_agent_provider_string(
-                ngx_http_agent_provider_get(err, "type"), &type)
-            != NGX_OK)
-        && ngx_http_agent_provider_string(
-               ngx_http_agent_provider_get(err, "code"), &type)
-           != NGX_OK)
-    {
-        ngx_str_set(&type, "error");
-    }
-
-    if (ngx_http_agent_provider_string(
-            ngx_http_agent_provider_get(err, "message"), &message)
-        != NGX_OK)
-    {
-        ngx_str_null(&message);
-    }
-
     ctx->state = sw_error;
 
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->reply->log, 0,
-                   "openai_responses stream error: %V: %V", &type, &message);
+    /* the type of the event itself says nothing */
 
-    /* the type is never empty: it tells the engine there was an error */
-
-    if (ngx_http_agent_bytes_set(ctx->reply->pool, &ctx->reply->error_type,
-                                 type.data, type.len)
-        != NGX_OK
-        || ngx_http_agent_bytes_set(ctx->reply->pool,
-                                    &ctx->reply->error_message,
-                                    message.data, message.len)
-           != NGX_OK)
-    {
-        return NGX_ERROR;
+    if (!YAJL_IS_OBJECT(err)) {
+        return ngx_http_agent_provider_error(ctx->reply,
+                                             ngx_http_agent_openai_errors,
+                                             ev, NULL);
     }
 
-    return NGX_OK;
+    return ngx_http_agent_provider_error(ctx->reply,
+                                         ngx_http_agent_openai_errors, err,
+                                         ngx_http_agent_provider_get(err,
+                                                                     "type"));
 }
 
 

@@ -76,7 +76,7 @@ ngx_http_agent_openai_responses_build_request(ngx_pool_t *pool,
 
 /*
  * {"model","instructions","input":[...],"tools":[...],"store":false,
- *  "stream":true}
+ *  "stream":true,"include":["reasoning.encrypted_content"]}
  */
 
 static ngx_uint_t
@@ -98,15 +98,34 @@ ngx_http_agent_openai_responses_head(ngx_http_agent_request_t *r)
 }
 
 
+/*
+ * Without "store", a reasoning item goes back in later requests only with
+ * its encrypted content, which the API sends only when "include" asks for
+ * it.  It is asked for when the agent's options ask for reasoning (a
+ * model that does not reason refuses both), unless they set "include"
+ * themselves.
+ */
+
 static ngx_uint_t
 ngx_http_agent_openai_responses_tail(ngx_http_agent_request_t *r)
 {
     ngx_uint_t  failed;
 
+    static ngx_str_t  encrypted = ngx_string("reasoning.encrypted_content");
+
     failed = ngx_http_agent_json_key(r->g, "store");
     failed |= yajl_gen_bool(r->g, 0);
     failed |= ngx_http_agent_json_key(r->g, "stream");
     failed |= yajl_gen_bool(r->g, 1);
+
+    if (ngx_http_agent_provider_option(r->agent, "reasoning")
+        && !ngx_http_agent_provider_option(r->agent, "include"))
+    {
+        failed |= ngx_http_agent_json_key(r->g, "include");
+        failed |= yajl_gen_array_open(r->g);
+        failed |= ngx_http_agent_json_str(r->g, &encrypted);
+        failed |= yajl_gen_array_close(r->g);
+    }
 
     return failed;
 }

@@ -25,10 +25,66 @@ static yajl_val ngx_http_agent_provider_tree(ngx_log_t *log, u_char *json,
     size_t len, ngx_uint_t depth, char *what);
 
 
+static ngx_uint_t ngx_http_agent_provider_error_class(
+    ngx_http_agent_provider_error_t *known, yajl_val v, ngx_str_t *name);
 static ngx_uint_t ngx_http_agent_provider_call_id_ok(
     ngx_http_agent_reply_t *reply, ngx_uint_t n);
 static ngx_int_t ngx_http_agent_provider_replace(
     ngx_http_agent_reply_t *reply, ngx_str_t *from, ngx_str_t *to);
+
+
+/*
+ * The error types and codes of OpenAI's APIs (Chat Completions and
+ * Responses, whose response.failed has codes of its own), and those of
+ * the servers that speak them (Azure, Groq, vLLM, OpenRouter...).  A
+ * code says more than a type ("requests" is a rate limit's type), so it
+ * is looked up first.
+ */
+
+#define NGX_HTTP_AGENT_RETRY  NGX_HTTP_AGENT_ERROR_RETRY
+#define NGX_HTTP_AGENT_FINAL  NGX_HTTP_AGENT_ERROR_FINAL
+
+ngx_http_agent_provider_error_t  ngx_http_agent_openai_errors[] = {
+    { ngx_string("rate_limit_exceeded"), NGX_HTTP_AGENT_RETRY },
+    { ngx_string("requests"), NGX_HTTP_AGENT_RETRY },
+    { ngx_string("tokens"), NGX_HTTP_AGENT_RETRY },
+    { ngx_string("rate_limit_error"), NGX_HTTP_AGENT_RETRY },
+    { ngx_string("server_error"), NGX_HTTP_AGENT_RETRY },
+    { ngx_string("internal_error"), NGX_HTTP_AGENT_RETRY },
+    { ngx_string("internal_server_error"), NGX_HTTP_AGENT_RETRY },
+    { ngx_string("api_error"), NGX_HTTP_AGENT_RETRY },
+    { ngx_string("service_unavailable"), NGX_HTTP_AGENT_RETRY },
+    { ngx_string("overloaded_error"), NGX_HTTP_AGENT_RETRY },
+    { ngx_string("vector_store_timeout"), NGX_HTTP_AGENT_RETRY },
+
+    { ngx_string("insufficient_quota"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("invalid_request_error"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("context_length_exceeded"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("invalid_prompt"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("invalid_api_key"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("authentication_error"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("permission_error"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("not_found_error"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("model_not_found"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("content_policy_violation"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("content_filter"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("invalid_image"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("invalid_image_format"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("invalid_base64_image"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("invalid_image_url"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("invalid_image_mode"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("image_too_large"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("image_too_small"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("image_parse_error"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("image_content_policy_violation"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("image_file_too_large"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("image_file_not_found"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("unsupported_image_media_type"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("empty_image_file"), NGX_HTTP_AGENT_FINAL },
+    { ngx_string("failed_to_download_image"), NGX_HTTP_AGENT_FINAL },
+
+    { ngx_null_string, 0 }
+};
 
 
 static ngx_str_t  ngx_http_agent_no_parameters =
@@ -560,14 +616,15 @@ ngx_http_agent_provider_call_ids(ngx_http_agent_reply_t *reply)
 
 /*
  * The fields of the assistant_msg event of a reply: its text, thinking,
- * the provider's own content blocks, its calls if it is complete, usage
- * and status.  The generator refuses a string that is not UTF-8.
+ * the provider's own content blocks, its calls (those of a partial reply
+ * too, as far as they came), usage and status.  The generator refuses a
+ * string that is not UTF-8.
  */
 
 ngx_int_t
 ngx_http_agent_provider_reply_json(ngx_http_agent_reply_t *reply,
     ngx_pool_t *pool, ngx_str_t *message_id, ngx_str_t *status,
-    ngx_uint_t complete, ngx_str_t *out)
+    ngx_str_t *out)
 {
     yajl_gen                      g;
     ngx_str_t                     s;
@@ -606,7 +663,7 @@ ngx_http_agent_provider_reply_json(ngx_http_agent_reply_t *reply,
         failed |= ngx_http_agent_json_verbatim(g, &s);
     }
 
-    if (complete && reply->calls.nelts) {
+    if (reply->calls.nelts) {
         call = reply->calls.elts;
 
         failed |= ngx_http_agent_json_key(g, "tool_calls");
@@ -648,6 +705,117 @@ ngx_http_agent_provider_reply_json(ngx_http_agent_reply_t *reply,
     failed |= yajl_gen_map_close(g);
 
     return ngx_http_agent_json_result(g, failed, out);
+}
+
+
+/*
+ * An error event of the stream, err its error object (or a string, its
+ * message) and type its type, or NULL: what the provider said, and what
+ * it says of another attempt by known, the adapter's table.  A number as
+ * the code (vLLM, OpenRouter) is the HTTP status it stands for.
+ */
+
+ngx_int_t
+ngx_http_agent_provider_error(ngx_http_agent_reply_t *reply,
+    ngx_http_agent_provider_error_t *known, yajl_val err, yajl_val type)
+{
+    yajl_val    code;
+    ngx_str_t   t, c, message, generation;
+    ngx_uint_t  class;
+
+    if (ngx_http_agent_provider_string(err, &message) != NGX_OK
+        && ngx_http_agent_provider_string(
+               ngx_http_agent_provider_get(err, "message"), &message)
+           != NGX_OK)
+    {
+        ngx_str_null(&message);
+    }
+
+    if (ngx_http_agent_provider_string(type, &t) != NGX_OK || t.len == 0) {
+        /* never empty: it tells the engine there was an error */
+        ngx_str_set(&t, "error");
+    }
+
+    code = ngx_http_agent_provider_get(err, "code");
+
+    if (ngx_http_agent_provider_string(code, &c) != NGX_OK) {
+        if (YAJL_IS_NUMBER(code)) {
+            c.data = (u_char *) code->u.number.r;
+            c.len = ngx_strlen(c.data);
+
+        } else {
+            ngx_str_null(&c);
+        }
+    }
+
+    if (ngx_http_agent_provider_string(
+            ngx_http_agent_provider_get(err, "failed_generation"),
+            &generation)
+        != NGX_OK)
+    {
+        ngx_str_null(&generation);
+    }
+
+    class = ngx_http_agent_provider_error_class(known, code, &c);
+
+    if (class == NGX_HTTP_AGENT_ERROR_UNKNOWN) {
+        class = ngx_http_agent_provider_error_class(known, NULL, &t);
+    }
+
+    reply->error_class = class;
+
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, reply->log, 0,
+                   "agent provider stream error: %V %V (class %ui): %V",
+                   &t, &c, class, &message);
+
+    if (ngx_http_agent_bytes_set(reply->pool, &reply->error_type, t.data,
+                                 t.len)
+        != NGX_OK
+        || ngx_http_agent_bytes_set(reply->pool, &reply->error_code, c.data,
+                                    c.len)
+           != NGX_OK
+        || ngx_http_agent_bytes_set(reply->pool, &reply->error_message,
+                                    message.data, message.len)
+           != NGX_OK
+        || ngx_http_agent_bytes_set(reply->pool, &reply->error_generation,
+                                    generation.data, generation.len)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* a name of the table, or a number that is an HTTP status */
+
+static ngx_uint_t
+ngx_http_agent_provider_error_class(ngx_http_agent_provider_error_t *known,
+    yajl_val v, ngx_str_t *name)
+{
+    long long  n;
+
+    if (YAJL_IS_INTEGER(v)) {
+        n = YAJL_GET_INTEGER(v);
+
+        if (n == 429 || (n >= 500 && n < 600)) {
+            return NGX_HTTP_AGENT_ERROR_RETRY;
+        }
+
+        return (n >= 400 && n < 500) ? NGX_HTTP_AGENT_ERROR_FINAL
+                                     : NGX_HTTP_AGENT_ERROR_UNKNOWN;
+    }
+
+    for ( /* void */ ; known->name.len; known++) {
+        if (known->name.len == name->len
+            && ngx_strncmp(known->name.data, name->data, name->len) == 0)
+        {
+            return known->class;
+        }
+    }
+
+    return NGX_HTTP_AGENT_ERROR_UNKNOWN;
 }
 
 

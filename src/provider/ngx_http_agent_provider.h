@@ -24,6 +24,23 @@
 #define NGX_HTTP_AGENT_DELTA_TOOL_ARGS       2
 
 
+/*
+ * What an error the provider reported says of another attempt: a rate
+ * limit or an overload passes, a refused request or an exhausted quota
+ * does not.
+ */
+#define NGX_HTTP_AGENT_ERROR_UNKNOWN         0
+#define NGX_HTTP_AGENT_ERROR_RETRY           1
+#define NGX_HTTP_AGENT_ERROR_FINAL           2
+
+
+/* an error type or code a provider sends, and its class */
+typedef struct {
+    ngx_str_t                     name;
+    ngx_uint_t                    class;
+} ngx_http_agent_provider_error_t;
+
+
 /* a tool call as the model streams it */
 typedef struct {
     ngx_uint_t                    index;
@@ -83,9 +100,17 @@ struct ngx_http_agent_reply_s {
     ngx_uint_t                    input_tokens;
     ngx_uint_t                    output_tokens;
 
-    /* an error reported in the stream (after HTTP 200) */
+    /*
+     * an error reported in the stream (after HTTP 200): its type (never
+     * empty, "error" if the provider sent none), code, message, the
+     * generation the provider refused (Groq's "failed_generation"), and
+     * what it says of another attempt, NGX_HTTP_AGENT_ERROR_*
+     */
     ngx_http_agent_bytes_t        error_type;
+    ngx_http_agent_bytes_t        error_code;
     ngx_http_agent_bytes_t        error_message;
+    ngx_http_agent_bytes_t        error_generation;
+    ngx_uint_t                    error_class;
 
     /* set once the stream produced content: no retry after this */
     unsigned                      started:1;
@@ -162,7 +187,9 @@ ngx_uint_t ngx_http_agent_provider_function(yajl_gen g,
 ngx_int_t ngx_http_agent_provider_call_ids(ngx_http_agent_reply_t *reply);
 ngx_int_t ngx_http_agent_provider_reply_json(ngx_http_agent_reply_t *reply,
     ngx_pool_t *pool, ngx_str_t *message_id, ngx_str_t *status,
-    ngx_uint_t complete, ngx_str_t *out);
+    ngx_str_t *out);
+ngx_int_t ngx_http_agent_provider_error(ngx_http_agent_reply_t *reply,
+    ngx_http_agent_provider_error_t *known, yajl_val err, yajl_val type);
 yajl_val ngx_http_agent_provider_parse(ngx_log_t *log, u_char *json,
     size_t len, char *what);
 yajl_val ngx_http_agent_provider_parse_log(ngx_log_t *log, u_char *json,
@@ -191,6 +218,8 @@ extern ngx_http_agent_provider_t   ngx_http_agent_anthropic_messages;
 extern ngx_http_agent_provider_t   ngx_http_agent_openai_responses;
 
 extern ngx_http_agent_provider_t  *ngx_http_agent_providers[];
+
+extern ngx_http_agent_provider_error_t  ngx_http_agent_openai_errors[];
 
 
 #endif /* _NGX_HTTP_AGENT_PROVIDER_H_INCLUDED_ */

@@ -28,6 +28,10 @@ static ngx_int_t ngx_http_agent_request_read(ngx_http_agent_request_t *r,
     ngx_http_agent_request_event_t *ev);
 static ngx_uint_t ngx_http_agent_request_kind(ngx_http_agent_request_t *r,
     ngx_http_agent_request_event_t *ev);
+static ngx_int_t ngx_http_agent_request_cut(ngx_http_agent_request_t *r,
+    ngx_http_agent_request_event_t *ev);
+static ngx_uint_t ngx_http_agent_request_unsent(ngx_http_agent_request_t *r,
+    yajl_val event);
 static yajl_val ngx_http_agent_request_array(yajl_val event, char *key);
 static ngx_uint_t ngx_http_agent_request_side(
     ngx_http_agent_request_event_t *ev);
@@ -155,6 +159,11 @@ ngx_http_agent_request_read(ngx_http_agent_request_t *r,
 
         ev->kind = ngx_http_agent_request_kind(r, ev);
 
+        if (ev->partial && ngx_http_agent_request_cut(r, ev) != NGX_OK) {
+            yajl_tree_free(ev->event);
+            return NGX_ERROR;
+        }
+
         if (ev->kind != NGX_HTTP_AGENT_REQUEST_NONE) {
             return NGX_OK;
         }
@@ -188,9 +197,10 @@ ngx_http_agent_request_kind(ngx_http_agent_request_t *r,
     }
 
     if (ngx_http_agent_provider_is(type, "tool_result")) {
-        if (!r->format->hosted
-            && YAJL_IS_TRUE(ngx_http_agent_provider_get(ev->event,
-                                                        "provider_executed")))
+        if ((!r->format->hosted
+             && YAJL_IS_TRUE(ngx_http_agent_provider_get(ev->event,
+                                                       "provider_executed")))
+            || ngx_http_agent_request_unsent(r, ev->event))
         {
             return NGX_HTTP_AGENT_REQUEST_NONE;
         }
@@ -212,8 +222,8 @@ ngx_http_agent_request_kind(ngx_http_agent_request_t *r,
     ev->partial = (ngx_http_agent_provider_partial(ev->event) != NULL);
 
     /*
-     * a partial message has no calls, never sent unanswered, and its kept
-     * content may be cut short: it is its text alone, marked
+     * a partial message's calls never ran, and its kept content may be
+     * cut short: it is its text alone, marked
      */
 
     if (!ev->partial) {
@@ -229,6 +239,87 @@ ngx_http_agent_request_kind(ngx_http_agent_request_t *r,
     }
 
     return NGX_HTTP_AGENT_REQUEST_NONE;
+}
+
+
+/*
+ * The calls a partial message began were never run, and are not sent:
+ * their ids are kept, so that their error results are left out too.
+ */
+
+static ngx_int_t
+ngx_http_agent_request_cut(ngx_http_agent_request_t *r,
+    ngx_http_agent_request_event_t *ev)
+{
+    size_t      i;
+    yajl_val    calls;
+    ngx_str_t   id, *cut;
+
+    calls = ngx_http_agent_request_array(ev->event, "tool_calls");
+
+    if (calls == NULL) {
+        return NGX_OK;
+    }
+
+    if (r->cut.elts == NULL
+        && ngx_array_init(&r->cut, r->pool, 4, sizeof(ngx_str_t)) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < calls->u.array.len; i++) {
+        if (ngx_http_agent_provider_string(
+                ngx_http_agent_provider_get(calls->u.array.values[i], "id"),
+                &id)
+            != NGX_OK)
+        {
+            continue;
+        }
+
+        cut = ngx_array_push(&r->cut);
+        if (cut == NULL) {
+            return NGX_ERROR;
+        }
+
+        cut->len = id.len;
+        cut->data = ngx_pstrdup(r->pool, &id);
+
+        if (cut->data == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* the result of a call a partial message began */
+
+static ngx_uint_t
+ngx_http_agent_request_unsent(ngx_http_agent_request_t *r, yajl_val event)
+{
+    ngx_str_t   id, *cut;
+    ngx_uint_t  i;
+
+    if (r->cut.nelts == 0
+        || ngx_http_agent_provider_string(
+               ngx_http_agent_provider_get(event, "tool_call_id"), &id)
+           != NGX_OK)
+    {
+        return 0;
+    }
+
+    cut = r->cut.elts;
+
+    for (i = 0; i < r->cut.nelts; i++) {
+        if (cut[i].len == id.len
+            && ngx_strncmp(cut[i].data, id.data, id.len) == 0)
+        {
+            return 1;
+        }
+    }
+
+    return 0;
 }
 
 

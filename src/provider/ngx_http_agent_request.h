@@ -107,6 +107,9 @@ struct ngx_http_agent_request_s {
     ngx_uint_t                        nevents;
     ngx_uint_t                        next;
     ngx_http_agent_bytes_t            scratch;
+
+    /* the ids of calls partial messages began, not sent (ngx_str_t) */
+    ngx_array_t                       cut;
 };
 
 

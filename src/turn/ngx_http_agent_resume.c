@@ -306,6 +306,21 @@ ngx_http_agent_turn_batch(ngx_http_agent_turn_t *t, ngx_str_t *events,
         }
 
         /*
+         * a call of a partial reply never runs: its error result is
+         * recorded with it, and only a worker that died in between
+         * finds it without one
+         */
+
+        if (ngx_http_agent_provider_get(v, "status") != NULL) {
+            if (ngx_http_agent_turn_lost(t, &id, &name) != NGX_OK) {
+                rc = NGX_ERROR;
+                goto done;
+            }
+
+            continue;
+        }
+
+        /*
          * a call that neither waited nor has a result was running when
          * its worker died: a server call is sent again, with the same
          * tool_call_id, and any other is suspended as it would have been
@@ -383,12 +398,24 @@ static ngx_int_t
 ngx_http_agent_turn_lost(ngx_http_agent_turn_t *t, ngx_str_t *id,
     ngx_str_t *name)
 {
-    ngx_int_t               rc;
-    ngx_http_agent_conv_t  *conv;
-
     ngx_log_error(NGX_LOG_ERR, &t->log, 0,
                   "agent call \"%V\" of tool \"%V\" has no result, it is "
                   "not run again", id, name);
+
+    return ngx_http_agent_turn_error_result(t, id, name,
+                                            "[failed] the call's result was "
+                                            "lost; it was not run again");
+}
+
+
+/* a call that is not run gets an error result; error is JSON-safe */
+
+ngx_int_t
+ngx_http_agent_turn_error_result(ngx_http_agent_turn_t *t, ngx_str_t *id,
+    ngx_str_t *name, char *error)
+{
+    ngx_int_t               rc;
+    ngx_http_agent_conv_t  *conv;
 
     rc = NGX_ERROR;
 
@@ -398,8 +425,7 @@ ngx_http_agent_turn_lost(ngx_http_agent_turn_t *t, ngx_str_t *id,
 
     if (conv) {
         rc = ngx_http_agent_fsm_error_result_locked(t->zone, conv, id, name,
-                                 "[failed] the call's result was lost; "
-                                 "it was not run again");
+                                                    error);
     }
 
     ngx_http_agent_zone_unlock(t->zone);
@@ -546,7 +572,8 @@ ngx_http_agent_turn_abort(ngx_http_agent_turn_t *t)
         t->sub.sr = NULL;
     }
 
-    if (t->pool && t->reply && !t->recorded && t->reply->text.len
+    if (t->pool && t->reply && !t->recorded
+        && ngx_http_agent_turn_said(t->reply)
         && ngx_http_agent_turn_record(t, NGX_HTTP_AGENT_MSG_CANCELLED)
            != NGX_OK)
     {

@@ -706,8 +706,8 @@ ngx_http_agent_revive_resume(ngx_http_agent_zone_t *z, ngx_str_t *id,
  */
 
 ngx_int_t
-ngx_http_agent_revive_history(ngx_http_request_t *r, ngx_str_t *id, uint64_t after,
-    uint64_t upto)
+ngx_http_agent_revive_history(ngx_http_request_t *r, ngx_str_t *id,
+    uint64_t after, uint64_t upto)
 {
     ngx_http_agent_revive_ctx_t  *ctx;
 

@@ -24,6 +24,9 @@
 /* how much of a provider's error body is kept for the turn_failed event */
 #define NGX_HTTP_AGENT_ERROR_BODY  512
 
+/* what turn_failed keeps of an error: message, type, code, generation */
+#define NGX_HTTP_AGENT_DETAILS     4
+
 
 typedef enum {
     NGX_HTTP_AGENT_CALL_OK = 0,
@@ -43,6 +46,8 @@ static void ngx_http_agent_turn_call_done(ngx_event_t *ev);
 static void ngx_http_agent_turn_deadline(ngx_event_t *ev);
 static ngx_http_agent_call_e ngx_http_agent_turn_outcome(
     ngx_http_agent_turn_t *t, ngx_str_t *reason);
+static void ngx_http_agent_turn_reason(ngx_http_agent_turn_t *t,
+    ngx_str_t *what, ngx_uint_t status, ngx_str_t *detail, ngx_str_t *reason);
 static ngx_msec_t ngx_http_agent_turn_backoff(ngx_http_agent_turn_t *t);
 static u_char *ngx_http_agent_turn_log_error(ngx_log_t *log, u_char *buf,
     size_t len);
@@ -836,7 +841,7 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
         ngx_log_error(NGX_LOG_ERR, &t->log, 0, "agent turn failed: %V",
                       &reason);
 
-        if (t->reply->text.len
+        if (ngx_http_agent_turn_said(t->reply)
             && ngx_http_agent_turn_record(t, NGX_HTTP_AGENT_MSG_INTERRUPTED)
                != NGX_OK)
         {
@@ -945,17 +950,19 @@ ngx_http_agent_turn_batch_done(ngx_event_t *ev)
 
 /*
  * What the model call came to.  Before the first token, 429, 5xx and
- * transport errors (and an error event, or a cut, before any content)
- * may be retried; after it nothing is.  reason is the JSON object of a
- * turn_failed event.
+ * transport errors (and a cut, or an error event the adapter does not
+ * call final, before any content) may be retried; after it nothing is.
+ * An error event's type and code say whether another attempt can
+ * succeed: a rate limit or an overload may pass, a refused request or
+ * an exhausted quota will not.  One the adapter does not know is tried
+ * again, as a cut would be.  reason is the JSON object of a turn_failed
+ * event.
  */
 
 static ngx_http_agent_call_e
 ngx_http_agent_turn_outcome(ngx_http_agent_turn_t *t, ngx_str_t *reason)
 {
-    u_char                  *p;
-    size_t                   len;
-    ngx_str_t                what, detail;
+    ngx_str_t                what, detail[NGX_HTTP_AGENT_DETAILS];
     ngx_uint_t               status, retry;
     ngx_http_agent_reply_t  *reply;
 
@@ -966,8 +973,7 @@ ngx_http_agent_turn_outcome(ngx_http_agent_turn_t *t, ngx_str_t *reason)
         status = t->rc;
     }
 
-    detail.len = 0;
-    detail.data = NULL;
+    ngx_memzero(detail, sizeof(detail));
 
     if (t->timed_out) {
         ngx_str_set(&what, "the model call took longer than model_timeout");
@@ -981,8 +987,8 @@ ngx_http_agent_turn_outcome(ngx_http_agent_turn_t *t, ngx_str_t *reason)
 
     } else if (status < NGX_HTTP_OK || status >= NGX_HTTP_SPECIAL_RESPONSE) {
         ngx_str_set(&what, "the provider answered with an error");
-        detail.data = t->error_body.data;
-        detail.len = t->error_body.len;
+        detail[0].data = t->error_body.data;
+        detail[0].len = t->error_body.len;
         retry = (status == 429 || status >= NGX_HTTP_INTERNAL_SERVER_ERROR);
 
     } else if (t->parse_error) {
@@ -991,9 +997,16 @@ ngx_http_agent_turn_outcome(ngx_http_agent_turn_t *t, ngx_str_t *reason)
 
     } else if (reply->error_type.len || reply->error_message.len) {
         ngx_str_set(&what, "the provider reported an error mid-stream");
-        detail.data = reply->error_message.data;
-        detail.len = reply->error_message.len;
-        retry = !reply->started;
+        detail[0].data = reply->error_message.data;
+        detail[0].len = reply->error_message.len;
+        detail[1].data = reply->error_type.data;
+        detail[1].len = reply->error_type.len;
+        detail[2].data = reply->error_code.data;
+        detail[2].len = reply->error_code.len;
+        detail[3].data = reply->error_generation.data;
+        detail[3].len = reply->error_generation.len;
+        retry = !reply->started
+                && reply->error_class != NGX_HTTP_AGENT_ERROR_FINAL;
 
     } else if (!reply->complete) {
         /* nginx reports a read timeout after the header as an error */
@@ -1006,38 +1019,66 @@ ngx_http_agent_turn_outcome(ngx_http_agent_turn_t *t, ngx_str_t *reason)
         return NGX_HTTP_AGENT_CALL_OK;
     }
 
-    /*
-     * the provider's own words go into the log: UTF-8, NULs and bytes
-     * that are not (or a character the 512-byte cut split) replaced
-     */
+    ngx_http_agent_turn_reason(t, &what, status, detail, reason);
 
-    if (detail.len && ngx_http_agent_json_utf8_fix(t->pool, &detail) != NGX_OK) {
-        detail.len = 0;
+    return retry ? NGX_HTTP_AGENT_CALL_RETRY : NGX_HTTP_AGENT_CALL_FAILED;
+}
+
+
+/*
+ * {"reason","status","error","error_type","error_code",
+ * "failed_generation"}: the provider's own words, each cut to its size,
+ * go into the log UTF-8, NULs and bytes that are not (or a character the
+ * cut split) replaced
+ */
+
+static void
+ngx_http_agent_turn_reason(ngx_http_agent_turn_t *t, ngx_str_t *what,
+    ngx_uint_t status, ngx_str_t *detail, ngx_str_t *reason)
+{
+    u_char      *p;
+    size_t       len;
+    ngx_uint_t   i;
+
+    static char   *keys[] = { "error", "error_type", "error_code",
+                              "failed_generation" };
+    static size_t  max[] = { NGX_HTTP_AGENT_ERROR_BODY, 64, 64,
+                             NGX_HTTP_AGENT_ERROR_BODY };
+
+    len = sizeof("{\"reason\":\"\",\"status\":}") + what->len + NGX_INT_T_LEN;
+
+    for (i = 0; i < NGX_HTTP_AGENT_DETAILS; i++) {
+        detail[i].len = ngx_min(detail[i].len, max[i]);
+
+        if (detail[i].len
+            && ngx_http_agent_json_utf8_fix(t->pool, &detail[i]) != NGX_OK)
+        {
+            detail[i].len = 0;
+        }
+
+        len += sizeof(",\"\":\"\"") + ngx_strlen(keys[i]) + 6 * detail[i].len;
     }
-
-    len = sizeof("{\"reason\":\"\",\"status\":,\"error\":\"\"}")
-          + what.len + NGX_INT_T_LEN + 6 * detail.len;
 
     p = ngx_pnalloc(t->pool, len);
     if (p == NULL) {
         ngx_str_set(reason, "{\"reason\":\"internal error\"}");
-        return NGX_HTTP_AGENT_CALL_FAILED;
+        return;
     }
 
     reason->data = p;
 
-    p = ngx_sprintf(p, "{\"reason\":\"%V\",\"status\":%ui", &what, status);
+    p = ngx_sprintf(p, "{\"reason\":\"%V\",\"status\":%ui", what, status);
 
-    if (detail.len) {
-        p = ngx_cpymem(p, ",\"error\":\"", sizeof(",\"error\":\"") - 1);
-        p = (u_char *) ngx_escape_json(p, detail.data, detail.len);
-        *p++ = '"';
+    for (i = 0; i < NGX_HTTP_AGENT_DETAILS; i++) {
+        if (detail[i].len) {
+            p = ngx_sprintf(p, ",\"%s\":\"", keys[i]);
+            p = (u_char *) ngx_escape_json(p, detail[i].data, detail[i].len);
+            *p++ = '"';
+        }
     }
 
     *p++ = '}';
     reason->len = p - reason->data;
-
-    return retry ? NGX_HTTP_AGENT_CALL_RETRY : NGX_HTTP_AGENT_CALL_FAILED;
 }
 
 

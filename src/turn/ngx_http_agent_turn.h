@@ -152,6 +152,9 @@ void ngx_http_agent_turn_give_up(ngx_event_t *ev);
 void ngx_http_agent_turn_batch_done(ngx_event_t *ev);
 ngx_int_t ngx_http_agent_turn_record(ngx_http_agent_turn_t *t,
     ngx_uint_t status);
+ngx_uint_t ngx_http_agent_turn_said(ngx_http_agent_reply_t *reply);
+ngx_int_t ngx_http_agent_turn_error_result(ngx_http_agent_turn_t *t,
+    ngx_str_t *id, ngx_str_t *name, char *error);
 ngx_int_t ngx_http_agent_turn_end(ngx_http_agent_turn_t *t,
     ngx_http_agent_fsm_input_e input, ngx_str_t *fields);
 void ngx_http_agent_turn_abort(ngx_http_agent_turn_t *t);

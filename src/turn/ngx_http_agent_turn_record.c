@@ -23,6 +23,8 @@
 
 
 static void ngx_http_agent_turn_delta_handler(ngx_event_t *ev);
+static ngx_int_t ngx_http_agent_turn_record_call(ngx_http_agent_turn_t *t,
+    ngx_http_agent_reply_call_t *call, ngx_uint_t status);
 static ngx_int_t ngx_http_agent_turn_record_hosted(ngx_http_agent_turn_t *t);
 
 static ngx_str_t  ngx_http_agent_status_names[] = {
@@ -165,18 +167,38 @@ ngx_http_agent_turn_delta_flush(ngx_http_agent_turn_t *t)
 }
 
 
-/* the assistant message, and a tool_call event for each call it makes */
+/* the reply has something to keep: text, thinking or a call begun */
+
+ngx_uint_t
+ngx_http_agent_turn_said(ngx_http_agent_reply_t *reply)
+{
+    return reply->text.len || reply->thinking.len || reply->calls.nelts;
+}
+
+
+/*
+ * The assistant message, and a tool_call event for each call it makes.
+ * A partial message (interrupted or cancelled) keeps all the model said
+ * (text, thinking, the calls it began); its calls are marked with its
+ * status and get an error result at once, since they never run, so that
+ * the log stays paired.
+ */
 
 ngx_int_t
 ngx_http_agent_turn_record(ngx_http_agent_turn_t *t, ngx_uint_t status)
 {
-    yajl_gen                      g;
-    ngx_str_t                     fields, s, executor;
-    ngx_uint_t                    i, j, failed, complete;
-    ngx_http_agent_tool_t        *tool;
+    ngx_str_t                     fields, s, name;
+    ngx_uint_t                    i;
     ngx_http_agent_reply_t       *reply;
-    ngx_http_agent_tool_ref_t    *ref;
     ngx_http_agent_reply_call_t  *call;
+
+    static char  *unrun[] = {
+        NULL,
+        "[failed] the reply was cut off before the call was complete; "
+        "it was not run",
+        "[cancelled] the reply was cancelled before the call was "
+        "complete; it was not run"
+    };
 
     reply = t->reply;
 
@@ -184,22 +206,16 @@ ngx_http_agent_turn_record(ngx_http_agent_turn_t *t, ngx_uint_t status)
 
     t->recorded = 1;
 
-    if (status == NGX_HTTP_AGENT_MSG_COMPLETE
-        && ngx_http_agent_provider_call_ids(reply) != NGX_OK)
-    {
+    if (ngx_http_agent_provider_call_ids(reply) != NGX_OK) {
         return NGX_ERROR;
     }
-
-    call = reply->calls.elts;
 
     s.data = t->message_id;
     s.len = t->message_id_len;
 
-    complete = (status == NGX_HTTP_AGENT_MSG_COMPLETE);
-
     if (ngx_http_agent_provider_reply_json(reply, t->pool, &s,
                                     &ngx_http_agent_status_names[status],
-                                    complete, &fields)
+                                    &fields)
         != NGX_OK)
     {
         return NGX_ERROR;
@@ -212,64 +228,31 @@ ngx_http_agent_turn_record(ngx_http_agent_turn_t *t, ngx_uint_t status)
         return NGX_ERROR;
     }
 
-    if (status != NGX_HTTP_AGENT_MSG_COMPLETE) {
-        return NGX_OK;
-    }
-
-    if (ngx_http_agent_turn_record_hosted(t) != NGX_OK) {
+    if (status == NGX_HTTP_AGENT_MSG_COMPLETE
+        && ngx_http_agent_turn_record_hosted(t) != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
-    ref = t->agent->tools.elts;
+    call = reply->calls.elts;
 
     for (i = 0; i < reply->calls.nelts; i++) {
-
-        ngx_str_set(&executor, "unknown");
-
-        s.data = call[i].name.data;
-        s.len = call[i].name.len;
-
-        for (j = 0; j < t->agent->tools.nelts; j++) {
-            tool = ref[j].tool;
-
-            if (tool->name.len == s.len
-                && ngx_strncmp(tool->name.data, s.data, s.len) == 0)
-            {
-                executor = ngx_http_agent_executors[tool->executor].name;
-                break;
-            }
-        }
-
-        g = ngx_http_agent_json_gen(t->pool);
-        if (g == NULL) {
+        if (ngx_http_agent_turn_record_call(t, &call[i], status) != NGX_OK) {
             return NGX_ERROR;
         }
+    }
 
-        failed = yajl_gen_map_open(g);
-        failed |= ngx_http_agent_json_key(g, "tool_call_id");
-        failed |= yajl_gen_string(g, call[i].id.data, call[i].id.len);
-        failed |= ngx_http_agent_json_key(g, "name");
-        failed |= ngx_http_agent_json_str(g, &s);
-        failed |= ngx_http_agent_json_key(g, "arguments");
-        failed |= yajl_gen_string(g, call[i].arguments.data,
-                                  call[i].arguments.len);
-        failed |= ngx_http_agent_json_key(g, "executor");
-        failed |= ngx_http_agent_json_str(g, &executor);
+    if (status == NGX_HTTP_AGENT_MSG_COMPLETE) {
+        return NGX_OK;
+    }
 
-        if (call[i].provider_id.len) {
-            failed |= ngx_http_agent_json_key(g, "provider_id");
-            failed |= yajl_gen_string(g, call[i].provider_id.data,
-                                      call[i].provider_id.len);
-        }
+    for (i = 0; i < reply->calls.nelts; i++) {
+        s.data = call[i].id.data;
+        s.len = call[i].id.len;
+        name.data = call[i].name.data;
+        name.len = call[i].name.len;
 
-        failed |= yajl_gen_map_close(g);
-
-        if (ngx_http_agent_json_result(g, failed, &fields) != NGX_OK) {
-            return NGX_ERROR;
-        }
-
-        if (ngx_http_agent_emit(t->zone, &t->id, NGX_HTTP_AGENT_EV_TOOL_CALL,
-                                &fields)
+        if (ngx_http_agent_turn_error_result(t, &s, &name, unrun[status])
             != NGX_OK)
         {
             return NGX_ERROR;
@@ -277,6 +260,74 @@ ngx_http_agent_turn_record(ngx_http_agent_turn_t *t, ngx_uint_t status)
     }
 
     return NGX_OK;
+}
+
+
+/* a call's tool_call event, with its executor; marked if it is partial */
+
+static ngx_int_t
+ngx_http_agent_turn_record_call(ngx_http_agent_turn_t *t,
+    ngx_http_agent_reply_call_t *call, ngx_uint_t status)
+{
+    yajl_gen                    g;
+    ngx_str_t                   fields, s, executor;
+    ngx_uint_t                  j, failed;
+    ngx_http_agent_tool_t      *tool;
+    ngx_http_agent_tool_ref_t  *ref;
+
+    ngx_str_set(&executor, "unknown");
+
+    s.data = call->name.data;
+    s.len = call->name.len;
+
+    ref = t->agent->tools.elts;
+
+    for (j = 0; j < t->agent->tools.nelts; j++) {
+        tool = ref[j].tool;
+
+        if (tool->name.len == s.len
+            && ngx_strncmp(tool->name.data, s.data, s.len) == 0)
+        {
+            executor = ngx_http_agent_executors[tool->executor].name;
+            break;
+        }
+    }
+
+    g = ngx_http_agent_json_gen(t->pool);
+    if (g == NULL) {
+        return NGX_ERROR;
+    }
+
+    failed = yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "tool_call_id");
+    failed |= yajl_gen_string(g, call->id.data, call->id.len);
+    failed |= ngx_http_agent_json_key(g, "name");
+    failed |= ngx_http_agent_json_str(g, &s);
+    failed |= ngx_http_agent_json_key(g, "arguments");
+    failed |= yajl_gen_string(g, call->arguments.data, call->arguments.len);
+    failed |= ngx_http_agent_json_key(g, "executor");
+    failed |= ngx_http_agent_json_str(g, &executor);
+
+    if (call->provider_id.len) {
+        failed |= ngx_http_agent_json_key(g, "provider_id");
+        failed |= yajl_gen_string(g, call->provider_id.data,
+                                  call->provider_id.len);
+    }
+
+    if (status != NGX_HTTP_AGENT_MSG_COMPLETE) {
+        failed |= ngx_http_agent_json_key(g, "status");
+        failed |= ngx_http_agent_json_str(g,
+                                      &ngx_http_agent_status_names[status]);
+    }
+
+    failed |= yajl_gen_map_close(g);
+
+    if (ngx_http_agent_json_result(g, failed, &fields) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_agent_emit(t->zone, &t->id, NGX_HTTP_AGENT_EV_TOOL_CALL,
+                               &fields);
 }
 
 

@@ -20,7 +20,26 @@ use Time::HiRes qw(time sleep);
 use Test::Agent::HTTP;
 
 our @EXPORT = qw(engine_conf send_message inspect wait_state log_types
-                 events_request resolve cancel);
+                 events_request resolve cancel $ECHO_TOOL $ECHO_LOCATION);
+
+# a server tool "echo" (for tools), and its location (for server), which
+# answers {"args": the arguments it got}
+
+our $ECHO_TOOL = <<'EOF';
+    agent_tool echo {
+        description "Echoes what it got";
+        parameters '{"type":"object","properties":{"n":{"type":"integer"}}}';
+        location /tools/echo;
+    }
+EOF
+
+our $ECHO_LOCATION = <<'EOF';
+        location = /tools/echo {
+            internal;
+            default_type application/json;
+            return 200 '{"args":$request_body}';
+        }
+EOF
 
 # %opts: workers, zone (size), http (more http-level lines), server (more
 # server-level lines), provider (lines in the provider location), agent

@@ -66,6 +66,11 @@ be a hash, sent as canonical JSON; C<index> overrides the position).
 C<text> may come too and is streamed first.  C<finish_reason> defaults to
 C<tool_calls> with calls, C<stop> without.
 
+=item Reasoning (OpenAI Chat)
+
+C<< reasoning => 'text' >>: C<reasoning_content> deltas (in C<chunks>)
+before the text, as DeepSeek and vLLM stream them.
+
 =item Reasoning and hosted tools (OpenAI Responses)
 
 C<< reasoning => 'summary' >> (or parts, or C<< { summary =>,
@@ -110,7 +115,9 @@ Counts are SSE events (= HTTP chunks), the role chunk, finish chunk,
 usage chunk and C<[DONE]> included.
 
 C<< error_after => N >>: N events, then the provider's mid-stream error
-event (C<error> overrides its fields), then the stream ends properly
+event (C<error> overrides its fields; for OpenAI Chat, fields beyond
+C<message>, C<type>, C<param> and C<code>, like Groq's
+C<failed_generation>, follow them), then the stream ends properly
 without C<[DONE]>.
 
 C<< cut_after => N >>: N events, then the socket is closed: no C<[DONE]>,

@@ -4,6 +4,8 @@ package Test::Agent::MockProvider::OpenAIChat;
 # api.openai.com streams it: key order, the role chunk, tool call pieces,
 # finish chunk, the usage chunk with "choices":[] (only when the request
 # asked for it with stream_options.include_usage), then "data: [DONE]".
+# reasoning => 'text' streams "reasoning_content" deltas before the text,
+# as DeepSeek and vLLM do.
 
 use v5.36;
 use parent -norequire, 'Test::Agent::MockProvider::Framer';
@@ -79,9 +81,12 @@ sub events ($class, $reply, $req) {
                                 finish_reason => $finish)));
     };
 
-    if (defined $reply->{text} || !@calls) {
+    if (defined $reply->{text} || defined $reply->{reasoning} || !@calls) {
         push @events, $choice->(obj(role => 'assistant', content => '',
                                     refusal => undef));
+        push @events, map { $choice->(obj(content => undef,
+                                          reasoning_content => $_)) }
+                          split_text($reply->{reasoning}, $reply->{chunks});
         push @events, map { $choice->(obj(content => $_)) }
                           split_text($reply->{text}, $reply->{chunks});
     }
@@ -117,12 +122,16 @@ sub events ($class, $reply, $req) {
 
 # What OpenAI sends when a stream fails after it started: an error object
 # in place of a chunk (its own separators, as observed), then the end.
+# Fields of error beyond OpenAI's four follow them, as Groq sends its
+# "failed_generation".
 sub stream_error ($class, $reply, $req) {
     my $e = $class->error_fields(500, $reply->{error});
+    my @more = grep { !/^(message|type|param|code)$/ } sort keys %$e;
 
     return sprintf "data: {\"error\": {\"message\": %s, \"type\": %s,"
-                   . " \"param\": %s, \"code\": %s}}\n\n",
-                   map { json($e->{$_}) } qw(message type param code);
+                   . " \"param\": %s, \"code\": %s%s}}\n\n",
+                   (map { json($e->{$_}) } qw(message type param code)),
+                   join '', map { ", \"$_\": " . json($e->{$_}) } @more;
 }
 
 sub complete ($class, $reply, $req) {
