@@ -120,9 +120,8 @@ sub deltas_of {
     return map { json_of($_) } grep { $_->{event} =~ /^($type)$/ } @ev;
 }
 
-# a reply of n pieces of 100 bytes, each its own delta, held after 10 of
-# them, then after n - 1: the snapshot is there at first, gone at last;
-# returns the text
+# a reply of n pieces of 100 bytes, held after 10 of them, then after
+# n - 1: the snapshot is there at first, gone at last; returns the text
 
 sub given_up {
     my ($cid, $n, $what) = @_;
@@ -130,7 +129,7 @@ sub given_up {
     my $text = join '', map { sprintf '%-99d|', $_ } 1 .. $n;
 
     $mock->reset;
-    $mock->script({ text => $text, chunks => $n, delay => 0.002,
+    $mock->script({ text => $text, chunks => $n,
                     pause_after => [11, $n - 1] });
 
     send_message($t, $cid, 'a lot');
@@ -157,8 +156,7 @@ sub consecutive {
 
 ###############################################################################
 
-# text and thinking: the reply is held after four deltas (each its own
-# write: deltas that arrive in one read are joined)
+# text and thinking: the reply is held after four deltas
 
 $mock->script({ raw => [
     chunk({ role => 'assistant', content => '' }),
@@ -170,7 +168,7 @@ $mock->script({ raw => [
     chunk({ content => 'all!' }),
     chunk({}, 'stop'),
     "data: [DONE]\n\n",
-], pause_after => 5, latency => 0.5, delay => 0.02 });
+], pause_after => 5, latency => 0.5 });
 
 is(send_message($t, 's1', 'hi')->{status}, 202, 'message sent');
 
@@ -256,7 +254,7 @@ $mock->script({ text => 'Checking.', chunks => 1,
                       arguments => '{"city":"Paris"}', chunks => 2 },
                     { id => 'call_b', name => 'lookup',
                       arguments => '{"city":"Rome"}', chunks => 2 }],
-                pause_after => 7, delay => 0.02 },
+                pause_after => 7 },
               { text => 'Sorry.', pause_after => 1 });
 
 send_message($t, 's2', 'weather?');
@@ -303,7 +301,7 @@ $other->stream->close;
 # a reply larger than the bound (32 KiB) has no snapshot past it, and
 # the deltas go on
 
-my $big = given_up('s3', 2700, 'past the bound');
+my $big = given_up('s3', 400, 'past the bound');
 
 $other = subscribe('s3', headers => { 'Last-Event-ID' => 1 });
 $mock->release(0);
@@ -328,8 +326,7 @@ wait_state($t, 's3', 'idle');
 
 $mock->reset;
 $mock->script({ text => 'x' x 20000 },
-              { text => 'second reply here', chunks => 3, pause_after => 3,
-                delay => 0.02 });
+              { text => 'second reply here', chunks => 3, pause_after => 3 });
 
 send_message($t, 's5', 'long');
 wait_state($t, 's5', 'idle');

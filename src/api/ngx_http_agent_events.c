@@ -599,15 +599,6 @@ ngx_http_agent_events_pull(ngx_http_agent_events_sub_t *sub,
         sub->pos = 0;
     }
 
-    if (conv->live_lost > sub->pos) {
-        /*
-         * live events after the cursor were given up before this
-         * subscriber took them: it is sent the reply so far in place of
-         * the deltas it missed, and then the deltas after it
-         */
-        sub->partial = 1;
-    }
-
     for (i = 0; i < NGX_HTTP_AGENT_EVENTS_BATCHES; i++) {
 
         n = ngx_http_agent_log_since_locked(conv, sub->pos, evs,
@@ -690,19 +681,11 @@ ngx_http_agent_events_copy_locked(ngx_http_agent_events_sub_t *sub,
         keep[i] = 0;
 
         if (ev->seq == 0) {
-            if (ev->pos <= sub->live
-                || (sub->partial && ngx_http_agent_event_delta(ev->type)))
+            if (ev->pos > sub->live && sub->queued + size < slow
+                && !(sub->partial && ngx_http_agent_event_delta(ev->type)))
             {
-                continue;
-            }
-
-            if (sub->queued + size < slow) {
                 keep[i] = 1;
                 size += ngx_http_agent_events_head_size(ev) + ev->len + 2;
-
-            } else if (ngx_http_agent_event_delta(ev->type)) {
-                /* a client that does not keep up: the reply so far later */
-                sub->partial = 1;
             }
 
             continue;
