@@ -120,8 +120,9 @@ sub deltas_of {
     return map { json_of($_) } grep { $_->{event} =~ /^($type)$/ } @ev;
 }
 
-# a reply of n pieces of 100 bytes, held after 10 of them, then after
-# n - 1: the snapshot is there at first, gone at last; returns the text
+# a reply of n pieces of 100 bytes, each its own delta, held after 10 of
+# them, then after n - 1: the snapshot is there at first, gone at last;
+# returns the text
 
 sub given_up {
     my ($cid, $n, $what) = @_;
@@ -129,7 +130,7 @@ sub given_up {
     my $text = join '', map { sprintf '%-99d|', $_ } 1 .. $n;
 
     $mock->reset;
-    $mock->script({ text => $text, chunks => $n,
+    $mock->script({ text => $text, chunks => $n, delay => 0.002,
                     pause_after => [11, $n - 1] });
 
     send_message($t, $cid, 'a lot');
@@ -140,7 +141,7 @@ sub given_up {
        "$what: the snapshot so far");
 
     $mock->release(0);
-    ok($mock->wait_paused(0, 5), "$what: held late");
+    ok($mock->wait_paused(0, 30), "$what: held late");
 
     $c = inspect_until($cid, sub { !exists $_[0]{streaming_message} });
     ok(!exists $c->{streaming_message}, "$what: no streaming_message");
@@ -156,7 +157,8 @@ sub consecutive {
 
 ###############################################################################
 
-# text and thinking: the reply is held after four deltas
+# text and thinking: the reply is held after four deltas (each its own
+# write: deltas that arrive in one read are joined)
 
 $mock->script({ raw => [
     chunk({ role => 'assistant', content => '' }),
@@ -168,7 +170,7 @@ $mock->script({ raw => [
     chunk({ content => 'all!' }),
     chunk({}, 'stop'),
     "data: [DONE]\n\n",
-], pause_after => 5, latency => 0.5 });
+], pause_after => 5, latency => 0.5, delay => 0.02 });
 
 is(send_message($t, 's1', 'hi')->{status}, 202, 'message sent');
 
@@ -254,7 +256,7 @@ $mock->script({ text => 'Checking.', chunks => 1,
                       arguments => '{"city":"Paris"}', chunks => 2 },
                     { id => 'call_b', name => 'lookup',
                       arguments => '{"city":"Rome"}', chunks => 2 }],
-                pause_after => 7 },
+                pause_after => 7, delay => 0.02 },
               { text => 'Sorry.', pause_after => 1 });
 
 send_message($t, 's2', 'weather?');
@@ -301,7 +303,7 @@ $other->stream->close;
 # a reply larger than the bound (32 KiB) has no snapshot past it, and
 # the deltas go on
 
-my $big = given_up('s3', 400, 'past the bound');
+my $big = given_up('s3', 2700, 'past the bound');
 
 $other = subscribe('s3', headers => { 'Last-Event-ID' => 1 });
 $mock->release(0);
@@ -326,7 +328,8 @@ wait_state($t, 's3', 'idle');
 
 $mock->reset;
 $mock->script({ text => 'x' x 20000 },
-              { text => 'second reply here', chunks => 3, pause_after => 3 });
+              { text => 'second reply here', chunks => 3, pause_after => 3,
+                delay => 0.02 });
 
 send_message($t, 's5', 'long');
 wait_state($t, 's5', 'idle');
@@ -402,14 +405,14 @@ $t->done(more => 1);
 
 # a zone that cannot hold the reply so far: it is given up, and the reply
 # is not.  The smallest zone (8 pages: the reserve, the conversation's
-# record and the events' slots leave three) takes the snapshot up to 4k
-# and a 5k assistant_msg, not an 8k snapshot.
+# record and the events' slots leave about four) takes the snapshot up to
+# 8k and a 9k assistant_msg, not a 16k snapshot.
 
 $t = Test::Agent->new;
 $t->write_file_expand('nginx.conf', engine_conf($mock, zone => '32k'));
 $t->run;
 
-my $text = given_up('p1', 50, 'no room');
+my $text = given_up('p1', 90, 'no room');
 like($t->read_file('error.log'),
      qr/\[info\].*"p1": the reply so far of msg_1_1 is not kept, the zone/,
      'logged at info');

@@ -563,6 +563,7 @@ static ngx_int_t
 ngx_http_agent_events_pull(ngx_http_agent_events_sub_t *sub,
     ngx_chain_t **out)
 {
+    size_t                   busy;
     ngx_int_t                rc;
     ngx_uint_t               n, i, used;
     ngx_chain_t            **ll;
@@ -570,7 +571,8 @@ ngx_http_agent_events_pull(ngx_http_agent_events_sub_t *sub,
     ngx_http_agent_conv_t   *conv;
     ngx_http_agent_event_t  *evs[NGX_HTTP_AGENT_EVENTS_BATCH];
 
-    sub->queued = ngx_http_agent_events_busy(sub);
+    busy = ngx_http_agent_events_busy(sub);
+    sub->queued = busy;
 
     if (sub->queued >= sub->limit) {
         sub->stalled = 1;
@@ -597,6 +599,15 @@ ngx_http_agent_events_pull(ngx_http_agent_events_sub_t *sub,
     if (conv->pos < sub->pos) {
         /* a new record for the id: its positions started again */
         sub->pos = 0;
+    }
+
+    if (conv->live_lost > sub->pos) {
+        /*
+         * live events after the cursor were given up before this
+         * subscriber took them: it is sent the reply so far in place of
+         * the deltas it missed, and then the deltas after it
+         */
+        sub->partial = 1;
     }
 
     for (i = 0; i < NGX_HTTP_AGENT_EVENTS_BATCHES; i++) {
@@ -628,7 +639,13 @@ ngx_http_agent_events_pull(ngx_http_agent_events_sub_t *sub,
         }
     }
 
-    if (rc == NGX_OK && sub->partial && !sub->stalled
+    /*
+     * the reply so far, in place of deltas missed, once the client has
+     * taken what it was sent before: a client that does not read is not
+     * sent it again and again
+     */
+
+    if (rc == NGX_OK && sub->partial && !sub->stalled && busy == 0
         && sub->pos == conv->pos)
     {
         rc = ngx_http_agent_events_partial_locked(sub, conv, &ll);
@@ -681,11 +698,19 @@ ngx_http_agent_events_copy_locked(ngx_http_agent_events_sub_t *sub,
         keep[i] = 0;
 
         if (ev->seq == 0) {
-            if (ev->pos > sub->live && sub->queued + size < slow
-                && !(sub->partial && ngx_http_agent_event_delta(ev->type)))
+            if (ev->pos <= sub->live
+                || (sub->partial && ngx_http_agent_event_delta(ev->type)))
             {
+                continue;
+            }
+
+            if (sub->queued + size < slow) {
                 keep[i] = 1;
                 size += ngx_http_agent_events_head_size(ev) + ev->len + 2;
+
+            } else if (ngx_http_agent_event_delta(ev->type)) {
+                /* a client that does not keep up: the reply so far later */
+                sub->partial = 1;
             }
 
             continue;

@@ -88,6 +88,7 @@ ngx_http_agent_conv_create_locked(ngx_http_agent_zone_t *z, ngx_str_t *id)
     conv->accessed = ngx_current_msec;
 
     ngx_queue_init(&conv->log);
+    ngx_queue_init(&conv->live);
     ngx_queue_init(&conv->queued);
 
     ngx_rbtree_insert(&z->sh->rbtree, &conv->node);
@@ -104,13 +105,7 @@ void
 ngx_http_agent_conv_delete_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv)
 {
-    ngx_uint_t  i;
-
-    for (i = 0; i < NGX_HTTP_AGENT_LIVE_RING; i++) {
-        if (conv->live[i]) {
-            ngx_slab_free_locked(z->shpool, conv->live[i]);
-        }
-    }
+    (void) ngx_http_agent_log_live_free_locked(z, conv, (uint64_t) -1);
 
     ngx_http_agent_partial_free_locked(z, conv);
 

@@ -19,6 +19,12 @@
 #include "ngx_http_agent_partial.h"
 
 
+static ngx_queue_t *ngx_http_agent_log_after_pos(ngx_queue_t *queue,
+    uint64_t pos);
+static void ngx_http_agent_log_live_free_one_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_queue_t *q);
+
+
 /*
  * The history before the current turn, once written, is read from the
  * store when it is needed: the zone keeps the turn that may still change
@@ -29,7 +35,7 @@ void
 ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv)
 {
-    ngx_uint_t               i, trimmed;
+    ngx_uint_t               trimmed;
     ngx_queue_t             *q;
     ngx_http_agent_event_t  *ev;
 
@@ -66,12 +72,7 @@ ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
     q = ngx_queue_head(&conv->log);
     ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
 
-    for (i = 0; i < NGX_HTTP_AGENT_LIVE_RING; i++) {
-        if (conv->live[i] && conv->live[i]->pos < ev->pos) {
-            ngx_slab_free_locked(z->shpool, conv->live[i]);
-            conv->live[i] = NULL;
-        }
-    }
+    (void) ngx_http_agent_log_live_free_locked(z, conv, ev->pos);
 }
 
 
@@ -148,7 +149,8 @@ ngx_http_agent_log_add_locked(ngx_http_agent_zone_t *z,
     u_char                  *p;
     size_t                   len;
     uint64_t                 seq;
-    ngx_uint_t               canonical, slot;
+    ngx_uint_t               canonical;
+    ngx_queue_t             *q;
     ngx_time_t              *tp;
     ngx_http_agent_event_t  *ev;
 
@@ -265,13 +267,23 @@ ngx_http_agent_log_add_locked(ngx_http_agent_zone_t *z,
         return ev;
     }
 
-    slot = conv->nlive++ % NGX_HTTP_AGENT_LIVE_RING;
+    ngx_queue_insert_tail(&conv->live, &ev->queue);
+    conv->nlive++;
+    conv->live_size += ev->len;
 
-    if (conv->live[slot]) {
-        ngx_slab_free_locked(z->shpool, conv->live[slot]);
+    /* the oldest go, as far as the bounds want; never the one just added */
+
+    while (conv->nlive > NGX_HTTP_AGENT_LIVE_MAX
+           || conv->live_size > NGX_HTTP_AGENT_LIVE_SIZE)
+    {
+        q = ngx_queue_head(&conv->live);
+
+        if (q == &ev->queue) {
+            break;
+        }
+
+        ngx_http_agent_log_live_free_one_locked(z, conv, q);
     }
-
-    conv->live[slot] = ev;
 
     return ev;
 }
@@ -281,54 +293,27 @@ ngx_uint_t
 ngx_http_agent_log_since_locked(ngx_http_agent_conv_t *conv, uint64_t pos,
     ngx_http_agent_event_t **out, ngx_uint_t max)
 {
-    ngx_uint_t               n, i, first, nlive, j;
-    ngx_queue_t             *q;
+    ngx_uint_t               n;
+    ngx_queue_t             *q, *lq;
     ngx_http_agent_event_t  *ev, *lev;
 
-    /* the log events after pos: walk back from the tail, then forward */
+    /* the events of either queue after pos: back from the tail, then on */
 
-    q = ngx_queue_last(&conv->log);
-
-    while (q != ngx_queue_sentinel(&conv->log)) {
-        ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
-
-        if (ev->pos <= pos) {
-            break;
-        }
-
-        q = ngx_queue_prev(q);
-    }
-
-    q = ngx_queue_next(q);
-
-    /* the ring, oldest first */
-
-    nlive = ngx_min(conv->nlive, NGX_HTTP_AGENT_LIVE_RING);
-    first = conv->nlive - nlive;
-    j = 0;
+    q = ngx_http_agent_log_after_pos(&conv->log, pos);
+    lq = ngx_http_agent_log_after_pos(&conv->live, pos);
 
     /* merge both by pos */
 
-    n = 0;
-
-    while (n < max) {
+    for (n = 0; n < max; n++) {
         ev = NULL;
+        lev = NULL;
 
         if (q != ngx_queue_sentinel(&conv->log)) {
             ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
         }
 
-        lev = NULL;
-
-        while (j < nlive) {
-            i = (first + j) % NGX_HTTP_AGENT_LIVE_RING;
-
-            if (conv->live[i] && conv->live[i]->pos > pos) {
-                lev = conv->live[i];
-                break;
-            }
-
-            j++;
+        if (lq != ngx_queue_sentinel(&conv->live)) {
+            lev = ngx_queue_data(lq, ngx_http_agent_event_t, queue);
         }
 
         if (ev == NULL && lev == NULL) {
@@ -336,16 +321,82 @@ ngx_http_agent_log_since_locked(ngx_http_agent_conv_t *conv, uint64_t pos,
         }
 
         if (lev == NULL || (ev && ev->pos < lev->pos)) {
-            out[n++] = ev;
+            out[n] = ev;
             q = ngx_queue_next(q);
 
         } else {
-            out[n++] = lev;
-            j++;
+            out[n] = lev;
+            lq = ngx_queue_next(lq);
         }
     }
 
     return n;
+}
+
+
+/* the first event of a queue in pos order that is after pos */
+
+static ngx_queue_t *
+ngx_http_agent_log_after_pos(ngx_queue_t *queue, uint64_t pos)
+{
+    ngx_queue_t             *q;
+    ngx_http_agent_event_t  *ev;
+
+    for (q = ngx_queue_last(queue);
+         q != ngx_queue_sentinel(queue);
+         q = ngx_queue_prev(q))
+    {
+        ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+        if (ev->pos <= pos) {
+            break;
+        }
+    }
+
+    return ngx_queue_next(q);
+}
+
+
+ngx_uint_t
+ngx_http_agent_log_live_free_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, uint64_t pos)
+{
+    ngx_uint_t               n;
+    ngx_queue_t             *q;
+    ngx_http_agent_event_t  *ev;
+
+    n = 0;
+
+    while (!ngx_queue_empty(&conv->live)) {
+        q = ngx_queue_head(&conv->live);
+        ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+        if (ev->pos >= pos) {
+            break;
+        }
+
+        ngx_http_agent_log_live_free_one_locked(z, conv, q);
+        n++;
+    }
+
+    return n;
+}
+
+
+static void
+ngx_http_agent_log_live_free_one_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_queue_t *q)
+{
+    ngx_http_agent_event_t  *ev;
+
+    ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+    ngx_queue_remove(q);
+    conv->nlive--;
+    conv->live_size -= ev->len;
+    conv->live_lost = ngx_max(conv->live_lost, ev->pos);
+
+    ngx_slab_free_locked(z->shpool, ev);
 }
 
 

@@ -20,7 +20,7 @@
  * zone that grows by doubling: at most this many bytes, its bookkeeping
  * included.  A reply larger than that has none past it.
  */
-#define NGX_HTTP_AGENT_PARTIAL_MAX       (32 * 1024)
+#define NGX_HTTP_AGENT_PARTIAL_MAX       (256 * 1024)
 #define NGX_HTTP_AGENT_PARTIAL_MIN       512
 #define NGX_HTTP_AGENT_MESSAGE_ID_LEN    32
 

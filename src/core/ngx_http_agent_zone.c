@@ -299,7 +299,7 @@ static ngx_uint_t
 ngx_http_agent_expire_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *pinned)
 {
-    ngx_uint_t              i, freed;
+    ngx_uint_t              freed;
     ngx_queue_t            *q;
     ngx_http_agent_conv_t  *conv;
 
@@ -315,13 +315,8 @@ ngx_http_agent_expire_locked(ngx_http_agent_zone_t *z,
             continue;
         }
 
-        for (i = 0; i < NGX_HTTP_AGENT_LIVE_RING; i++) {
-            if (conv->live[i]) {
-                ngx_slab_free_locked(z->shpool, conv->live[i]);
-                conv->live[i] = NULL;
-                freed++;
-            }
-        }
+        freed += ngx_http_agent_log_live_free_locked(z, conv,
+                                                     (uint64_t) -1);
     }
 
     if (freed) {
@@ -354,13 +349,8 @@ ngx_http_agent_expire_locked(ngx_http_agent_zone_t *z,
     {
         conv = ngx_queue_data(q, ngx_http_agent_conv_t, lru);
 
-        for (i = 0; i < NGX_HTTP_AGENT_LIVE_RING; i++) {
-            if (conv->live[i]) {
-                ngx_slab_free_locked(z->shpool, conv->live[i]);
-                conv->live[i] = NULL;
-                freed++;
-            }
-        }
+        freed += ngx_http_agent_log_live_free_locked(z, conv,
+                                                     (uint64_t) -1);
 
         if (conv->partial && conv != pinned) {
             ngx_http_agent_partial_drop_locked(z, conv, "the zone is full");

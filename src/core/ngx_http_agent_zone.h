@@ -16,7 +16,12 @@
 
 
 #define NGX_HTTP_AGENT_ID_LEN            64
-#define NGX_HTTP_AGENT_LIVE_RING         64
+/*
+ * A conversation keeps its newest live events up to these bounds: a
+ * subscriber further behind has missed some
+ */
+#define NGX_HTTP_AGENT_LIVE_MAX          512
+#define NGX_HTTP_AGENT_LIVE_SIZE         (64 * 1024)
 #define NGX_HTTP_AGENT_SUB_WORKERS       16
 #define NGX_HTTP_AGENT_SOURCE_IDS        16
 #define NGX_HTTP_AGENT_PENDING           16
@@ -140,8 +145,11 @@ typedef struct {
     ngx_queue_t                   log;        /* ngx_http_agent_event_t */
     ngx_uint_t                    nlog;
 
-    ngx_http_agent_event_t       *live[NGX_HTTP_AGENT_LIVE_RING];
-    ngx_uint_t                    nlive;      /* live events ever added */
+    ngx_queue_t                   live;       /* ngx_http_agent_event_t */
+    ngx_uint_t                    nlive;
+    size_t                        live_size;
+    uint64_t                      live_lost;  /* pos of the last one given
+                                                 up for room */
 
     /* the reply so far of the model call streaming, or NULL */
     ngx_http_agent_partial_t     *partial;
@@ -288,6 +296,9 @@ void ngx_http_agent_zone_reserve_locked(ngx_http_agent_zone_t *z);
 ngx_queue_t *ngx_http_agent_log_turn_locked(ngx_http_agent_conv_t *conv);
 void ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
+/* frees the live events before pos (all: (uint64_t) -1); how many */
+ngx_uint_t ngx_http_agent_log_live_free_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, uint64_t pos);
 ngx_http_agent_event_t *ngx_http_agent_log_add_locked(
     ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv, ngx_uint_t type,
     ngx_str_t *fields);

@@ -814,6 +814,9 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
         t->parse_error = 1;
     }
 
+    /* the reply's last pieces go out before anything is logged */
+    ngx_http_agent_turn_delta_flush(t);
+
     outcome = ngx_http_agent_turn_outcome(t, &reason);
 
     if (outcome == NGX_HTTP_AGENT_CALL_RETRY
@@ -1154,6 +1157,10 @@ ngx_http_agent_turn_close(ngx_http_agent_turn_t *t)
 
     if (t->event.posted) {
         ngx_delete_posted_event(&t->event);
+    }
+
+    if (t->delta_event.posted) {
+        ngx_delete_posted_event(&t->delta_event);
     }
 
     if (t->deadline.timer_set) {

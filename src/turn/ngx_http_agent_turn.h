@@ -79,6 +79,12 @@ struct ngx_http_agent_turn_s {
     /* the JSON of a live delta, reused for every one */
     ngx_http_agent_bytes_t        scratch;
 
+    /* deltas of one kind joined until the event loop's pass ends */
+    ngx_http_agent_bytes_t        delta;
+    ngx_uint_t                    delta_kind;
+    ngx_uint_t                    delta_index;
+    ngx_event_t                   delta_event;
+
     ngx_event_t                   event;
     ngx_log_t                     log;
 
@@ -135,6 +141,9 @@ ngx_int_t ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t,
 #define NGX_HTTP_AGENT_MSG_INTERRUPTED   1
 #define NGX_HTTP_AGENT_MSG_CANCELLED     2
 
+/* the most a live delta joins of the pieces that arrived together */
+#define NGX_HTTP_AGENT_DELTA_JOIN        (16 * 1024)
+
 
 /* the steps of a turn, across ngx_http_agent_turn.c, _resume.c, _cancel.c */
 void ngx_http_agent_turn_model_call(ngx_event_t *ev);
@@ -166,6 +175,7 @@ void ngx_http_agent_turn_cancel(ngx_str_t *id);
 void ngx_http_agent_turn_cancel_check(void);
 
 /* a reply's piece, as a live event (the provider's delta handler) */
+void ngx_http_agent_turn_delta_flush(ngx_http_agent_turn_t *t);
 void ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply,
     ngx_uint_t kind, ngx_uint_t index, ngx_str_t *s);
 

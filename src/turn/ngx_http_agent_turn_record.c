@@ -22,6 +22,7 @@
 #include "ngx_http_agent_provider.h"
 
 
+static void ngx_http_agent_turn_delta_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_agent_turn_record_call(ngx_http_agent_turn_t *t,
     ngx_http_agent_reply_call_t *call, ngx_uint_t status);
 static ngx_int_t ngx_http_agent_turn_record_hosted(ngx_http_agent_turn_t *t);
@@ -33,7 +34,14 @@ static ngx_str_t  ngx_http_agent_status_names[] = {
 };
 
 
-/* text and thinking deltas, and tool call arguments, as live events */
+/*
+ * Text and thinking deltas, and tool call arguments, as live events.
+ * The deltas of one pass of the event loop are joined, kind by kind, and
+ * emitted by a posted event once the upstream has been read: a provider
+ * that puts many events in one read, or a burst after a pause, makes a
+ * few live events, not one per token, and a subscriber that keeps up
+ * (its pull is posted after them) misses none of them.
+ */
 
 void
 ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply, ngx_uint_t kind,
@@ -41,9 +49,50 @@ ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply, ngx_uint_t kind,
 {
     ngx_http_agent_turn_t *t = reply->data;
 
+    if (t->delta.len
+        && (kind != t->delta_kind || index != t->delta_index
+            || t->delta.len + s->len > NGX_HTTP_AGENT_DELTA_JOIN))
+    {
+        ngx_http_agent_turn_delta_flush(t);
+    }
+
+    if (ngx_http_agent_bytes_append(t->request->connection->pool,
+                                    &t->delta, s->data, s->len)
+        != NGX_OK)
+    {
+        /* a live event that finds no room is dropped: the log has it all */
+        t->delta.len = 0;
+        return;
+    }
+
+    t->delta_kind = kind;
+    t->delta_index = index;
+
+    if (!t->delta_event.posted) {
+        t->delta_event.handler = ngx_http_agent_turn_delta_handler;
+        t->delta_event.data = t;
+        t->delta_event.log = &t->log;
+
+        ngx_post_event(&t->delta_event, &ngx_posted_events);
+    }
+}
+
+
+static void
+ngx_http_agent_turn_delta_handler(ngx_event_t *ev)
+{
+    ngx_http_agent_turn_delta_flush(ev->data);
+}
+
+
+/* the deltas joined so far, as one live event; before any logged event */
+
+void
+ngx_http_agent_turn_delta_flush(ngx_http_agent_turn_t *t)
+{
     u_char                 *p;
     size_t                  len;
-    ngx_str_t               fields;
+    ngx_str_t               fields, s;
     ngx_uint_t              type;
     ngx_http_agent_delta_t  delta;
 
@@ -53,11 +102,21 @@ ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply, ngx_uint_t kind,
         NGX_HTTP_AGENT_EV_TOOL_CALL_DELTA
     };
 
-    type = types[kind];
+    if (t->delta_event.posted) {
+        ngx_delete_posted_event(&t->delta_event);
+    }
+
+    if (t->delta.len == 0) {
+        return;
+    }
+
+    s.data = t->delta.data;
+    s.len = t->delta.len;
+    type = types[t->delta_kind];
 
     len = sizeof("{\"message_id\":\"\",\"delta_seq\":,\"index\":,"
                  "\"delta\":\"\"}")
-          + t->message_id_len + 2 * NGX_INT_T_LEN + 6 * s->len;
+          + t->message_id_len + 2 * NGX_INT_T_LEN + 6 * s.len;
 
     /* one buffer for every delta of the turn: it grows, never piles up */
 
@@ -66,12 +125,14 @@ ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply, ngx_uint_t kind,
             ngx_pfree(t->request->connection->pool, t->scratch.data);
         }
 
+        t->scratch.len = 0;
         t->scratch.size = ngx_max(len, 4096);
         t->scratch.data = ngx_pnalloc(t->request->connection->pool,
                                       t->scratch.size);
 
         if (t->scratch.data == NULL) {
             t->scratch.size = 0;
+            t->delta.len = 0;
             return;
         }
     }
@@ -80,12 +141,12 @@ ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply, ngx_uint_t kind,
                     "{\"message_id\":\"%*s\",\"delta_seq\":%ui",
                     t->message_id_len, t->message_id, ++t->delta_seq);
 
-    if (kind == NGX_HTTP_AGENT_DELTA_TOOL_ARGS) {
-        p = ngx_sprintf(p, ",\"index\":%ui", index);
+    if (t->delta_kind == NGX_HTTP_AGENT_DELTA_TOOL_ARGS) {
+        p = ngx_sprintf(p, ",\"index\":%ui", t->delta_index);
     }
 
     p = ngx_cpymem(p, ",\"delta\":\"", sizeof(",\"delta\":\"") - 1);
-    p = (u_char *) ngx_escape_json(p, s->data, s->len);
+    p = (u_char *) ngx_escape_json(p, s.data, s.len);
     *p++ = '"';
     *p++ = '}';
 
@@ -96,8 +157,10 @@ ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply, ngx_uint_t kind,
     delta.message_id.len = t->message_id_len;
     delta.delta_seq = t->delta_seq;
     delta.type = type;
-    delta.index = index;
-    delta.data = *s;
+    delta.index = t->delta_index;
+    delta.data = s;
+
+    t->delta.len = 0;
 
     /* a live event that finds no room is dropped: the log has it all */
     (void) ngx_http_agent_emit_delta(t->zone, &t->id, type, &fields, &delta);
@@ -138,6 +201,8 @@ ngx_http_agent_turn_record(ngx_http_agent_turn_t *t, ngx_uint_t status)
     };
 
     reply = t->reply;
+
+    ngx_http_agent_turn_delta_flush(t);
 
     t->recorded = 1;
 
