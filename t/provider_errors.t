@@ -164,6 +164,43 @@ for my $a (@adapters) {
             if defined $err->{failed_generation};
     }
 
+    # an HTTP error's body names it as an error event would: OpenAI sends
+    # an exhausted quota as a 429, which another attempt cannot mend
+
+    my @http = $adapter eq 'anthropic_messages'
+        ? ([429, { type => 'rate_limit_error' }, 1],
+           [529, { type => 'overloaded_error' }, 1])
+        : ([429, { type => 'insufficient_quota',
+                   code => 'insufficient_quota' }, 0],
+           [429, { type => 'requests', code => 'rate_limit_exceeded' }, 1],
+           [500, { type => 'server_error', code => undef }, 1]);
+
+    for my $h (@http) {
+        my ($status, $err, $retried) = @$h;
+        my $cid = 'h' . $n++;
+        my $name = "$adapter HTTP $status "
+                   . join(' ', map { $err->{$_} // 'null' } sort keys %$err);
+
+        $mock->reset;
+        $mock->script({ status => $status,
+                        error => { message => "Refused ($cid).", %$err } },
+                      { text => 'recovered' });
+
+        send_message($t, $cid, 'x');
+        my $c = wait_state($t, $cid, 'idle', 30);
+
+        is(scalar @{$mock->requests}, $retried ? 2 : 1,
+           "$name: " . ($retried ? 'retried' : 'not retried'));
+
+        next if $retried;
+
+        my $failed = $c->{messages}[-1];
+        is($failed->{type}, 'turn_failed', "$name: the turn failed");
+        is($failed->{status}, $status, "$name: its status");
+        is($failed->{error_code}, $err->{code}, "$name: code kept");
+        like($failed->{error}, qr/Refused \($cid\)/, "$name: body kept");
+    }
+
     if ($adapter eq 'openai_chat') {
 
         # servers that send the HTTP status as the code (OpenRouter, vLLM)

@@ -111,7 +111,8 @@ ngx_http_agent_provider_t  ngx_http_agent_openai_chat = {
     ngx_http_agent_openai_chat_build_request,
     ngx_http_agent_openai_chat_init,
     ngx_http_agent_openai_chat_feed,
-    ngx_http_agent_openai_chat_finish
+    ngx_http_agent_openai_chat_finish,
+    ngx_http_agent_openai_errors
 };
 
 

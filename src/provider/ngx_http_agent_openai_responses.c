@@ -172,7 +172,8 @@ ngx_http_agent_provider_t  ngx_http_agent_openai_responses = {
     ngx_http_agent_openai_responses_build_request,
     ngx_http_agent_openai_responses_init,
     ngx_http_agent_openai_responses_feed,
-    ngx_http_agent_openai_responses_finish
+    ngx_http_agent_openai_responses_finish,
+    ngx_http_agent_openai_errors
 };
 
 

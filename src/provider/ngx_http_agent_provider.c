@@ -709,6 +709,59 @@ ngx_http_agent_provider_reply_json(ngx_http_agent_reply_t *reply,
 
 
 /*
+ * The body of an HTTP error, as the provider's API writes it
+ * ({"error":{"type","code","message"}}, Anthropic's with "type":"error"
+ * around it): what it says, into the reply as an error event's would go.
+ * NGX_DECLINED: it is not such a body (or it was cut).
+ */
+
+ngx_int_t
+ngx_http_agent_provider_body_error(ngx_http_agent_reply_t *reply,
+    ngx_http_agent_provider_t *provider, u_char *body, size_t len)
+{
+    char        msg[NGX_HTTP_AGENT_JSON_ERR];
+    u_char     *json;
+    yajl_val    root, err;
+    ngx_int_t   rc;
+
+    if (len == 0 || provider->errors == NULL) {
+        return NGX_DECLINED;
+    }
+
+    json = ngx_pnalloc(reply->pool, len + 1);
+    if (json == NULL) {
+        return NGX_ERROR;
+    }
+
+    *ngx_cpymem(json, body, len) = '\0';
+
+    /* a proxy's HTML page, or a body cut at its bound, says nothing */
+
+    root = ngx_http_agent_json_parse(json, len, NGX_HTTP_AGENT_JSON_DEPTH,
+                                     msg, sizeof(msg));
+    if (root == NULL) {
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, reply->log, 0,
+                       "agent provider error body: %s", msg);
+        return NGX_DECLINED;
+    }
+
+    err = ngx_http_agent_provider_get(root, "error");
+
+    if (err == NULL || !YAJL_IS_OBJECT(err)) {
+        yajl_tree_free(root);
+        return NGX_DECLINED;
+    }
+
+    rc = ngx_http_agent_provider_error(reply, provider->errors, err,
+                                       ngx_http_agent_provider_get(err,
+                                                                   "type"));
+    yajl_tree_free(root);
+
+    return rc;
+}
+
+
+/*
  * An error event of the stream, err its error object (or a string, its
  * message) and type its type, or NULL: what the provider said, and what
  * it says of another attempt by known, the adapter's table.  A number as

@@ -167,6 +167,9 @@ struct ngx_http_agent_provider_s {
     ngx_int_t                   (*feed)(ngx_http_agent_reply_t *reply,
                                         u_char *p, u_char *last);
     ngx_int_t                   (*finish)(ngx_http_agent_reply_t *reply);
+
+    /* the error types and codes of its API, and their classes */
+    ngx_http_agent_provider_error_t  *errors;
 };
 
 
@@ -190,6 +193,8 @@ ngx_int_t ngx_http_agent_provider_reply_json(ngx_http_agent_reply_t *reply,
     ngx_str_t *out);
 ngx_int_t ngx_http_agent_provider_error(ngx_http_agent_reply_t *reply,
     ngx_http_agent_provider_error_t *known, yajl_val err, yajl_val type);
+ngx_int_t ngx_http_agent_provider_body_error(ngx_http_agent_reply_t *reply,
+    ngx_http_agent_provider_t *provider, u_char *body, size_t len);
 yajl_val ngx_http_agent_provider_parse(ngx_log_t *log, u_char *json,
     size_t len, char *what);
 yajl_val ngx_http_agent_provider_parse_log(ngx_log_t *log, u_char *json,

@@ -137,6 +137,21 @@ ngx_int_t ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t,
     ngx_http_post_subrequest_pt handler, void *data);
 
 /* the status of a logged assistant message */
+/* how much of a provider's error body is kept for the turn_failed event */
+#define NGX_HTTP_AGENT_ERROR_BODY  512
+
+/* what turn_failed keeps of an error: message, type, code, generation */
+#define NGX_HTTP_AGENT_DETAILS     4
+
+
+/* what the end of a model call means for the turn */
+typedef enum {
+    NGX_HTTP_AGENT_CALL_OK = 0,
+    NGX_HTTP_AGENT_CALL_RETRY,
+    NGX_HTTP_AGENT_CALL_FAILED
+} ngx_http_agent_call_e;
+
+
 #define NGX_HTTP_AGENT_MSG_COMPLETE      0
 #define NGX_HTTP_AGENT_MSG_INTERRUPTED   1
 #define NGX_HTTP_AGENT_MSG_CANCELLED     2
@@ -145,7 +160,7 @@ ngx_int_t ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t,
 #define NGX_HTTP_AGENT_DELTA_JOIN        (16 * 1024)
 
 
-/* the steps of a turn, across ngx_http_agent_turn.c, _resume.c, _cancel.c */
+/* the steps of a turn, across ngx_http_agent_turn.c and _turn_resume.c */
 void ngx_http_agent_turn_model_call(ngx_event_t *ev);
 void ngx_http_agent_turn_resume(ngx_event_t *ev);
 void ngx_http_agent_turn_give_up(ngx_event_t *ev);
@@ -178,6 +193,11 @@ void ngx_http_agent_turn_cancel_check(void);
 void ngx_http_agent_turn_delta_flush(ngx_http_agent_turn_t *t);
 void ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply,
     ngx_uint_t kind, ngx_uint_t index, ngx_str_t *s);
+
+/* what a model call's end means: ngx_http_agent_turn_outcome.c */
+ngx_http_agent_call_e ngx_http_agent_turn_outcome(
+    ngx_http_agent_turn_t *t, ngx_str_t *reason);
+ngx_msec_t ngx_http_agent_turn_backoff(ngx_http_agent_turn_t *t);
 
 
 #endif /* _NGX_HTTP_AGENT_TURN_H_INCLUDED_ */

@@ -1,0 +1,118 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#ifndef _NGX_HTTP_AGENT_EVENTS_SUB_H_INCLUDED_
+#define _NGX_HTTP_AGENT_EVENTS_SUB_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_revive.h"
+
+
+/*
+ * A subscriber of agent_events, shared by ngx_http_agent_events.c (its
+ * life: registration, wake-ups, heartbeats, output) and
+ * ngx_http_agent_events_pull.c (what it is sent).
+ */
+
+
+#define NGX_HTTP_AGENT_EVENTS_BATCH      64
+#define NGX_HTTP_AGENT_EVENTS_BATCHES    8
+
+/*
+ * Output buffers are at least a page: larger than anything a pool hands
+ * out from its blocks, so ngx_pfree() really releases them.
+ */
+#define NGX_HTTP_AGENT_EVENTS_BUF        4096
+
+/*
+ * Output queued for a client that does not keep up is bounded by
+ * agent_events_buffer: from SLOW on (or half the limit), live events are
+ * skipped; a canonical event is queued only if it fits under the limit,
+ * else the cursor waits before it until the client has taken enough (no
+ * canonical event is lost); one larger than the limit goes in slices.
+ * send_timeout closes a client that takes nothing.
+ */
+#define NGX_HTTP_AGENT_EVENTS_SLOW       (64 * 1024)
+
+
+typedef struct {
+    ngx_str_node_t                   sn;        /* key: crc32 of the id */
+    ngx_queue_t                      subs;
+    u_char                           id[NGX_HTTP_AGENT_ID_LEN];
+} ngx_http_agent_events_topic_t;
+
+
+typedef struct {
+    ngx_queue_t                      queue;     /* in the topic */
+    ngx_http_agent_events_topic_t   *topic;
+
+    ngx_http_request_t              *request;
+    ngx_http_agent_zone_t           *zone;
+
+    ngx_str_t                        id;
+    u_char                           id_data[NGX_HTTP_AGENT_ID_LEN];
+
+    uint64_t                         seq;       /* last canonical seq sent */
+    uint64_t                         pos;       /* last position read */
+
+    /* live events up to this position came before the subscriber */
+    uint64_t                         live;
+
+    /* bytes of the frame of event seq + 1 queued so far (a slice) */
+    size_t                           offset;
+
+    size_t                           limit;     /* agent_events_buffer */
+    size_t                           queued;    /* waiting for the client */
+
+    ngx_msec_t                       interval;  /* heartbeat */
+    ngx_msec_t                       sent;      /* last output */
+
+    ngx_chain_t                     *free;
+    ngx_chain_t                     *busy;
+
+    ngx_event_t                      wake;
+    ngx_event_t                      heartbeat;
+
+    unsigned                         registered:1;  /* pid in the zone */
+    unsigned                         stalled:1;
+    unsigned                         done:1;
+
+    /* the reply so far is yet to be sent: until then it holds the deltas */
+    unsigned                         partial:1;
+} ngx_http_agent_events_sub_t;
+
+
+ngx_int_t ngx_http_agent_events_history_locked(
+    ngx_http_agent_events_sub_t *sub, ngx_http_agent_revive_ctx_t *ctx,
+    ngx_chain_t ***ll);
+ngx_int_t ngx_http_agent_events_snapshot_locked(
+    ngx_http_agent_events_sub_t *sub, ngx_http_agent_conv_t *conv,
+    ngx_chain_t ***ll);
+ngx_int_t ngx_http_agent_events_partial_locked(
+    ngx_http_agent_events_sub_t *sub, ngx_http_agent_conv_t *conv,
+    ngx_chain_t ***ll);
+
+/*
+ * What follows the cursor, canonical and live, in order.  NGX_DECLINED:
+ * the stream cannot go on; the client reconnects with Last-Event-ID.
+ */
+ngx_int_t ngx_http_agent_events_pull(ngx_http_agent_events_sub_t *sub,
+    ngx_chain_t **out);
+
+/* an output buffer of at least size bytes, from the subscriber's free */
+ngx_chain_t *ngx_http_agent_events_buf(ngx_http_agent_events_sub_t *sub,
+    size_t size);
+
+/* memory of the buffers not yet sent */
+size_t ngx_http_agent_events_busy(ngx_http_agent_events_sub_t *sub);
+
+
+#endif /* _NGX_HTTP_AGENT_EVENTS_SUB_H_INCLUDED_ */
