@@ -30,6 +30,7 @@ static ngx_int_t ngx_http_agent_turn_post_subrequest(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
 static void ngx_http_agent_turn_call_done(ngx_event_t *ev);
 static void ngx_http_agent_turn_deadline(ngx_event_t *ev);
+static ngx_uint_t ngx_http_agent_turn_log_grew(ngx_http_agent_turn_t *t);
 static u_char *ngx_http_agent_turn_log_error(ngx_log_t *log, u_char *buf,
     size_t len);
 
@@ -917,6 +918,22 @@ ngx_http_agent_turn_batch_done(ngx_event_t *ev)
         return;
     }
 
+    /*
+     * A call approved after the batch was read from the log, before this
+     * transition, is settled but has not run: the log is read again, and
+     * it runs before the model is called.
+     */
+
+    if (ngx_http_agent_turn_log_grew(t)) {
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, &t->log, 0,
+                       "agent turn \"%V\": resolved meanwhile, the batch "
+                       "is read again", &t->id);
+
+        t->event.handler = ngx_http_agent_turn_resume;
+        ngx_post_event(&t->event, &ngx_posted_events);
+        return;
+    }
+
     if (t->model_calls >= (ngx_uint_t) t->agent->max_model_calls) {
         ngx_str_set(&reason, "{\"reason\":\"the turn reached "
                              "max_model_calls\"}");
@@ -926,6 +943,25 @@ ngx_http_agent_turn_batch_done(ngx_event_t *ev)
 
     t->attempt = 0;
     ngx_http_agent_turn_model_call(&t->event);
+}
+
+
+/* events were added to the conversation since the batch was read */
+
+static ngx_uint_t
+ngx_http_agent_turn_log_grew(ngx_http_agent_turn_t *t)
+{
+    ngx_uint_t              grew;
+    ngx_http_agent_conv_t  *conv;
+
+    ngx_http_agent_zone_lock(t->zone);
+
+    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+    grew = (conv && conv->seq > t->batch_seq);
+
+    ngx_http_agent_zone_unlock(t->zone);
+
+    return grew;
 }
 
 

@@ -88,6 +88,9 @@ struct ngx_http_agent_turn_s {
     ngx_event_t                   event;
     ngx_log_t                     log;
 
+    /* the conversation's last seq when the batch was read from the log */
+    uint64_t                      batch_seq;
+
     /* tool calls of the batch still running, and suspended */
     ngx_uint_t                    running;
     ngx_uint_t                    suspended;

@@ -87,6 +87,8 @@ ngx_http_agent_turn_resume(ngx_event_t *ev)
         goto failed;
     }
 
+    t->batch_seq = conv->seq;
+
     /* back to the turn's user_msg: its model calls, and the last batch */
 
     n = 0;
