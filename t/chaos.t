@@ -9,6 +9,10 @@
 # acknowledged message and resolution in it, no step logged twice or
 # with a new tool_call_id, every Idempotency-Key a tool location saw a
 # call of that log, a rejected call never run, and SQLite the same log.
+# Every turn completes, except one whose worker died six times in a row
+# before it got on (the module gives such a turn up, as it would one
+# that kills every worker it runs on): that one must have had six kills
+# within it.
 #
 # Sizes: CHAOS_CONVERSATIONS (24), CHAOS_ROUNDS (messages each, 4),
 # CHAOS_KILLS (8), CHAOS_RELOADS (3); CHAOS_SEED repeats a run.
