@@ -36,6 +36,12 @@ static yajl_val ngx_http_agent_request_array(yajl_val event, char *key);
 static ngx_uint_t ngx_http_agent_request_side(
     ngx_http_agent_request_event_t *ev);
 static ngx_uint_t ngx_http_agent_request_render(ngx_http_agent_request_t *r);
+static ngx_int_t ngx_http_agent_request_retention(ngx_http_agent_request_t *r);
+static ngx_int_t ngx_http_agent_request_tool(ngx_http_agent_request_t *r,
+    yajl_val event);
+static ngx_uint_t ngx_http_agent_request_expired(ngx_http_agent_request_t *r,
+    yajl_val event);
+static ngx_uint_t ngx_http_agent_request_uint(yajl_val v);
 
 
 ngx_int_t
@@ -69,7 +75,9 @@ ngx_http_agent_request_build(ngx_http_agent_request_format_t *format,
     failed |= ngx_http_agent_json_str(g, &agent->model);
     failed |= format->head(&r);
 
-    if (ngx_http_agent_request_walk(&r, &failed) != NGX_OK) {
+    if (ngx_http_agent_request_retention(&r) != NGX_OK
+        || ngx_http_agent_request_walk(&r, &failed) != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
@@ -377,6 +385,18 @@ ngx_http_agent_request_render(ngx_http_agent_request_t *r)
             break;
         }
 
+        if (r->retain && ngx_http_agent_request_expired(r, r->ev.event)) {
+            if (YAJL_IS_TRUE(ngx_http_agent_provider_get(r->ev.event, "ok")))
+            {
+                ngx_str_set(&r->ev.text,
+                            "{\"ok\":true,\"result\":\"[result expired]\"}");
+
+            } else {
+                ngx_str_set(&r->ev.text,
+                            "{\"ok\":false,\"error\":\"[result expired]\"}");
+            }
+        }
+
         failed |= format->result(r);
         break;
 
@@ -455,4 +475,154 @@ ngx_http_agent_request_function(ngx_http_agent_request_t *r, yajl_val call)
     }
 
     return failed | ngx_http_agent_json_str(r->g, &text);
+}
+
+
+/*
+ * Retention, per tool: a result older than its tool's "turns" bound, or
+ * with "count" newer results of that tool, is sent as a stub; its call
+ * stays, so a call is never sent without its result, and the log keeps
+ * everything.  The walk needs the newest turn, and, for "count", how
+ * many results of each tool the log holds: one pass before it, only for
+ * an agent with such a tool.
+ */
+
+static ngx_int_t
+ngx_http_agent_request_retention(ngx_http_agent_request_t *r)
+{
+    yajl_val                    ev;
+    ngx_uint_t                  i, count, turns;
+    ngx_int_t                   n;
+    ngx_http_agent_tool_ref_t  *refs;
+
+    refs = r->agent->tools.elts;
+    turns = 0;
+    count = 0;
+
+    for (i = 0; i < r->agent->tools.nelts; i++) {
+        turns |= refs[i].tool->retention.turns;
+        count |= refs[i].tool->retention.count;
+    }
+
+    if ((turns == 0 && count == 0) || r->nevents == 0) {
+        return NGX_OK;
+    }
+
+    r->retain = 1;
+
+    if (count) {
+        r->left = ngx_pcalloc(r->pool,
+                              r->agent->tools.nelts * sizeof(ngx_uint_t));
+        if (r->left == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    for (i = r->left ? 0 : r->nevents - 1; i < r->nevents; i++) {
+        ev = ngx_http_agent_provider_event(r->pool, &r->scratch,
+                                           &r->events[i]);
+        if (ev == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (i == r->nevents - 1) {
+            r->turn = ngx_http_agent_request_uint(
+                          ngx_http_agent_provider_get(ev, "turn"));
+        }
+
+        if (r->left
+            && ngx_http_agent_provider_is(
+                   ngx_http_agent_provider_get(ev, "type"), "tool_result"))
+        {
+            n = ngx_http_agent_request_tool(r, ev);
+
+            if (n != NGX_DECLINED) {
+                r->left[n]++;
+            }
+        }
+
+        yajl_tree_free(ev);
+    }
+
+    return NGX_OK;
+}
+
+
+/* the index of the agent's tool a result is of, or NGX_DECLINED */
+
+static ngx_int_t
+ngx_http_agent_request_tool(ngx_http_agent_request_t *r, yajl_val event)
+{
+    ngx_str_t                   name;
+    ngx_uint_t                  i;
+    ngx_http_agent_tool_ref_t  *refs;
+
+    if (ngx_http_agent_provider_string(
+            ngx_http_agent_provider_get(event, "name"), &name)
+        != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    refs = r->agent->tools.elts;
+
+    for (i = 0; i < r->agent->tools.nelts; i++) {
+        if (refs[i].name.len == name.len
+            && ngx_strncmp(refs[i].name.data, name.data, name.len) == 0)
+        {
+            return i;
+        }
+    }
+
+    return NGX_DECLINED;
+}
+
+
+static ngx_uint_t
+ngx_http_agent_request_expired(ngx_http_agent_request_t *r, yajl_val event)
+{
+    ngx_int_t                    n;
+    ngx_uint_t                   turn, expired;
+    ngx_http_agent_retention_t  *retention;
+    ngx_http_agent_tool_ref_t   *refs;
+
+    n = ngx_http_agent_request_tool(r, event);
+
+    if (n == NGX_DECLINED) {
+        return 0;
+    }
+
+    refs = r->agent->tools.elts;
+    retention = &refs[n].tool->retention;
+    expired = 0;
+
+    if (retention->turns) {
+        turn = ngx_http_agent_request_uint(
+                   ngx_http_agent_provider_get(event, "turn"));
+        expired = (turn + retention->turns <= r->turn);
+    }
+
+    if (r->left) {
+        /* the results of this tool after this one */
+        r->left[n]--;
+
+        if (retention->count && r->left[n] >= retention->count) {
+            expired = 1;
+        }
+    }
+
+    return expired;
+}
+
+
+/* a positive integer member, or 0 */
+
+static ngx_uint_t
+ngx_http_agent_request_uint(yajl_val v)
+{
+    if (v == NULL || !YAJL_IS_INTEGER(v) || YAJL_GET_INTEGER(v) <= 0) {
+        return 0;
+    }
+
+    return (ngx_uint_t) YAJL_GET_INTEGER(v);
 }

@@ -110,6 +110,14 @@ struct ngx_http_agent_request_s {
 
     /* the ids of calls partial messages began, not sent (ngx_str_t) */
     ngx_array_t                       cut;
+
+    /*
+     * retention: the turn of the newest event, and for each of the
+     * agent's tools the results of it the walk has yet to reach
+     */
+    ngx_uint_t                        turn;
+    ngx_uint_t                       *left;
+    unsigned                          retain:1;
 };
 
 
