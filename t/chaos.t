@@ -647,10 +647,19 @@ check('every call ran or was denied as decided, with its own result', sub {
     $res{$_->{tool_call_id}} = $_ for of_type($ev, 'tool_result');
     $resn{$_->{tool_call_id}} = $_ for of_type($ev, 'resolution');
 
+    # the turns given up (checked above): their calls may have error
+    # results instead
+    my %gone = map { $_->{turn} => 1 }
+               grep { ($_->{reason} // '') =~ /died repeatedly/ }
+                    of_type($ev, 'turn_failed');
+
     for my $call (of_type($ev, 'tool_call')) {
         my $id = $call->{tool_call_id};
         my $r = $res{$id} or next;
         my $rejected = ($resn{$id}{decision} // '') eq 'reject';
+
+        next if $gone{$call->{turn}} && !$r->{ok}
+                && ($r->{error} // '') =~ /^\[failed\]/;
 
         if ($rejected) {
             push @why, "$id rejected, yet the location got it"
