@@ -31,6 +31,10 @@ $t->write_file_expand('demo/provider.conf',
 
 $t->write_file_expand('nginx.conf', $conf);
 
+# the demo page is served from the checkout's client/
+symlink(Test::Agent->root . '/client', $t->testdir . '/client')
+    or die "symlink: $!\n";
+
 my ($rc, $out) = $t->test_config;
 is($rc, 0, 'nginx -t accepts the example') or diag($out);
 
@@ -43,7 +47,16 @@ my $d = decode_json($r->{body});
 is($d->{agent}, 'assistant', 'the example agent');
 is($d->{provider}, 'openai_chat', 'its provider');
 is_deeply([map { $_->{name} } @{$d->{tools}}],
-          [qw(get_time send_note ask_user)], 'its tools');
+          [qw(get_time send_note search_docs ask_user browser_timezone)],
+          'its tools');
+
+$r = http_get('/', port => $t->port(8080));
+is($r->{status}, 200, 'the demo page');
+like($r->{body}, qr{<script type="module" src="demo.js">}, 'a module');
+
+$r = http_get('/agent.js', port => $t->port(8080));
+like($r->{headers}{'content-type'}, qr{^text/javascript},
+     'the client library as JavaScript, which a module must be');
 
 $r = http_get('/agents/zone', port => $t->port(8080));
 is(decode_json($r->{body})->{zone}, 'agents', 'zone status');

@@ -1,0 +1,485 @@
+/*
+ * The demo page: a chat over agent.js.  Each item of the conversation
+ * has one element, made once and updated in place, so that a form being
+ * filled in survives the events that arrive meanwhile.
+ */
+
+import { Conversation } from './agent.js';
+
+const $ = id => document.getElementById(id);
+
+/* the client tools this page runs when the agent calls them */
+const tools = {
+    browser_timezone: async () => ({
+        time_zone: Intl.DateTimeFormat().resolvedOptions().timeZone,
+        utc_offset_minutes: -new Date().getTimezoneOffset()
+    })
+};
+
+function conversationId() {
+    const m = location.hash.match(/^#c=([A-Za-z0-9_.:-]{1,64})$/);
+
+    if (m) {
+        return m[1];
+    }
+
+    const id = 'web-' + Math.random().toString(36).slice(2, 10);
+    history.replaceState(null, '', '#c=' + id);
+    return id;
+}
+
+const conv = new Conversation(conversationId(), { tools });
+const views = new Map();     /* item -> element */
+let frame = 0;
+let focusNext = null;        /* a new card's first control */
+
+window.conversation = conv;  /* for the console, and for tests */
+
+function h(tag, attrs = {}, ...kids) {
+    const el = document.createElement(tag);
+
+    for (const [k, v] of Object.entries(attrs)) {
+        if (k.startsWith('on')) {
+            el.addEventListener(k.slice(2), v);
+        } else if (v === true) {
+            el.setAttribute(k, '');
+        } else if (v !== false && v != null) {
+            el.setAttribute(k, v);
+        }
+    }
+
+    el.append(...kids.flat().filter(k => k != null));
+    return el;
+}
+
+function say(text) {
+    $('status').textContent = text;
+}
+
+function pretty(v) {
+    return typeof v === 'string' ? v : JSON.stringify(v, null, 2);
+}
+
+/* rendering */
+
+function schedule() {
+    if (frame === 0) {
+        frame = requestAnimationFrame(render);
+    }
+}
+
+function render() {
+    const log = $('log');
+    const page = document.scrollingElement;
+    const atEnd = page.scrollHeight - page.scrollTop - innerHeight < 80;
+    const seen = new Set();
+    let prev = null;
+
+    frame = 0;
+
+    for (const item of conv.items) {
+        let el = views.get(item);
+
+        if (el === undefined) {
+            el = make(item);
+            views.set(item, el);
+        }
+
+        update(item, el);
+        seen.add(item);
+
+        if (prev === null ? log.firstChild !== el : prev.nextSibling !== el) {
+            if (prev === null) {
+                log.prepend(el);
+            } else {
+                prev.after(el);
+            }
+        }
+        prev = el;
+    }
+
+    for (const [item, el] of views) {
+        if (!seen.has(item)) {
+            el.remove();
+            views.delete(item);
+        }
+    }
+
+    $('conn').textContent = conv.connected ? 'connected' : 'reconnecting';
+    $('conn').className = 'conn ' + (conv.connected ? 'on' : 'off');
+    $('state').textContent = conv.state.replace('_', ' ');
+    $('cancel').disabled = !conv.busy;
+    document.body.dataset.state = conv.state;
+    document.body.dataset.lastSeq = conv.lastSeq;
+
+    if (atEnd) {
+        page.scrollTop = page.scrollHeight;
+    }
+
+    /* a card that asks for something takes the focus from the composer,
+     * not from another card */
+    if (focusNext !== null && (document.activeElement === document.body
+                               || document.activeElement === $('input')))
+    {
+        focusNext.focus();
+    }
+    focusNext = null;
+}
+
+function make(item) {
+    switch (item.type) {
+    case 'user':
+        return h('li', { class: 'msg user' }, h('p', {}, item.content));
+
+    case 'assistant':
+        return h('li', { class: 'msg assistant' },
+                 h('details', { class: 'thinking', hidden: true },
+                   h('summary', {}, 'Thinking'), h('p')),
+                 h('p', { class: 'text' }));
+
+    case 'tool':
+        return h('li', { class: 'tool', 'data-call': item.call.id,
+                         'data-name': item.call.name },
+                 h('div', { class: 'tool-head' },
+                   h('span', { class: 'tool-name' }, item.call.name),
+                   h('span', { class: 'tool-status' })),
+                 h('pre', { class: 'tool-args' }),
+                 h('div', { class: 'tool-progress', hidden: true },
+                   h('progress', { max: 1, value: 0 }), h('span')),
+                 h('div', { class: 'tool-action' }),
+                 h('pre', { class: 'tool-result', hidden: true }));
+
+    default:
+        return h('li', { class: 'notice ' + item.kind });
+    }
+}
+
+function update(item, el) {
+    switch (item.type) {
+    case 'assistant': {
+        const think = el.querySelector('.thinking');
+
+        think.hidden = !item.thinking;
+        think.querySelector('p').textContent = item.thinking;
+        el.querySelector('.text').textContent = item.text;
+        el.classList.toggle('streaming', item.status === 'streaming');
+        el.dataset.status = item.status;
+        el.dataset.messageId = item.message_id;
+        el.hidden = !item.text && !item.thinking;
+        if (item.status === 'cancelled' || item.status === 'interrupted') {
+            el.querySelector('.text').append(
+                h('span', { class: 'badge' }, item.status));
+        }
+        break;
+    }
+
+    case 'tool':
+        updateTool(item.call, el);
+        break;
+
+    case 'notice':
+        el.textContent = item.kind === 'cancelled'
+            ? 'Stopped.'
+            : 'The turn failed: ' + (item.reason ?? '')
+              + (item.error ? ' (' + item.error + ')' : '');
+        break;
+    }
+}
+
+const STATUS = {
+    running: 'running',
+    done: 'done',
+    error: 'failed'
+};
+
+function updateTool(call, el) {
+    const waiting = call.status === 'waiting' ? call.kind : '';
+    const status = waiting === 'approval' ? 'needs your approval'
+        : waiting === 'elicitation' ? 'asks you'
+        : waiting === 'client_exec' ? 'runs in your browser'
+        : STATUS[call.status];
+
+    el.dataset.status = call.status;
+    el.dataset.kind = waiting;
+    el.querySelector('.tool-status').textContent = status;
+    el.querySelector('.tool-args').textContent = pretty(call.arguments);
+    el.querySelector('.tool-args').hidden = call.executor === 'human'
+        || JSON.stringify(call.arguments) === '{}';
+
+    const p = call.progress ?? [];
+    const bar = el.querySelector('.tool-progress');
+
+    if (p.length > 0) {
+        const last = p[p.length - 1];
+
+        bar.hidden = false;
+        if (last && typeof last === 'object' && last.of) {
+            bar.querySelector('progress').max = last.of;
+            bar.querySelector('progress').value = last.step ?? 0;
+        }
+        bar.querySelector('span').textContent =
+            typeof last === 'object' && last.doing ? last.doing : pretty(last);
+    }
+
+    const res = el.querySelector('.tool-result');
+
+    if (call.status === 'done' || call.status === 'error') {
+        res.hidden = false;
+        res.textContent = call.ok ? pretty(call.result)
+                                  : 'error: ' + (call.error ?? 'no result');
+        res.classList.toggle('error', !call.ok);
+    }
+
+    /* the card that asks for something: made once per suspension */
+    const action = el.querySelector('.tool-action');
+    const key = waiting ? waiting + '/' + call.suspensions : '';
+
+    if (action.dataset.key !== key) {
+        action.dataset.key = key;
+        action.replaceChildren();
+
+        if (waiting === 'approval') {
+            action.append(approvalCard(call));
+        } else if (waiting === 'elicitation') {
+            action.append(elicitationForm(call));
+        }
+
+        focusNext = action.querySelector('input, select, textarea, button')
+                    ?? focusNext;
+    }
+}
+
+/* approval: approve, reject with a reason, or approve edited arguments */
+
+function approvalCard(call) {
+    const id = 'edit-' + call.id;
+    const reason = h('input', { type: 'text', class: 'reason',
+                                'aria-label': 'Reason for rejecting',
+                                placeholder: 'Reason (optional)' });
+    const edit = h('textarea', { id, rows: 4, class: 'edit-args',
+                                 spellcheck: 'false' },
+                   JSON.stringify(call.arguments, null, 2));
+    const err = h('span', { class: 'error', role: 'alert' });
+
+    const act = async (fn, what) => {
+        card.querySelectorAll('button').forEach(b => { b.disabled = true; });
+        try {
+            const r = await fn();
+            say(r.stale ? 'That call no longer waits.' : what);
+        } catch (e) {
+            say('Could not resolve: ' + e.message);
+            card.querySelectorAll('button').forEach(b => {
+                b.disabled = false;
+            });
+        }
+    };
+
+    const card = h('div', { class: 'approval', role: 'group',
+                            'aria-label': 'Approve ' + call.name },
+        h('div', { class: 'row' },
+          h('button', { type: 'button', class: 'approve',
+                        onclick: () => act(() => conv.approve(call.id),
+                                           'Approved.') }, 'Approve'),
+          reason,
+          h('button', { type: 'button', class: 'reject',
+                        onclick: () => act(() => conv.reject(call.id,
+                                                              reason.value),
+                                           'Rejected.') }, 'Reject')),
+        h('details', { class: 'edit' },
+          h('summary', {}, 'Edit arguments'),
+          h('label', { for: id, class: 'visually-hidden' },
+            'Arguments as JSON'),
+          edit,
+          h('div', { class: 'row' },
+            h('button', { type: 'button', class: 'approve-edited',
+                          onclick: () => {
+                              let args;
+                              try {
+                                  args = JSON.parse(edit.value);
+                              } catch (e) {
+                                  err.textContent = 'Not JSON: ' + e.message;
+                                  return;
+                              }
+                              err.textContent = '';
+                              act(() => conv.approve(call.id, args),
+                                  'Approved with your arguments.');
+                          } }, 'Approve with these arguments'),
+            err)));
+
+    return card;
+}
+
+/* elicitation: a form made from the JSON Schema the call asks with, or
+ * a single answer */
+
+function elicitationForm(call) {
+    const args = call.arguments ?? {};
+    const schema = args.schema && args.schema.type === 'object'
+                   && args.schema.properties ? args.schema : null;
+    const required = new Set(schema?.required ?? []);
+    const fields = [];
+    const prefix = 'f-' + call.id + '-';
+
+    const form = h('form', { class: 'elicitation' },
+                   h('p', { class: 'question' },
+                     args.question ?? 'The agent asks:'));
+
+    if (schema === null) {
+        const ta = h('textarea', { id: prefix + 'answer', name: 'answer',
+                                   rows: 2, required: true });
+        form.append(h('label', { for: ta.id }, 'Your answer'), ta);
+        fields.push({ name: null, el: ta, type: 'string' });
+    } else {
+        for (const [name, p] of Object.entries(schema.properties)) {
+            const f = field(prefix + name, name, p, required.has(name));
+            form.append(f.wrap);
+            fields.push(f);
+        }
+    }
+
+    const err = h('span', { class: 'error', role: 'alert' });
+    const submit = h('button', { type: 'submit' }, 'Send answer');
+
+    form.append(h('div', { class: 'row' }, submit, err));
+
+    form.addEventListener('submit', async e => {
+        e.preventDefault();
+
+        let result = {};
+
+        for (const f of fields) {
+            const v = value(f);
+            if (f.name === null) {
+                result = v;
+            } else if (v !== undefined) {
+                result[f.name] = v;
+            }
+        }
+
+        submit.disabled = true;
+        try {
+            const r = await conv.answer(call.id, result);
+            say(r.stale ? 'That question no longer waits.' : 'Answered.');
+        } catch (e) {
+            err.textContent = e.message;
+            submit.disabled = false;
+        }
+    });
+
+    return form;
+}
+
+function field(id, name, p, required) {
+    const label = (p.title ?? name) + (required ? ' *' : '');
+    const type = Array.isArray(p.type) ? p.type[0] : p.type;
+    const desc = p.description ? h('small', { id: id + '-d' }, p.description)
+                               : null;
+    const common = { id, name, required,
+                     'aria-describedby': desc ? id + '-d' : null };
+    let el;
+
+    if (Array.isArray(p.enum)) {
+        el = h('select', common,
+               required ? null : h('option', { value: '' }, '—'),
+               p.enum.map((v, i) => h('option', { value: i,
+                                                  selected: v === p.default },
+                                      String(v))));
+        return { name, el, type: 'enum', values: p.enum,
+                 wrap: h('div', { class: 'field' },
+                         h('label', { for: id }, label), el, desc) };
+    }
+
+    if (type === 'boolean') {
+        el = h('input', { id, name, type: 'checkbox',
+                          checked: p.default === true,
+                          'aria-describedby': common['aria-describedby'] });
+        return { name, el, type,
+                 wrap: h('div', { class: 'field check' }, el,
+                         h('label', { for: id }, label), desc) };
+    }
+
+    if (type === 'number' || type === 'integer') {
+        el = h('input', { ...common, type: 'number',
+                          inputmode: type === 'integer' ? 'numeric'
+                                                        : 'decimal',
+                          step: type === 'integer' ? 1 : 'any',
+                          min: p.minimum, max: p.maximum,
+                          value: p.default });
+    } else {
+        el = h('input', { ...common, type: 'text', value: p.default,
+                          minlength: p.minLength, maxlength: p.maxLength });
+    }
+
+    return { name, el, type,
+             wrap: h('div', { class: 'field' },
+                     h('label', { for: id }, label), el, desc) };
+}
+
+function value(f) {
+    const v = f.el.value;
+
+    switch (f.type) {
+    case 'enum':
+        return v === '' ? undefined : f.values[Number(v)];
+    case 'boolean':
+        return f.el.checked;
+    case 'number':
+    case 'integer':
+        return v === '' ? undefined : Number(v);
+    default:
+        return v === '' && f.name !== null ? undefined : v;
+    }
+}
+
+/* the composer */
+
+$('composer').addEventListener('submit', async e => {
+    e.preventDefault();
+
+    const input = $('input');
+    const text = input.value.trim();
+
+    if (text === '') {
+        return;
+    }
+
+    $('send').disabled = true;
+    try {
+        const r = await conv.send(text);
+        input.value = '';
+        say(r.queued ? 'Queued: it runs after the current turn.' : '');
+    } catch (err) {
+        say('Not sent: ' + err.message);
+    } finally {
+        $('send').disabled = false;
+        input.focus();
+    }
+});
+
+$('input').addEventListener('keydown', e => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+        e.preventDefault();
+        $('composer').requestSubmit();
+    }
+});
+
+$('cancel').addEventListener('click', async () => {
+    try {
+        await conv.cancel();
+        say('Stopped.');
+    } catch (err) {
+        say('Could not stop: ' + err.message);
+    }
+});
+
+$('new-conv').addEventListener('click', e => {
+    e.preventDefault();
+    location.hash = '';     /* hashchange: a new conversation */
+});
+
+window.addEventListener('hashchange', () => location.reload());
+
+$('conv-id').textContent = conv.id;
+conv.addEventListener('change', schedule);
+conv.connect();
+render();

@@ -1,0 +1,353 @@
+/*
+ * The demo page of nginx.conf.example in a real browser: every executor,
+ * a cancel, and a reload in the middle of a reply.  Run by t/browser.t:
+ *
+ *     node demo.mjs BASE_URL SCREENSHOT_DIR
+ *
+ * Prints one line per check, "ok - name" or "not ok - name: why", and
+ * "screenshot PATH" for each screenshot.
+ */
+
+import { chromium } from 'playwright-core';
+
+const [base, shots] = process.argv.slice(2);
+const executable = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const TZ = 'Pacific/Auckland';
+
+let failed = 0;
+let step = 0;
+
+function ok(cond, name, why = '') {
+    if (!cond) {
+        failed++;
+    }
+    console.log(`${cond ? 'ok' : 'not ok'} - ${name}`
+                + (cond || !why ? '' : `: ${why}`));
+    return cond;
+}
+
+async function shot(page, name) {
+    const path = `${shots}/${String(++step).padStart(2, '0')}-${name}.png`;
+    await page.screenshot({ path, fullPage: true });
+    console.log(`screenshot ${path}`);
+}
+
+async function check(name, fn) {
+    try {
+        await fn();
+    } catch (e) {
+        ok(false, name, String(e.message).split('\n')[0]);
+    }
+}
+
+async function inspect(id) {
+    const r = await fetch(`${base}/chat/${id}?limit=1000`);
+    return r.json();
+}
+
+const browser = await chromium.launch({
+    executablePath: executable,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic',
+           '--no-first-run', '--disable-background-networking',
+           '--disable-component-update', '--disable-sync',
+           '--disable-dev-shm-usage']
+});
+
+const context = await browser.newContext({ timezoneId: TZ,
+                                           viewport: { width: 900,
+                                                       height: 900 } });
+const errors = [];
+const id = 'browser-' + Date.now().toString(36);
+const page = await context.newPage();
+
+page.on('pageerror', e => errors.push(String(e)));
+page.on('console', m => {
+    /* the event stream of a conversation not made yet answers 404 */
+    if (m.type() === 'error' && !m.text().startsWith('Failed to load')) {
+        errors.push(m.text());
+    }
+});
+
+page.setDefaultTimeout(15000);
+
+const log = page.locator('#log');
+const lastAssistant = () => log.locator('li.assistant:not([hidden])').last();
+const lastTool = name => log.locator(`li.tool[data-name="${name}"]`).last();
+
+async function send(text) {
+    await page.fill('#input', text);
+    await page.keyboard.press('Enter');
+}
+
+/* the reply of the turn just sent: done when the state is idle and the
+ * last assistant item is complete */
+async function waitIdle() {
+    await page.waitForFunction(() => {
+        const c = window.conversation;
+        return c && c.state === 'idle' && c.streaming === null;
+    });
+}
+
+await page.goto(`${base}/#c=${id}`);
+
+await check('text streams in, thinking folded', async () => {
+    await send('hello there');
+
+    /* samples of the reply while it streams */
+    const seen = [];
+    await page.waitForSelector('li.assistant.streaming');
+    for (let i = 0; i < 200; i++) {
+        const s = await page.evaluate(() => {
+            const el = [...document.querySelectorAll('li.assistant')].pop();
+            return el ? { text: el.querySelector('.text').textContent,
+                          streaming: el.classList.contains('streaming') }
+                      : null;
+        });
+        if (s) {
+            seen.push(s);
+            if (!s.streaming) {
+                break;
+            }
+        }
+        await page.waitForTimeout(50);
+    }
+
+    const final = seen[seen.length - 1]?.text ?? '';
+    const partial = seen.filter(s => s.streaming && s.text.length > 0
+                                     && s.text.length < final.length);
+
+    ok(final.startsWith('You said: "hello there"'), 'the reply arrives',
+       final);
+    ok(partial.length >= 2, 'seen in parts while it streams',
+       `${partial.length} partial samples`);
+    ok(partial.every(s => final.startsWith(s.text)),
+       'each part a prefix of the reply');
+
+    const think = lastAssistant().locator('details.thinking');
+    ok(await think.isVisible() && !(await think.getAttribute('open')),
+       'thinking shown collapsed');
+    ok((await think.textContent()).includes('no model behind me'),
+       'thinking holds the model\'s thinking');
+    await shot(page, 'streamed-text');
+});
+
+await check('a server tool', async () => {
+    await send('what time is it?');
+    await waitIdle();
+    const card = lastTool('get_time');
+    ok(await card.getAttribute('data-status') === 'done', 'get_time done');
+    ok((await card.locator('.tool-result').textContent()).includes('"time"'),
+       'its result on the card');
+    ok((await lastAssistant().textContent()).includes("server's clock"),
+       'the reply uses it');
+});
+
+await check('a streaming tool shows progress', async () => {
+    await send('search the docs');
+    await waitIdle();
+    const card = lastTool('search_docs');
+    const prog = card.locator('.tool-progress');
+    ok(await prog.isVisible(), 'progress shown');
+    ok((await prog.textContent()).includes('ranking'), 'the last progress');
+    ok(await prog.locator('progress').getAttribute('max') === '3',
+       'progress as a bar');
+    ok((await card.locator('.tool-result').textContent())
+       .includes('README.md#http-api'), 'then the result');
+    await shot(page, 'tool-progress');
+});
+
+await check('approve, from the keyboard', async () => {
+    await send('leave a note please');
+    const card = lastTool('send_note');
+    await card.locator('.approval').waitFor();
+    await shot(page, 'approval-card');
+
+    /* the card takes the focus: Enter approves */
+    await page.waitForFunction(() =>
+        document.activeElement?.classList.contains('approve'));
+    ok(true, 'the approval card takes the focus');
+    await page.keyboard.press('Enter');
+    await waitIdle();
+    ok(await card.getAttribute('data-status') === 'done', 'approved: it ran');
+    ok(await card.locator('.approval').count() === 0, 'the card is gone');
+    ok((await lastAssistant().textContent()).includes('Your note was saved'),
+       'the reply says so');
+});
+
+await check('reject with a reason', async () => {
+    await send('another note');
+    const card = lastTool('send_note');
+    await card.locator('.approval').waitFor();
+    await card.locator('input.reason').fill('not today');
+    await card.locator('button.reject').click();
+    await waitIdle();
+    ok(await card.getAttribute('data-status') === 'error',
+       'rejected: an error result');
+    ok((await card.locator('.tool-result').textContent())
+       .includes('denied by approver: not today'), 'with the reason');
+});
+
+await check('approve edited arguments', async () => {
+    await send('a third note');
+    const card = lastTool('send_note');
+    await card.locator('.approval').waitFor();
+    await card.locator('details.edit summary').click();
+    await card.locator('textarea.edit-args').fill('{"text":"edited by me"}');
+    await card.locator('button.approve-edited').click();
+    await waitIdle();
+    ok(await card.getAttribute('data-status') === 'done', 'it ran');
+    ok((await card.locator('.tool-args').textContent())
+       .includes('edited by me'), 'with the edited arguments');
+
+    const conv = await inspect(id);
+    const r = conv.messages.filter(m => m.type === 'resolution').pop();
+    ok(r?.args?.text === 'edited by me', 'recorded as an edit');
+});
+
+await check('a form from a JSON Schema', async () => {
+    await send('book a table');
+    const card = lastTool('ask_user');
+    const form = card.locator('form.elicitation');
+    await form.waitFor();
+
+    ok(await form.locator('input[type="text"][name="name"][required]')
+       .count() === 1, 'a required string');
+    ok(await form.locator('input[type="number"][name="guests"]')
+       .inputValue() === '2', 'a number with its default');
+    ok(await form.locator('select[name="time"] option').count() === 3,
+       'an enum as a select');
+    ok(await form.locator('input[type="checkbox"][name="terrace"]')
+       .count() === 1, 'a boolean as a checkbox');
+
+    /* required: the browser keeps an empty name from being sent */
+    await form.locator('input[name="name"]').fill('');
+    await form.locator('button[type="submit"]').click();
+    await page.waitForTimeout(300);
+    ok(await card.getAttribute('data-status') === 'waiting',
+       'an empty required field is not sent');
+    await shot(page, 'elicitation-form');
+    await page.screenshot({ path: `${shots}/demo.png` });
+
+    await form.locator('input[name="name"]').fill('Ada');
+    await form.locator('input[name="guests"]').fill('4');
+    await form.locator('select[name="time"]').selectOption({ label: '20:00' });
+    await form.locator('input[name="terrace"]').check();
+    await form.locator('button[type="submit"]').click();
+    await waitIdle();
+
+    const res = JSON.parse(await card.locator('.tool-result').textContent());
+    ok(res.name === 'Ada' && res.guests === 4 && res.time === '20:00'
+       && res.terrace === true && !('notes' in res),
+       'the answer typed as the schema says', JSON.stringify(res));
+});
+
+await check('a single question', async () => {
+    await send('ask me something');
+    const card = lastTool('ask_user');
+    await card.locator('form.elicitation textarea').fill('green');
+    await card.locator('form.elicitation button[type="submit"]').click();
+    await waitIdle();
+    ok((await lastAssistant().textContent()).includes('You answered: "green"'),
+       'the answer reaches the model');
+});
+
+await check('a client tool runs in the page', async () => {
+    /* a second tab on the same conversation runs it too; the one that
+     * loses gets a quiet 409 */
+    const other = await context.newPage();
+    other.on('pageerror', e => errors.push(String(e)));
+    await other.goto(`${base}/#c=${id}`);
+    await other.waitForFunction(() => window.conversation?.connected);
+
+    await send('what is my timezone?');
+    await waitIdle();
+    const card = lastTool('browser_timezone');
+    ok(await card.getAttribute('data-status') === 'done', 'it ran');
+    ok((await lastAssistant().textContent()).includes(TZ),
+       'with the browser\'s time zone', await lastAssistant().textContent());
+
+    const conv = await inspect(id);
+    const rs = conv.messages.filter(m => m.type === 'resolution'
+                                         && m.kind === 'client_exec');
+    ok(rs.length === 1 && rs[0].source === 'client',
+       'resolved once, by a client');
+    await other.close();
+});
+
+await check('cancel mid-reply', async () => {
+    await send('tell me a story');
+    await page.waitForFunction(() =>
+        window.conversation?.streaming?.text.length > 20);
+    await page.click('#cancel');
+    await waitIdle();
+    const a = lastAssistant();
+    ok(await a.getAttribute('data-status') === 'cancelled',
+       'the partial reply is kept, marked cancelled');
+    ok(await log.locator('li.notice.cancelled').count() === 1,
+       'the turn says it stopped');
+    ok(await page.locator('#cancel').isDisabled(), 'nothing left to stop');
+    await shot(page, 'cancelled');
+});
+
+await check('reload mid-reply: nothing lost or doubled', async () => {
+    await send('another story');
+    await page.waitForFunction(() =>
+        window.conversation?.streaming?.text.length > 40);
+
+    await page.reload();
+
+    /* the page catches up: the reply so far, then the rest */
+    await page.waitForFunction(() =>
+        window.conversation?.streaming?.text.length > 0);
+    const samples = [];
+    while (true) {
+        const s = await page.evaluate(() => ({
+            text: window.conversation.streaming?.text ?? null,
+            state: window.conversation.state
+        }));
+        if (s.text === null) {
+            break;
+        }
+        samples.push(s.text);
+        await page.waitForTimeout(100);
+    }
+    await waitIdle();
+    await shot(page, 'reloaded');
+
+    const conv = await inspect(id);
+    const logged = conv.messages.filter(m => m.type === 'assistant_msg'
+                                             && m.content !== '');
+    const last = logged[logged.length - 1];
+
+    ok(samples.length > 1 && samples.every(t => last.content.startsWith(t)),
+       'after the reload, each part a prefix of the reply');
+
+    const shown = await page.evaluate(() =>
+        [...document.querySelectorAll('li.assistant:not([hidden]) .text')]
+            .map(e => e.firstChild?.textContent ?? ''));
+    ok(JSON.stringify(shown)
+       === JSON.stringify(logged.map(m => m.content)),
+       'every reply shown once, as logged',
+       `${shown.length} shown, ${logged.length} logged`);
+
+    const users = await log.locator('li.user').count();
+    ok(users === conv.messages.filter(m => m.type === 'user_msg').length,
+       'every message shown once');
+});
+
+await check('a phone\'s width', async () => {
+    await page.setViewportSize({ width: 375, height: 740 });
+    await send('note from my phone');
+    await lastTool('send_note').locator('.approval').waitFor();
+    const wide = await page.evaluate(() =>
+        document.documentElement.scrollWidth);
+    ok(wide <= 375, 'no sideways scrolling', `${wide}px wide`);
+    await shot(page, 'phone');
+    await lastTool('send_note').locator('button.approve').click();
+    await waitIdle();
+});
+
+ok(errors.length === 0, 'no errors in the page', errors.join('; '));
+
+await browser.close();
+process.exit(failed ? 1 : 0);
