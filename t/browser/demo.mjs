@@ -74,18 +74,24 @@ const log = page.locator('#log');
 const lastAssistant = () => log.locator('li.assistant:not([hidden])').last();
 const lastTool = name => log.locator(`li.tool[data-name="${name}"]`).last();
 
+/* the turn before the message last sent: its own turn is the next */
+let sentAfter = 0;
+
 async function send(text) {
+    sentAfter = await page.evaluate(() => window.conversation?.turn ?? 0);
     await page.fill('#input', text);
     await page.keyboard.press('Enter');
 }
 
-/* the reply of the turn just sent: done when the state is idle and the
- * last assistant item is complete */
+/* the reply of the turn just sent: done when that turn has started, the
+ * state is idle and the last assistant item is complete (right after a
+ * send the state is still the idle of the turn before) */
 async function waitIdle() {
-    await page.waitForFunction(() => {
+    await page.waitForFunction(after => {
         const c = window.conversation;
-        return c && c.state === 'idle' && c.streaming === null;
-    });
+        return c && c.turn > after && c.state === 'idle'
+               && c.streaming === null;
+    }, sentAfter);
 }
 
 await page.goto(`${base}/#c=${id}`);
