@@ -8,6 +8,7 @@
  * "screenshot PATH" for each screenshot.
  */
 
+import net from 'node:net';
 import { chromium } from 'playwright-core';
 
 const [base, shots] = process.argv.slice(2);
@@ -339,6 +340,90 @@ await check('reload mid-reply: nothing lost or doubled', async () => {
     const users = await log.locator('li.user').count();
     ok(users === conv.messages.filter(m => m.type === 'user_msg').length,
        'every message shown once');
+});
+
+/*
+ * A network loss mid-reply: the page talks to nginx through a TCP proxy
+ * of ours, which drops every connection and refuses new ones for a
+ * while; the page reconnects by itself and catches up.
+ */
+
+function proxy(target) {
+    const socks = new Set();
+    const server = net.createServer(c => {
+        const u = net.connect(target.port, target.hostname);
+        socks.add(c);
+        socks.add(u);
+        c.pipe(u);
+        u.pipe(c);
+        for (const s of [c, u]) {
+            s.on('error', () => {});
+            s.on('close', () => { socks.delete(s); c.destroy(); u.destroy(); });
+        }
+    });
+    return {
+        listen: port => new Promise(r => server.listen(port, '127.0.0.1',
+                                                       () => r(server.address().port))),
+        cut: () => new Promise(r => {
+            server.close(() => r());
+            for (const s of socks) {
+                s.destroy();
+            }
+        })
+    };
+}
+
+await check('a network loss mid-reply: the page reconnects, catches up',
+            async () => {
+    const target = new URL(base);
+    let p = proxy(target);
+    const port = await p.listen(0);
+    const lossId = id + '-loss';
+    const far = await context.newPage();
+    far.on('pageerror', e => errors.push(String(e)));
+    far.setDefaultTimeout(20000);
+
+    /* a conversation not made yet has no event stream: not connected */
+    await far.goto(`http://127.0.0.1:${port}/#c=${lossId}`);
+    await far.waitForFunction(() => window.conversation);
+
+    await far.fill('#input', 'tell me a story');
+    await far.keyboard.press('Enter');
+    await far.waitForFunction(() =>
+        window.conversation?.streaming?.text.length > 40);
+    ok(true, 'the reply streams through the proxy');
+
+    await p.cut();
+    await far.waitForFunction(() => !window.conversation.connected);
+    ok(true, 'the page sees the loss');
+    await far.waitForTimeout(1500);
+
+    p = proxy(target);
+    await p.listen(port);
+    await far.waitForFunction(() => window.conversation.connected);
+    ok(true, 'the page reconnects');
+
+    await far.waitForFunction(() => {
+        const c = window.conversation;
+        return c.connected && c.state === 'idle' && c.streaming === null
+               && c.turn > 0;
+    });
+    await shot(far, 'reconnected');
+
+    const conv = await inspect(lossId);
+    const logged = conv.messages.filter(m => m.type === 'assistant_msg'
+                                             && m.content !== '');
+    const shown = await far.evaluate(() =>
+        [...document.querySelectorAll('li.assistant:not([hidden]) .text')]
+            .map(e => e.firstChild?.textContent ?? ''));
+
+    ok(logged.length > 0 && JSON.stringify(shown)
+       === JSON.stringify(logged.map(m => m.content)),
+       'after the loss, every reply shown once, as logged',
+       `${shown.length} shown, ${logged.length} logged`);
+
+    await far.close();
+    await p.cut();
 });
 
 await check('a phone\'s width', async () => {
