@@ -48,8 +48,24 @@ ngx_int_t
 ngx_http_agent_api_request(ngx_http_request_t *r, ngx_uint_t methods,
     char *allow, ngx_str_t *id, ngx_int_t *rc)
 {
+    ngx_str_t  *owner;
+
     if (!(r->method & methods)) {
         *rc = ngx_http_agent_json_method(r, allow);
+        return NGX_DONE;
+    }
+
+    switch (ngx_http_agent_api_owner(r, &owner)) {
+
+    case NGX_OK:
+        break;
+
+    case NGX_DECLINED:
+        *rc = ngx_http_agent_api_anonymous(r);
+        return NGX_DONE;
+
+    default:
+        *rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
         return NGX_DONE;
     }
 
@@ -82,6 +98,54 @@ ngx_http_agent_api_agent(ngx_http_request_t *r)
     alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
 
     return &alcf->agent->name;
+}
+
+
+/*
+ * Who the request acts for (agent_owner): NGX_OK, with *owner NULL where
+ * the location does not ask; NGX_DECLINED where it asks and the value is
+ * empty, or too long to be recorded whole.
+ */
+
+ngx_int_t
+ngx_http_agent_api_owner(ngx_http_request_t *r, ngx_str_t **owner)
+{
+    ngx_str_t                  *value;
+    ngx_http_agent_loc_conf_t  *alcf;
+
+    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
+
+    *owner = NULL;
+
+    if (alcf->owner == NULL) {
+        return NGX_OK;
+    }
+
+    value = ngx_palloc(r->pool, sizeof(ngx_str_t));
+    if (value == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_complex_value(r, alcf->owner, value) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (value->len == 0 || value->len > NGX_HTTP_AGENT_OWNER_LEN) {
+        return NGX_DECLINED;
+    }
+
+    *owner = value;
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_agent_api_anonymous(ngx_http_request_t *r)
+{
+    return ngx_http_agent_json_error(r, NGX_HTTP_UNAUTHORIZED,
+                                     "unauthorized",
+                                     "the request has no owner");
 }
 
 
@@ -162,15 +226,23 @@ ngx_http_agent_api_id(ngx_http_request_t *r, ngx_http_complex_value_t *cv,
 /*
  * The conversation an endpoint acts on, with the zone locked.  One that
  * the zone does not hold is revived from the store, or answered 404; one
- * of another agent is answered as an unknown one.  Then NULL is returned,
- * the zone unlocked, and *rc is what the handler returns.
+ * of another agent or owner is answered as an unknown one.  Then NULL is
+ * returned, the zone unlocked, and *rc is what the handler returns.
  */
 
 ngx_http_agent_conv_t *
-ngx_http_agent_api_conv_locked(ngx_http_request_t *r,
+ngx_http_agent_api_conv_lock(ngx_http_request_t *r,
     ngx_http_agent_zone_t *z, ngx_str_t *id, ngx_int_t *rc)
 {
+    ngx_str_t              *owner;
     ngx_http_agent_conv_t  *conv;
+
+    if (ngx_http_agent_api_owner(r, &owner) != NGX_OK) {
+        *rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NULL;
+    }
+
+    ngx_http_agent_zone_lock(z);
 
     conv = ngx_http_agent_conv_find_locked(z, id);
 
@@ -180,7 +252,8 @@ ngx_http_agent_api_conv_locked(ngx_http_request_t *r,
         return NULL;
     }
 
-    if (ngx_http_agent_conv_agent_locked(conv, ngx_http_agent_api_agent(r))
+    if (ngx_http_agent_conv_bound_locked(conv, ngx_http_agent_api_agent(r),
+                                         owner)
         != NGX_OK)
     {
         ngx_http_agent_zone_unlock(z);

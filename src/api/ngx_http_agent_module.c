@@ -183,6 +183,20 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       offsetof(ngx_http_agent_loc_conf_t, tool_call),
       NULL },
 
+    { ngx_string("agent_owner"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_agent_loc_conf_t, owner),
+      NULL },
+
+    { ngx_string("agent_approver"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_agent_loc_conf_t, approver),
+      NULL },
+
     { ngx_string("agent_resolve"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_agent_api,
@@ -353,6 +367,8 @@ ngx_http_agent_create_loc_conf(ngx_conf_t *cf)
      *     alcf->describe = 0;
      *     alcf->api = NULL;
      *     alcf->conversation = NULL;
+     *     alcf->owner = NULL;
+     *     alcf->approver = NULL;
      */
 
     return alcf;
@@ -407,6 +423,14 @@ ngx_http_agent_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     if (conf->tool_call == NULL) {
         conf->tool_call = prev->tool_call;
+    }
+
+    if (conf->owner == NULL) {
+        conf->owner = prev->owner;
+    }
+
+    if (conf->approver == NULL) {
+        conf->approver = prev->approver;
     }
 
     ngx_conf_merge_uint_value(conf->busy, prev->busy,

@@ -289,9 +289,7 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
     alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
     z = amcf->zone;
 
-    ngx_http_agent_zone_lock(z);
-
-    conv = ngx_http_agent_api_conv_locked(r, z, &res->conv, &rc);
+    conv = ngx_http_agent_api_conv_lock(r, z, &res->conv, &rc);
     if (conv == NULL) {
         return rc;
     }
