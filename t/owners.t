@@ -5,6 +5,11 @@
 # unknown conversation, byte for byte, and changes nothing; a request
 # with no owner is answered 401.  The owner is written to the store and
 # comes back with the conversation after a restart.
+#
+# Approvers: only some users may approve (auth_request on an approvals
+# location, which serves every owner); who approved is recorded in the
+# resolution and reaches the gated tool's location as X-Agent-Approver,
+# also when the call is sent again by a worker that took the turn over.
 
 use strict;
 use warnings;
@@ -27,17 +32,57 @@ my $t = Test::Agent->new;
 my $mock = Test::Agent::MockProvider->new(default => sub {
     return { text => 'default reply' };
 });
+my $mport = $mock->port;
 
 my $db = $t->testdir . '/agent.db';
 
 # the owner is who the X-User header says: a stand-in for $remote_user
-# or a JWT claim
+# or a JWT claim.  Only carol approves.  The gated tool's location is
+# the mock, which records the headers it gets.
 
-my $http = "agent_store $db; agent_owner \$http_x_user;";
+my $tools = <<'EOF';
+    agent_tool ask_user {
+        executor human;
+        timeout 1h;
+    }
+
+    agent_tool send {
+        approval requires_approval;
+        location /tools/send;
+        timeout 1h;
+    }
+EOF
+
+my $server = <<"EOF";
+        agent_owner \$http_x_user;
+
+        location ~ ^/approve/(?<acid>[^/]+)/(?<atcid>[^/]+)\$ {
+            auth_request /approvers;
+            agent chat;
+            agent_owner off;
+            agent_conversation \$acid;
+            agent_tool_call \$atcid;
+            agent_approver \$http_x_user;
+            agent_resolve;
+        }
+
+        location = /approvers {
+            internal;
+            if (\$http_x_user != "carol") {
+                return 403;
+            }
+            return 204;
+        }
+
+        location = /tools/send {
+            internal;
+            proxy_pass http://127.0.0.1:$mport/v1/chat/completions;
+        }
+EOF
 
 $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
-    http => $http, agent => 'tools ask_user;',
-    tools => "agent_tool ask_user { executor human; timeout 1h; }"));
+    http => "agent_store $db;", server => $server, tools => $tools,
+    agent => 'tools ask_user send;'));
 $t->run;
 
 my $port = $t->port(8080);
@@ -187,6 +232,76 @@ is(wait_alice('c1', 'idle')->{messages}[-2]{content}, 'default reply',
 is(req('bob', 'POST', '/c/c2/messages', '{"content":"mine"}')->{status},
    202, 'bob creates his own');
 is(req('alice', 'GET', '/c/c2')->{status}, 404, 'which alice cannot see');
+
+# approvers
+
+sub approve {
+    my ($user, $cid, $tcid) = @_;
+    return req($user, 'POST', "/approve/$cid/$tcid",
+               '{"decision":"approve"}');
+}
+
+sub tool_requests {
+    return grep { $_->{headers}{'idempotency-key'} } @{$mock->requests};
+}
+
+$mock->reset;
+$mock->script({ tool_calls => [{ id => 's1', name => 'send',
+                                 arguments => '{"to":"x"}' }] },
+              { text => 'sent' }, { text => 'done' });
+
+is(req('alice', 'POST', '/c/c3/messages', '{"content":"send it"}')
+   ->{status}, 202, 'alice asks for a gated call');
+$before = wait_alice('c3', 'awaiting_input');
+is($before->{pending}[0]{kind}, 'approval', 'it waits for approval');
+
+$r = approve('dave', 'c3', 's1');
+is($r->{status}, 403, 'dave may not approve');
+is($r->{json}{error}{code}, 'forbidden', 'as JSON');
+is_deeply(as_alice('c3')->{messages}, $before->{messages},
+          'nothing changed');
+
+is(approve('carol', 'c3', 's1')->{status}, 200, 'carol approves');
+
+$done = wait_alice('c3', 'idle');
+my ($res) = grep { $_->{type} eq 'resolution' } @{$done->{messages}};
+is($res->{approver}, 'carol', 'the resolution names her');
+is($done->{messages}[-2]{content}, 'done', 'the turn finished');
+
+my @tool = tool_requests();
+is(scalar @tool, 1, 'the tool ran once');
+is($tool[0]{headers}{'x-agent-approver'}, 'carol',
+   'its location was told who approved');
+
+# a call sent again after its worker died keeps its approver: it is
+# read from the log
+
+$mock->reset;
+$mock->script({ tool_calls => [{ id => 's2', name => 'send',
+                                 arguments => '{"to":"y"}' }] },
+              { stall_head => 1 }, { text => 'sent' }, { text => 'done' });
+
+req('alice', 'POST', '/c/c4/messages', '{"content":"send again"}');
+wait_alice('c4', 'awaiting_input');
+is(approve('carol', 'c4', 's2')->{status}, 200, 'carol approves again');
+$mock->wait_requests(2, 5);
+
+my $lease;
+for (1 .. 100) {
+    $lease = as_alice('c4')->{lease} and last;
+    sleep 0.02;
+}
+ok($lease, 'a worker runs the call');
+$t->kill_worker($lease);
+$t->allow_alert(qr/worker process \d+ exited on signal 9/);
+
+$done = wait_alice('c4', 'idle');
+is($done->{messages}[-2]{content}, 'done', 'taken over and finished');
+
+@tool = tool_requests();
+is(scalar @tool, 2, 'the call was sent again');
+is_deeply([ map { $_->{headers}{'x-agent-approver'} } @tool ],
+          [ 'carol', 'carol' ], 'both times with its approver');
 
 $mock->stop;
 $t->done;

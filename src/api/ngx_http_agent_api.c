@@ -25,6 +25,11 @@
 
 static ngx_int_t ngx_http_agent_api_id(ngx_http_request_t *r,
     ngx_http_complex_value_t *cv, ngx_str_t *id);
+static ngx_int_t ngx_http_agent_api_identity(ngx_http_request_t *r,
+    ngx_http_complex_value_t *cv, ngx_str_t **value);
+
+
+ngx_http_complex_value_t  ngx_http_agent_api_off;
 
 
 ngx_int_t
@@ -101,40 +106,74 @@ ngx_http_agent_api_agent(ngx_http_request_t *r)
 }
 
 
-/*
- * Who the request acts for (agent_owner): NGX_OK, with *owner NULL where
- * the location does not ask; NGX_DECLINED where it asks and the value is
- * empty, or too long to be recorded whole.
- */
+/* who the request acts for (agent_owner) */
 
 ngx_int_t
 ngx_http_agent_api_owner(ngx_http_request_t *r, ngx_str_t **owner)
 {
-    ngx_str_t                  *value;
     ngx_http_agent_loc_conf_t  *alcf;
 
     alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
 
-    *owner = NULL;
+    return ngx_http_agent_api_identity(r, alcf->owner, owner);
+}
 
-    if (alcf->owner == NULL) {
+
+/* who approves, or answers, a waiting call (agent_approver) */
+
+ngx_int_t
+ngx_http_agent_api_approver(ngx_http_request_t *r, ngx_str_t **approver)
+{
+    ngx_http_agent_loc_conf_t  *alcf;
+
+    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
+
+    return ngx_http_agent_api_identity(r, alcf->approver, approver);
+}
+
+
+/*
+ * An identity the log records: NGX_OK, with *value NULL where the
+ * location does not ask; NGX_DECLINED where it asks and the value is
+ * empty, too long to be recorded whole, not UTF-8, or holds a control
+ * character (an approver goes into a tool's request header).
+ */
+
+static ngx_int_t
+ngx_http_agent_api_identity(ngx_http_request_t *r,
+    ngx_http_complex_value_t *cv, ngx_str_t **value)
+{
+    ngx_str_t   *v;
+    ngx_uint_t   i;
+
+    *value = NULL;
+
+    if (cv == NULL || cv == &ngx_http_agent_api_off) {
         return NGX_OK;
     }
 
-    value = ngx_palloc(r->pool, sizeof(ngx_str_t));
-    if (value == NULL) {
+    v = ngx_palloc(r->pool, sizeof(ngx_str_t));
+    if (v == NULL) {
         return NGX_ERROR;
     }
 
-    if (ngx_http_complex_value(r, alcf->owner, value) != NGX_OK) {
+    if (ngx_http_complex_value(r, cv, v) != NGX_OK) {
         return NGX_ERROR;
     }
 
-    if (value->len == 0 || value->len > NGX_HTTP_AGENT_OWNER_LEN) {
+    if (v->len == 0 || v->len > NGX_HTTP_AGENT_OWNER_LEN
+        || ngx_http_agent_json_utf8(v) != NGX_OK)
+    {
         return NGX_DECLINED;
     }
 
-    *owner = value;
+    for (i = 0; i < v->len; i++) {
+        if (v->data[i] < 0x20 || v->data[i] == 0x7f) {
+            return NGX_DECLINED;
+        }
+    }
+
+    *value = v;
 
     return NGX_OK;
 }
@@ -145,7 +184,8 @@ ngx_http_agent_api_anonymous(ngx_http_request_t *r)
 {
     return ngx_http_agent_json_error(r, NGX_HTTP_UNAUTHORIZED,
                                      "unauthorized",
-                                     "the request has no owner");
+                                     "the request has no owner or "
+                                     "approver");
 }
 
 
