@@ -28,7 +28,8 @@
 #define NGX_HTTP_AGENT_PENDING_STR       "16"
 #define NGX_HTTP_AGENT_CALL_ID_LEN       64
 #define NGX_HTTP_AGENT_TOOL_NAME_LEN     64
-#define NGX_HTTP_AGENT_OWNER_LEN         256
+/* an owner kept whole: more would take the record past one page */
+#define NGX_HTTP_AGENT_OWNER_LEN         128
 
 /*
  * Kept back in the zone for the events that end calls and turns: one
