@@ -2,8 +2,9 @@
 
 # The store's schema is versioned and migrates itself: a version 1 file
 # (the log only) gets the derived tables, filled from its log, when the
-# configuration is loaded, and its conversations are served as before.
-# A file newer than the module is refused at nginx -t.
+# configuration is loaded, and its conversations are served as before; a
+# version 2 file (no owners) gets its conversations' owner, empty.  A file
+# newer than the module is refused at nginx -t.
 
 use strict;
 use warnings;
@@ -90,13 +91,15 @@ $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
     http => "agent_store $db;"));
 $t->run;
 
-is(sql("SELECT value FROM meta"), '2', 'migrated to version 2');
+is(sql("SELECT value FROM meta"), '3', 'migrated to version 3');
 is(sql("SELECT count(*) FROM events"), scalar @events, 'the log kept');
 is(sql("SELECT id, name, executor, kind, status, deadline FROM tool_calls"),
    'q1|ask_user|human|elicitation|suspended|4102444800000',
    'tool calls derived from the log');
 is(sql("SELECT id, state FROM conversations ORDER BY id"),
    "a|idle\nb|awaiting_input", 'states derived from the log');
+is(sql("SELECT count(*) FROM conversations WHERE owner = ''"), 2,
+   'owned by no one');
 like($t->read_file('error.log'), qr/migrating the schema from version 1/,
      'migration logged');
 
@@ -122,13 +125,26 @@ is(sql("SELECT status, ok FROM tool_calls WHERE id = 'q1'"), 'done|1',
 
 $t->done(more => 1);
 
-# a newer schema than the module's is refused
+# version 2, as the module wrote it: conversations without an owner
 
-sql("UPDATE meta SET value = '3' WHERE key = 'schema_version'");
+sql("ALTER TABLE conversations DROP COLUMN owner;"
+    . "UPDATE meta SET value = '2' WHERE key = 'schema_version'");
 
 my ($rc, $out) = $t->test_config;
+is($rc, 0, 'a version 2 file is taken') or diag($out);
+is(sql("SELECT value FROM meta"), '3', 'migrated to version 3');
+like($t->read_file('error.log'), qr/migrating the schema from version 2 to 3/,
+     'migration logged');
+is(sql("SELECT id, owner, state FROM conversations ORDER BY id"),
+   "a||idle\nb||idle", 'the conversations kept, owned by no one');
+
+# a newer schema than the module's is refused
+
+sql("UPDATE meta SET value = '4' WHERE key = 'schema_version'");
+
+($rc, $out) = $t->test_config;
 isnt($rc, 0, 'nginx -t fails on a newer schema');
-like($out, qr/schema version 3, newer than this module's 2/, 'and says why');
+like($out, qr/schema version 4, newer than this module's 3/, 'and says why');
 
 # SQLite writes its WAL files beside the database as the workers' user:
 # a directory they cannot write is refused at once

@@ -25,6 +25,11 @@
 
 static ngx_int_t ngx_http_agent_api_id(ngx_http_request_t *r,
     ngx_http_complex_value_t *cv, ngx_str_t *id);
+static ngx_int_t ngx_http_agent_api_identity(ngx_http_request_t *r,
+    ngx_http_complex_value_t *cv, ngx_str_t **value);
+
+
+ngx_http_complex_value_t  ngx_http_agent_api_off;
 
 
 ngx_int_t
@@ -48,8 +53,24 @@ ngx_int_t
 ngx_http_agent_api_request(ngx_http_request_t *r, ngx_uint_t methods,
     char *allow, ngx_str_t *id, ngx_int_t *rc)
 {
+    ngx_str_t  *owner;
+
     if (!(r->method & methods)) {
         *rc = ngx_http_agent_json_method(r, allow);
+        return NGX_DONE;
+    }
+
+    switch (ngx_http_agent_api_owner(r, &owner)) {
+
+    case NGX_OK:
+        break;
+
+    case NGX_DECLINED:
+        *rc = ngx_http_agent_api_anonymous(r);
+        return NGX_DONE;
+
+    default:
+        *rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
         return NGX_DONE;
     }
 
@@ -82,6 +103,89 @@ ngx_http_agent_api_agent(ngx_http_request_t *r)
     alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
 
     return &alcf->agent->name;
+}
+
+
+/* who the request acts for (agent_owner) */
+
+ngx_int_t
+ngx_http_agent_api_owner(ngx_http_request_t *r, ngx_str_t **owner)
+{
+    ngx_http_agent_loc_conf_t  *alcf;
+
+    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
+
+    return ngx_http_agent_api_identity(r, alcf->owner, owner);
+}
+
+
+/* who approves, or answers, a waiting call (agent_approver) */
+
+ngx_int_t
+ngx_http_agent_api_approver(ngx_http_request_t *r, ngx_str_t **approver)
+{
+    ngx_http_agent_loc_conf_t  *alcf;
+
+    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
+
+    return ngx_http_agent_api_identity(r, alcf->approver, approver);
+}
+
+
+/*
+ * An identity the log records: NGX_OK, with *value NULL where the
+ * location does not ask; NGX_DECLINED where it asks and the value is
+ * empty, too long to be recorded whole, not UTF-8, or holds a control
+ * character (an approver goes into a tool's request header).
+ */
+
+static ngx_int_t
+ngx_http_agent_api_identity(ngx_http_request_t *r,
+    ngx_http_complex_value_t *cv, ngx_str_t **value)
+{
+    ngx_str_t   *v;
+    ngx_uint_t   i;
+
+    *value = NULL;
+
+    if (cv == NULL || cv == &ngx_http_agent_api_off) {
+        return NGX_OK;
+    }
+
+    v = ngx_palloc(r->pool, sizeof(ngx_str_t));
+    if (v == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_complex_value(r, cv, v) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (v->len == 0 || v->len > NGX_HTTP_AGENT_OWNER_LEN
+        || ngx_http_agent_json_utf8(v) != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    for (i = 0; i < v->len; i++) {
+        if (v->data[i] < 0x20 || v->data[i] == 0x7f) {
+            return NGX_DECLINED;
+        }
+    }
+
+    *value = v;
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_agent_api_anonymous(ngx_http_request_t *r)
+{
+    return ngx_http_agent_json_error(r, NGX_HTTP_UNAUTHORIZED,
+                                     "unauthorized",
+                                     "the request has no owner or "
+                                     "approver");
 }
 
 
@@ -162,15 +266,23 @@ ngx_http_agent_api_id(ngx_http_request_t *r, ngx_http_complex_value_t *cv,
 /*
  * The conversation an endpoint acts on, with the zone locked.  One that
  * the zone does not hold is revived from the store, or answered 404; one
- * of another agent is answered as an unknown one.  Then NULL is returned,
- * the zone unlocked, and *rc is what the handler returns.
+ * of another agent or owner is answered as an unknown one.  Then NULL is
+ * returned, the zone unlocked, and *rc is what the handler returns.
  */
 
 ngx_http_agent_conv_t *
-ngx_http_agent_api_conv_locked(ngx_http_request_t *r,
+ngx_http_agent_api_conv_lock(ngx_http_request_t *r,
     ngx_http_agent_zone_t *z, ngx_str_t *id, ngx_int_t *rc)
 {
+    ngx_str_t              *owner;
     ngx_http_agent_conv_t  *conv;
+
+    if (ngx_http_agent_api_owner(r, &owner) != NGX_OK) {
+        *rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NULL;
+    }
+
+    ngx_http_agent_zone_lock(z);
 
     conv = ngx_http_agent_conv_find_locked(z, id);
 
@@ -180,7 +292,8 @@ ngx_http_agent_api_conv_locked(ngx_http_request_t *r,
         return NULL;
     }
 
-    if (ngx_http_agent_conv_agent_locked(conv, ngx_http_agent_api_agent(r))
+    if (ngx_http_agent_conv_bound_locked(conv, ngx_http_agent_api_agent(r),
+                                         owner)
         != NGX_OK)
     {
         ngx_http_agent_zone_unlock(z);

@@ -30,11 +30,25 @@ ngx_int_t ngx_http_agent_api_tool_call_id(ngx_http_request_t *r,
 /* the name of the agent the location serves */
 ngx_str_t *ngx_http_agent_api_agent(ngx_http_request_t *r);
 
+/*
+ * who the request acts for, who approves: NGX_OK, *value NULL where
+ * agent_owner, agent_approver is not set; NGX_DECLINED: set but empty,
+ * answered by ngx_http_agent_api_anonymous()
+ */
+ngx_int_t ngx_http_agent_api_owner(ngx_http_request_t *r, ngx_str_t **owner);
+
+/* agent_owner off, agent_approver off */
+extern ngx_http_complex_value_t  ngx_http_agent_api_off;
+
+ngx_int_t ngx_http_agent_api_approver(ngx_http_request_t *r,
+    ngx_str_t **approver);
+ngx_int_t ngx_http_agent_api_anonymous(ngx_http_request_t *r);
+
 /* the answer for a conversation of another agent: as an unknown one */
 ngx_int_t ngx_http_agent_api_foreign(ngx_http_request_t *r);
 
 /* the conversation, zone locked; NULL: answered, unlocked, *rc set */
-ngx_http_agent_conv_t *ngx_http_agent_api_conv_locked(ngx_http_request_t *r,
+ngx_http_agent_conv_t *ngx_http_agent_api_conv_lock(ngx_http_request_t *r,
     ngx_http_agent_zone_t *z, ngx_str_t *id, ngx_int_t *rc);
 
 

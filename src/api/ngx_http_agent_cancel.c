@@ -82,9 +82,7 @@ ngx_http_agent_cancel_handler(ngx_http_request_t *r)
     amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
     z = amcf->zone;
 
-    ngx_http_agent_zone_lock(z);
-
-    conv = ngx_http_agent_api_conv_locked(r, z, &id, &rc);
+    conv = ngx_http_agent_api_conv_lock(r, z, &id, &rc);
     if (conv == NULL) {
         return rc;
     }

@@ -81,7 +81,7 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
 {
     uint64_t                      after, base;
     ngx_int_t                     rc;
-    ngx_str_t                     id;
+    ngx_str_t                     id, *owner;
     ngx_chain_t                  *out, **ll;
     ngx_connection_t             *c;
     ngx_pool_cleanup_t           *cln;
@@ -112,6 +112,16 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
         return ngx_http_agent_json_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
                                          "internal_error",
                                          "no agent_zone is configured");
+    }
+
+    rc = ngx_http_agent_api_owner(r, &owner);
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_agent_api_anonymous(r);
+    }
+
+    if (rc != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     rc = ngx_http_agent_api_conversation_id(r, &id);
@@ -178,8 +188,9 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
     if (conv == NULL) {
         rc = NGX_HTTP_NOT_FOUND;
 
-    } else if (ngx_http_agent_conv_agent_locked(conv,
-                                                ngx_http_agent_api_agent(r))
+    } else if (ngx_http_agent_conv_bound_locked(conv,
+                                                ngx_http_agent_api_agent(r),
+                                                owner)
                != NGX_OK)
     {
         rc = NGX_HTTP_FORBIDDEN;

@@ -449,6 +449,7 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
 {
     uint32_t                     hash;
     uint64_t                     seq;
+    ngx_str_t                   *owner;
     ngx_uint_t                   i, turn;
     ngx_http_agent_zone_t       *z;
     ngx_http_agent_fsm_t         fsm;
@@ -463,6 +464,10 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
 
     hash = msg->source_id.len
            ? ngx_crc32_short(msg->source_id.data, msg->source_id.len) : 0;
+
+    if (ngx_http_agent_api_owner(r, &owner) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     ngx_http_agent_zone_lock(z);
 
@@ -499,7 +504,7 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
         }
     }
 
-    if (ngx_http_agent_conv_agent_locked(conv, &alcf->agent->name)
+    if (ngx_http_agent_conv_bound_locked(conv, &alcf->agent->name, owner)
         != NGX_OK)
     {
         ngx_http_agent_zone_unlock(z);
@@ -528,9 +533,7 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
     }
 
     if (conv->agent_len == 0) {
-        conv->agent_len = ngx_min(alcf->agent->name.len,
-                                  NGX_HTTP_AGENT_TOOL_NAME_LEN);
-        ngx_memcpy(conv->agent, alcf->agent->name.data, conv->agent_len);
+        ngx_http_agent_conv_bind_locked(conv, &alcf->agent->name, owner);
     }
 
     fsm.fields = &msg->fields;

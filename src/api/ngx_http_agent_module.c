@@ -8,6 +8,7 @@
 #include <ngx_http.h>
 
 #include "ngx_http_agent_module.h"
+#include "ngx_http_agent_api.h"
 #include "ngx_http_agent_conf.h"
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_describe.h"
@@ -39,6 +40,8 @@ static char *ngx_http_agent_api(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_agent_merge_api(ngx_conf_t *cf,
     ngx_http_agent_loc_conf_t *conf);
+static char *ngx_http_agent_identity(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static char *ngx_http_agent_events_buffer_check(ngx_conf_t *cf, void *post,
     void *data);
 static ngx_int_t ngx_http_agent_error_filter(ngx_http_request_t *r);
@@ -181,6 +184,20 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       ngx_http_set_complex_value_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_agent_loc_conf_t, tool_call),
+      NULL },
+
+    { ngx_string("agent_owner"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_agent_identity,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_agent_loc_conf_t, owner),
+      NULL },
+
+    { ngx_string("agent_approver"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_agent_identity,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_agent_loc_conf_t, approver),
       NULL },
 
     { ngx_string("agent_resolve"),
@@ -353,6 +370,8 @@ ngx_http_agent_create_loc_conf(ngx_conf_t *cf)
      *     alcf->describe = 0;
      *     alcf->api = NULL;
      *     alcf->conversation = NULL;
+     *     alcf->owner = NULL;
+     *     alcf->approver = NULL;
      */
 
     return alcf;
@@ -409,6 +428,14 @@ ngx_http_agent_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         conf->tool_call = prev->tool_call;
     }
 
+    if (conf->owner == NULL) {
+        conf->owner = prev->owner;
+    }
+
+    if (conf->approver == NULL) {
+        conf->approver = prev->approver;
+    }
+
     ngx_conf_merge_uint_value(conf->busy, prev->busy,
                               NGX_HTTP_AGENT_BUSY_REJECT);
 
@@ -428,6 +455,37 @@ ngx_http_agent_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     }
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * agent_owner, agent_approver: a complex value, or "off", which a
+ * location uses to drop what it would inherit (an operator's location
+ * that serves every owner)
+ */
+
+static char *
+ngx_http_agent_identity(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    ngx_str_t                  *value;
+    ngx_http_complex_value_t  **cv;
+
+    cv = (ngx_http_complex_value_t **) (p + cmd->offset);
+
+    if (*cv != NULL) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        *cv = &ngx_http_agent_api_off;
+        return NGX_CONF_OK;
+    }
+
+    return ngx_http_set_complex_value_slot(cf, cmd, conf);
 }
 
 

@@ -33,6 +33,7 @@ typedef struct {
     ngx_str_t                 decision;
     ngx_str_t                 reason;
     ngx_str_t                 args;       /* a JSON object */
+    ngx_str_t                *approver;   /* agent_approver, or NULL */
 
     unsigned                  has_result:1;
     unsigned                  approve:1;
@@ -111,6 +112,18 @@ ngx_http_agent_resolve_body(ngx_http_request_t *r)
                                          "invalid_tool_call",
                                          "the tool call id is missing or "
                                          "invalid"));
+        return;
+    }
+
+    rc = ngx_http_agent_api_approver(r, &res.approver);
+
+    if (rc == NGX_DECLINED) {
+        ngx_http_finalize_request(r, ngx_http_agent_api_anonymous(r));
+        return;
+    }
+
+    if (rc != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }
 
@@ -289,9 +302,7 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
     alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
     z = amcf->zone;
 
-    ngx_http_agent_zone_lock(z);
-
-    conv = ngx_http_agent_api_conv_locked(r, z, &res->conv, &rc);
+    conv = ngx_http_agent_api_conv_lock(r, z, &res->conv, &rc);
     if (conv == NULL) {
         return rc;
     }
@@ -462,6 +473,12 @@ ngx_http_agent_resolve_record_locked(ngx_http_request_t *r,
 
     failed |= ngx_http_agent_json_key(g, "source");
     failed |= ngx_http_agent_json_str(g, &source);
+
+    if (res->approver) {
+        failed |= ngx_http_agent_json_key(g, "approver");
+        failed |= ngx_http_agent_json_str(g, res->approver);
+    }
+
     failed |= yajl_gen_map_close(g);
 
     if (ngx_http_agent_json_result(g, failed, &fields) != NGX_OK) {

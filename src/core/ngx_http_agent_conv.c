@@ -147,23 +147,52 @@ ngx_http_agent_conv_evictable_locked(ngx_http_agent_conv_t *conv)
 
 
 /*
- * A conversation belongs to the agent whose location created it: to
- * another agent it does not exist.  One with no agent recorded (a record
- * not yet used) is anyone's.
+ * A conversation belongs to the agent whose location created it, and to
+ * the owner it was created for: to another agent or owner it does not
+ * exist.  One with no agent recorded (a record not yet used) is anyone's;
+ * owner NULL: the location does not ask who the request is for.
  */
 
 ngx_int_t
-ngx_http_agent_conv_agent_locked(ngx_http_agent_conv_t *conv,
-    ngx_str_t *agent)
+ngx_http_agent_conv_bound_locked(ngx_http_agent_conv_t *conv,
+    ngx_str_t *agent, ngx_str_t *owner)
 {
-    if (conv->agent_len == 0
-        || (conv->agent_len == agent->len
-            && ngx_memcmp(conv->agent, agent->data, agent->len) == 0))
-    {
+    if (conv->agent_len == 0) {
         return NGX_OK;
     }
 
-    return NGX_DECLINED;
+    if (conv->agent_len != agent->len
+        || ngx_memcmp(conv->agent, agent->data, agent->len) != 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    if (owner != NULL
+        && (conv->owner_len != owner->len
+            || ngx_memcmp(conv->owner, owner->data, owner->len) != 0))
+    {
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/* the agent and the owner are recorded once, when the record is first used */
+
+void
+ngx_http_agent_conv_bind_locked(ngx_http_agent_conv_t *conv,
+    ngx_str_t *agent, ngx_str_t *owner)
+{
+    conv->agent_len = ngx_min(agent->len, NGX_HTTP_AGENT_TOOL_NAME_LEN);
+    ngx_memcpy(conv->agent, agent->data, conv->agent_len);
+
+    conv->owner_len = 0;
+
+    if (owner != NULL) {
+        conv->owner_len = ngx_min(owner->len, NGX_HTTP_AGENT_OWNER_LEN);
+        ngx_memcpy(conv->owner, owner->data, conv->owner_len);
+    }
 }
 
 

@@ -163,6 +163,10 @@ typedef struct {
     ngx_http_complex_value_t     *conversation;
     ngx_http_complex_value_t     *tool_call;
 
+    /* who a request acts for, and who approves, as the log records them */
+    ngx_http_complex_value_t     *owner;
+    ngx_http_complex_value_t     *approver;
+
     ngx_uint_t                    busy;
 
     /* output an event stream may queue for a client that does not read */

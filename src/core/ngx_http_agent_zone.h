@@ -28,6 +28,8 @@
 #define NGX_HTTP_AGENT_PENDING_STR       "16"
 #define NGX_HTTP_AGENT_CALL_ID_LEN       64
 #define NGX_HTTP_AGENT_TOOL_NAME_LEN     64
+/* an owner kept whole: more would take the record past one page */
+#define NGX_HTTP_AGENT_OWNER_LEN         128
 
 /*
  * Kept back in the zone for the events that end calls and turns: one
@@ -171,6 +173,10 @@ typedef struct {
     u_char                        agent[NGX_HTTP_AGENT_TOOL_NAME_LEN];
     size_t                        agent_len;
 
+    /* who the conversation belongs to (agent_owner); empty: no one */
+    u_char                        owner[NGX_HTTP_AGENT_OWNER_LEN];
+    size_t                        owner_len;
+
     /* recent client source ids, so that a resent message is taken once */
     ngx_http_agent_source_t       sources[NGX_HTTP_AGENT_SOURCE_IDS];
     ngx_uint_t                    nsources;
@@ -285,8 +291,10 @@ ngx_http_agent_conv_t *ngx_http_agent_conv_create_locked(
 void ngx_http_agent_conv_delete_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
 ngx_int_t ngx_http_agent_conv_evictable_locked(ngx_http_agent_conv_t *conv);
-ngx_int_t ngx_http_agent_conv_agent_locked(ngx_http_agent_conv_t *conv,
-    ngx_str_t *agent);
+ngx_int_t ngx_http_agent_conv_bound_locked(ngx_http_agent_conv_t *conv,
+    ngx_str_t *agent, ngx_str_t *owner);
+void ngx_http_agent_conv_bind_locked(ngx_http_agent_conv_t *conv,
+    ngx_str_t *agent, ngx_str_t *owner);
 void ngx_http_agent_conv_evict_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
 ngx_http_agent_event_t *ngx_http_agent_log_restore_locked(

@@ -380,7 +380,8 @@ ngx_http_agent_store_collect_locked(ngx_http_agent_flush_t *f,
     {
         e = ngx_queue_data(q, ngx_http_agent_event_t, queue);
 
-        p = ngx_pnalloc(f->pool, conv->id_len + conv->agent_len + e->len);
+        p = ngx_pnalloc(f->pool, conv->id_len + conv->agent_len
+                                 + conv->owner_len + e->len);
         if (p == NULL) {
             return NGX_ERROR;
         }
@@ -394,6 +395,10 @@ ngx_http_agent_store_collect_locked(ngx_http_agent_flush_t *f,
         se->agent.data = p;
         se->agent.len = conv->agent_len;
         p = ngx_cpymem(p, conv->agent, conv->agent_len);
+
+        se->owner.data = p;
+        se->owner.len = conv->owner_len;
+        p = ngx_cpymem(p, conv->owner, conv->owner_len);
 
         se->data.data = p;
         se->data.len = e->len;

@@ -17,6 +17,7 @@
 typedef struct {
     ngx_str_t                     conv;
     ngx_str_t                     agent;
+    ngx_str_t                     owner;
     uint64_t                      seq;
     ngx_uint_t                    type;
     ngx_str_t                     data;
@@ -53,6 +54,7 @@ typedef struct {
     uint64_t                      upto;
 
     ngx_str_t                     agent;
+    ngx_str_t                     owner;
     uint64_t                      last_seq;
     ngx_array_t                  *events;     /* store_event_t */
     ngx_array_t                  *sources;    /* store_source_t */

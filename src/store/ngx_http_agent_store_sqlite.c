@@ -23,7 +23,7 @@
  * conversation's persisted state, which the sweep reads after a restart.
  */
 
-#define NGX_HTTP_AGENT_SQLITE_VERSION  2
+#define NGX_HTTP_AGENT_SQLITE_VERSION  3
 
 
 static ngx_int_t ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log);
@@ -62,7 +62,8 @@ static sqlite3  *ngx_http_agent_sqlite_db;
     "CREATE TABLE conversations ("                                           \
     "  id TEXT PRIMARY KEY, agent TEXT NOT NULL,"                            \
     "  last_seq INTEGER NOT NULL, updated INTEGER NOT NULL,"                 \
-    "  state TEXT NOT NULL DEFAULT 'idle');"                                 \
+    "  state TEXT NOT NULL DEFAULT 'idle',"                                  \
+    "  owner TEXT NOT NULL DEFAULT '');"                                     \
     "CREATE TABLE events ("                                                  \
     "  conversation TEXT NOT NULL, seq INTEGER NOT NULL,"                    \
     "  type TEXT NOT NULL, data TEXT NOT NULL,"                              \
@@ -134,7 +135,7 @@ static sqlite3  *ngx_http_agent_sqlite_db;
 static char  ngx_http_agent_sqlite_create[] =
     "BEGIN IMMEDIATE;"
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-    "INSERT INTO meta VALUES ('schema_version', '2');"
+    "INSERT INTO meta VALUES ('schema_version', '3');"
     NGX_HTTP_AGENT_SQLITE_TABLES
     NGX_HTTP_AGENT_SQLITE_DERIVED
     "COMMIT;";
@@ -159,13 +160,23 @@ static char  ngx_http_agent_sqlite_migrate_1[] =
     "COMMIT;";
 
 
+/* version 2 had no owners: conversations made before belong to no one */
+
+static char  ngx_http_agent_sqlite_migrate_2[] =
+    "BEGIN IMMEDIATE;"
+    "ALTER TABLE conversations ADD COLUMN owner TEXT NOT NULL DEFAULT '';"
+    "UPDATE meta SET value = '3' WHERE key = 'schema_version';"
+    "COMMIT;";
+
+
 static ngx_int_t
 ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
 {
-    int        rc;
-    char      *err, *sql;
-    sqlite3   *db;
-    ngx_int_t  version;
+    int         rc;
+    char       *err, *sql[2];
+    sqlite3    *db;
+    ngx_int_t   version;
+    ngx_uint_t  i;
 
     db = ngx_http_agent_sqlite_connect(path, log, NGX_LOG_EMERG);
     if (db == NULL) {
@@ -181,21 +192,35 @@ ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
 
     version = ngx_http_agent_sqlite_version(db);
 
+    sql[0] = NULL;
+    sql[1] = NULL;
+
     switch (version) {
 
     case 0:
-        sql = ngx_http_agent_sqlite_create;
+        sql[0] = ngx_http_agent_sqlite_create;
         break;
 
     case 1:
+    case 2:
         ngx_log_error(NGX_LOG_NOTICE, log, 0,
                       "agent store \"%V\": migrating the schema from "
-                      "version 1 to %d", path, NGX_HTTP_AGENT_SQLITE_VERSION);
-        sql = ngx_http_agent_sqlite_migrate_1;
+                      "version %i to %d", path, version,
+                      NGX_HTTP_AGENT_SQLITE_VERSION);
+
+        /* one step at a time, each in its own transaction */
+
+        sql[0] = ngx_http_agent_sqlite_migrate_1;
+        sql[1] = ngx_http_agent_sqlite_migrate_2;
+
+        if (version == 2) {
+            sql[0] = ngx_http_agent_sqlite_migrate_2;
+            sql[1] = NULL;
+        }
+
         break;
 
     case NGX_HTTP_AGENT_SQLITE_VERSION:
-        sql = NULL;
         break;
 
     case NGX_ERROR:
@@ -213,8 +238,8 @@ ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
         return NGX_ERROR;
     }
 
-    if (sql) {
-        rc = sqlite3_exec(db, sql, NULL, NULL, &err);
+    for (i = 0; i < 2 && sql[i]; i++) {
+        rc = sqlite3_exec(db, sql[i], NULL, NULL, &err);
 
         if (rc != SQLITE_OK) {
             (void) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
@@ -338,8 +363,8 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_event_t *ev,
 
     rc = sqlite3_prepare_v2(ngx_http_agent_sqlite_db,
                             "INSERT INTO conversations"
-                            " (id, agent, last_seq, updated)"
-                            " VALUES (?, ?, ?, strftime('%s','now'))"
+                            " (id, agent, owner, last_seq, updated)"
+                            " VALUES (?, ?, ?, ?, strftime('%s','now'))"
                             " ON CONFLICT (id) DO UPDATE SET"
                             " last_seq = max(last_seq, excluded.last_seq),"
                             " updated = excluded.updated", -1, &conv, NULL);
@@ -354,7 +379,9 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_event_t *ev,
                           SQLITE_STATIC);
         sqlite3_bind_text(conv, 2, (char *) ev[i].agent.data,
                           ev[i].agent.len, SQLITE_STATIC);
-        sqlite3_bind_int64(conv, 3, ev[i].seq);
+        sqlite3_bind_text(conv, 3, (char *) ev[i].owner.data,
+                          ev[i].owner.len, SQLITE_STATIC);
+        sqlite3_bind_int64(conv, 4, ev[i].seq);
 
         rc = sqlite3_step(conv);
         sqlite3_reset(conv);
@@ -448,8 +475,9 @@ ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
         goto failed;
     }
 
-    rc = sqlite3_prepare_v2(db, "SELECT agent, last_seq FROM conversations"
-                                " WHERE id = ?", -1, &stmt, NULL);
+    rc = sqlite3_prepare_v2(db, "SELECT agent, last_seq, owner"
+                                " FROM conversations WHERE id = ?",
+                            -1, &stmt, NULL);
     if (rc != SQLITE_OK) {
         goto failed;
     }
@@ -465,7 +493,8 @@ ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
     }
 
     if (rc != SQLITE_ROW
-        || ngx_http_agent_sqlite_text(pool, stmt, 0, &rd->agent) != NGX_OK)
+        || ngx_http_agent_sqlite_text(pool, stmt, 0, &rd->agent) != NGX_OK
+        || ngx_http_agent_sqlite_text(pool, stmt, 2, &rd->owner) != NGX_OK)
     {
         goto failed;
     }

@@ -529,8 +529,7 @@ ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
         return NGX_ERROR;
     }
 
-    conv->agent_len = ngx_min(rd->agent.len, NGX_HTTP_AGENT_TOOL_NAME_LEN);
-    ngx_memcpy(conv->agent, rd->agent.data, conv->agent_len);
+    ngx_http_agent_conv_bind_locked(conv, &rd->agent, &rd->owner);
     conv->turn = turn;
 
     ev = rd->events->elts;

@@ -216,7 +216,7 @@ ngx_http_agent_tools_find(ngx_http_agent_t *agent, ngx_str_t *name)
 
 ngx_int_t
 ngx_http_agent_tools_run_call(ngx_http_agent_turn_t *t, ngx_str_t *id,
-    ngx_str_t *name, ngx_str_t *args)
+    ngx_str_t *name, ngx_str_t *args, ngx_str_t *approver)
 {
     ngx_http_agent_call_t  *call;
 
@@ -230,6 +230,7 @@ ngx_http_agent_tools_run_call(ngx_http_agent_turn_t *t, ngx_str_t *id,
     call->id = *id;
     call->name = *name;
     call->arguments = *args;
+    call->approver = *approver;
 
     call->tool = ngx_http_agent_tools_find(t->agent, name);
 
@@ -254,15 +255,17 @@ ngx_http_agent_tools_run_call(ngx_http_agent_turn_t *t, ngx_str_t *id,
 
 /*
  * A server call: POST of the arguments to the tool's location, with the
- * conversation, the tool and the tool_call_id (the key a side-effecting
- * tool should make its work idempotent on) in headers.
+ * conversation, the tool, the tool_call_id (the key a side-effecting
+ * tool should make its work idempotent on) and, for an approved call,
+ * its approver in headers.
  */
 
 static ngx_int_t
 ngx_http_agent_tools_run(ngx_http_agent_call_t *call)
 {
     ngx_int_t                rc;
-    ngx_keyval_t             headers[3];
+    ngx_uint_t               n;
+    ngx_keyval_t             headers[4];
     ngx_http_agent_call_t  **cp;
     ngx_http_agent_turn_t   *t;
 
@@ -274,6 +277,12 @@ ngx_http_agent_tools_run(ngx_http_agent_call_t *call)
     headers[1].value = call->name;
     ngx_str_set(&headers[2].key, "Idempotency-Key");
     headers[2].value = call->id;
+    n = 3;
+
+    if (call->approver.len) {
+        ngx_str_set(&headers[n].key, "X-Agent-Approver");
+        headers[n++].value = call->approver;
+    }
 
     if (t->calls == NULL) {
         t->calls = ngx_array_create(t->pool, 4,
@@ -291,7 +300,7 @@ ngx_http_agent_tools_run(ngx_http_agent_call_t *call)
     *cp = call;
 
     rc = ngx_http_agent_turn_subrequest(t, &call->sub, &call->tool->location,
-                                        &call->arguments, headers, 3,
+                                        &call->arguments, headers, n,
                                         ngx_http_agent_tools_done, call);
 
     ngx_log_debug4(NGX_LOG_DEBUG_HTTP, &t->log, 0,

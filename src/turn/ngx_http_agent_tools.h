@@ -23,9 +23,12 @@
  */
 ngx_int_t ngx_http_agent_tools_dispatch(ngx_http_agent_turn_t *t);
 
-/* a call approved over HTTP, or resumed: it runs now */
+/*
+ * a call approved over HTTP, or resumed: it runs now; approver: who
+ * approved it, as its resolution records (empty: no one named)
+ */
 ngx_int_t ngx_http_agent_tools_run_call(ngx_http_agent_turn_t *t,
-    ngx_str_t *id, ngx_str_t *name, ngx_str_t *args);
+    ngx_str_t *id, ngx_str_t *name, ngx_str_t *args, ngx_str_t *approver);
 
 ngx_int_t ngx_http_agent_tools_suspension(ngx_pool_t *pool,
     ngx_http_agent_t *agent, ngx_http_agent_tool_t *tool, ngx_str_t *id,

@@ -46,6 +46,7 @@ typedef struct {
     ngx_str_t                     id;
     ngx_str_t                     name;
     ngx_str_t                     arguments;
+    ngx_str_t                     approver;
 
     ngx_uint_t                    status;
     ngx_http_agent_bytes_t        body;

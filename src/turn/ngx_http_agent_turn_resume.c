@@ -206,7 +206,7 @@ ngx_http_agent_turn_batch(ngx_http_agent_turn_t *t, ngx_str_t *events,
 {
     yajl_gen                g;
     ngx_int_t               rc;
-    ngx_str_t               type, id, cid, name, args, decision;
+    ngx_str_t               type, id, cid, name, args, decision, approver;
     ngx_uint_t              i, j, done, waited;
     yajl_val                v, w, *parsed;
     ngx_http_agent_tool_t  *tool;
@@ -255,6 +255,7 @@ ngx_http_agent_turn_batch(ngx_http_agent_turn_t *t, ngx_str_t *events,
         done = 0;
         waited = 0;
         decision.len = 0;
+        approver.len = 0;
 
         for (j = 0; j < i; j++) {
             w = parsed[j];
@@ -290,12 +291,19 @@ ngx_http_agent_turn_batch(ngx_http_agent_turn_t *t, ngx_str_t *events,
                 && decision.len == 0
                 && ngx_http_agent_provider_string(
                        ngx_http_agent_provider_get(w, "decision"), &decision)
-                   == NGX_OK
-                && ngx_http_agent_provider_get(w, "args") != NULL)
+                   == NGX_OK)
             {
-                if (ngx_http_agent_provider_text(g,
-                        ngx_http_agent_provider_get(w, "args"), &args)
+                if (ngx_http_agent_provider_string(
+                        ngx_http_agent_provider_get(w, "approver"), &approver)
                     != NGX_OK)
+                {
+                    approver.len = 0;
+                }
+
+                if (ngx_http_agent_provider_get(w, "args") != NULL
+                    && ngx_http_agent_provider_text(g,
+                           ngx_http_agent_provider_get(w, "args"), &args)
+                       != NGX_OK)
                 {
                     rc = NGX_ERROR;
                     goto done;
@@ -373,9 +381,12 @@ ngx_http_agent_turn_batch(ngx_http_agent_turn_t *t, ngx_str_t *events,
         id.data = ngx_pstrdup(t->pool, &id);
         name.data = ngx_pstrdup(t->pool, &name);
         args.data = ngx_pstrdup(t->pool, &args);
+        approver.data = ngx_pstrdup(t->pool, &approver);
 
         if (id.data == NULL || name.data == NULL || args.data == NULL
-            || ngx_http_agent_tools_run_call(t, &id, &name, &args) != NGX_OK)
+            || (approver.len && approver.data == NULL)
+            || ngx_http_agent_tools_run_call(t, &id, &name, &args, &approver)
+               != NGX_OK)
         {
             rc = NGX_ERROR;
             goto done;
