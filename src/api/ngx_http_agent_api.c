@@ -224,12 +224,19 @@ static ngx_int_t
 ngx_http_agent_api_id(ngx_http_request_t *r, ngx_http_complex_value_t *cv,
     ngx_str_t *id)
 {
-    u_char      c;
-    ngx_uint_t  i, dots;
-
     if (ngx_http_complex_value(r, cv, id) != NGX_OK) {
         return NGX_ERROR;
     }
+
+    return ngx_http_agent_api_id_check(id);
+}
+
+
+ngx_int_t
+ngx_http_agent_api_id_check(ngx_str_t *id)
+{
+    u_char      c;
+    ngx_uint_t  i, dots;
 
     if (id->len == 0 || id->len > 64) {
         return NGX_DECLINED;

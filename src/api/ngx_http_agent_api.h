@@ -27,6 +27,9 @@ ngx_int_t ngx_http_agent_api_conversation_id(ngx_http_request_t *r,
 ngx_int_t ngx_http_agent_api_tool_call_id(ngx_http_request_t *r,
     ngx_str_t *id);
 
+/* NGX_OK: id is a valid id (of a conversation or a call) */
+ngx_int_t ngx_http_agent_api_id_check(ngx_str_t *id);
+
 /* the name of the agent the location serves */
 ngx_str_t *ngx_http_agent_api_agent(ngx_http_request_t *r);
 

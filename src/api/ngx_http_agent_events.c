@@ -79,19 +79,9 @@ static u_char  ngx_http_agent_events_ping[] = ": heartbeat\n\n";
 ngx_int_t
 ngx_http_agent_events_handler(ngx_http_request_t *r)
 {
-    uint64_t                      after, base;
-    ngx_int_t                     rc;
-    ngx_str_t                     id, *owner;
-    ngx_chain_t                  *out, **ll;
-    ngx_connection_t             *c;
-    ngx_pool_cleanup_t           *cln;
-    ngx_http_agent_zone_t        *z;
-    ngx_http_agent_conv_t        *conv;
-    ngx_http_core_loc_conf_t     *clcf;
-    ngx_http_agent_loc_conf_t    *alcf;
-    ngx_http_agent_main_conf_t   *amcf;
-    ngx_http_agent_events_sub_t  *sub;
-    ngx_http_agent_revive_ctx_t  *ctx;
+    uint64_t   after;
+    ngx_int_t  rc;
+    ngx_str_t  id;
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return ngx_http_agent_events_request_not_allowed(r);
@@ -101,27 +91,6 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
 
     if (rc != NGX_OK) {
         return rc;
-    }
-
-    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
-    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
-
-    z = amcf->zone;
-
-    if (z == NULL) {
-        return ngx_http_agent_json_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
-                                         "internal_error",
-                                         "no agent_zone is configured");
-    }
-
-    rc = ngx_http_agent_api_owner(r, &owner);
-
-    if (rc == NGX_DECLINED) {
-        return ngx_http_agent_api_anonymous(r);
-    }
-
-    if (rc != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     rc = ngx_http_agent_api_conversation_id(r, &id);
@@ -144,6 +113,56 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
                                          "must be event sequence numbers");
     }
 
+    return ngx_http_agent_events_stream(r, &id, after,
+                                        &ngx_http_agent_format_sse, 0);
+}
+
+
+/*
+ * The stream of conversation id after the canonical event "after", in
+ * a format.  With NGX_HTTP_AGENT_EVENTS_TURN, the running turn's stream
+ * from its user_msg on, or 204 when no turn runs; "after" is not used.
+ */
+
+ngx_int_t
+ngx_http_agent_events_stream(ngx_http_request_t *r, ngx_str_t *id,
+    uint64_t after, ngx_http_agent_events_format_t *format, ngx_uint_t flags)
+{
+    uint64_t                      base;
+    ngx_int_t                     rc;
+    ngx_str_t                    *owner;
+    ngx_chain_t                  *out, **ll;
+    ngx_connection_t             *c;
+    ngx_pool_cleanup_t           *cln;
+    ngx_http_agent_zone_t        *z;
+    ngx_http_agent_conv_t        *conv;
+    ngx_http_core_loc_conf_t     *clcf;
+    ngx_http_agent_loc_conf_t    *alcf;
+    ngx_http_agent_main_conf_t   *amcf;
+    ngx_http_agent_events_sub_t  *sub;
+    ngx_http_agent_revive_ctx_t  *ctx;
+
+    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
+    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
+
+    z = amcf->zone;
+
+    if (z == NULL) {
+        return ngx_http_agent_json_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                         "internal_error",
+                                         "no agent_zone is configured");
+    }
+
+    rc = ngx_http_agent_api_owner(r, &owner);
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_agent_api_anonymous(r);
+    }
+
+    if (rc != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
     sub = ngx_pcalloc(r->pool, sizeof(ngx_http_agent_events_sub_t));
     if (sub == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -151,9 +170,10 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
 
     sub->request = r;
     sub->zone = z;
+    sub->format = format;
     sub->id.data = sub->id_data;
-    sub->id.len = id.len;
-    ngx_memcpy(sub->id_data, id.data, id.len);
+    sub->id.len = id->len;
+    ngx_memcpy(sub->id_data, id->data, id->len);
     sub->seq = after;
     sub->interval = amcf->heartbeat;
     sub->limit = alcf->events_buffer;
@@ -167,6 +187,10 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
 
     cln->handler = ngx_http_agent_events_cleanup;
     cln->data = sub;
+
+    if (format->init(sub) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     out = NULL;
     ll = &out;
@@ -185,6 +209,11 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
     ctx = ngx_http_agent_revive_ctx(r);
     base = conv ? conv->base : 0;
 
+    if (conv && (flags & NGX_HTTP_AGENT_EVENTS_TURN)) {
+        after = conv->turn_seq;
+        sub->seq = after;
+    }
+
     if (conv == NULL) {
         rc = NGX_HTTP_NOT_FOUND;
 
@@ -194,6 +223,12 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
                != NGX_OK)
     {
         rc = NGX_HTTP_FORBIDDEN;
+
+    } else if ((flags & NGX_HTTP_AGENT_EVENTS_TURN)
+               && (conv->state == NGX_HTTP_AGENT_IDLE
+                   || conv->state == NGX_HTTP_AGENT_AWAITING_INPUT))
+    {
+        rc = NGX_HTTP_NO_CONTENT;
 
     } else if (r->header_only) {
         rc = NGX_OK;
@@ -233,6 +268,13 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
         return ngx_http_agent_revive_not_found(r, &sub->id);
     }
 
+    if (rc == NGX_HTTP_NO_CONTENT) {
+        r->header_only = 1;
+        r->headers_out.status = NGX_HTTP_NO_CONTENT;
+        r->headers_out.content_length_n = 0;
+        return ngx_http_send_header(r);
+    }
+
     if (rc == NGX_HTTP_FORBIDDEN) {
         /* another agent's conversation: as if there were none */
         return ngx_http_agent_api_foreign(r);
@@ -257,7 +299,7 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    rc = ngx_http_agent_events_request_header(r);
+    rc = ngx_http_agent_events_request_header(r, format);
 
     if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
         return rc;
@@ -307,7 +349,7 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
 
     ngx_http_agent_events_more(sub);
 
-    if (ngx_exiting || ngx_terminate) {
+    if (sub->last || ngx_exiting || ngx_terminate) {
         ngx_http_agent_events_unregister(sub);
         return ngx_http_send_special(r, NGX_HTTP_LAST);
     }
@@ -324,7 +366,7 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, c->log, 0,
                    "agent events: subscribed to \"%V\" after %uL",
-                   &sub->id, after);
+                   &sub->id, sub->seq);
 
     r->main->count++;
 
@@ -439,7 +481,7 @@ ngx_http_agent_events_update(ngx_http_agent_events_sub_t *sub)
         return NGX_DONE;
     }
 
-    if (ngx_exiting || ngx_terminate) {
+    if (sub->last || ngx_exiting || ngx_terminate) {
         ngx_http_agent_events_finish(sub);
         return NGX_DONE;
     }

@@ -7,7 +7,8 @@
 /*
  * What a subscriber is sent: the history read back from the store, the
  * log, the reply so far, and then what follows its cursor, canonical and
- * live, framed as Server-Sent Events within agent_events_buffer.
+ * live, within agent_events_buffer, rendered by the subscriber's format
+ * (ngx_http_agent_format.h).
  */
 
 
@@ -26,13 +27,6 @@
 static ngx_int_t ngx_http_agent_events_copy_locked(
     ngx_http_agent_events_sub_t *sub, ngx_http_agent_event_t **evs,
     ngx_uint_t n, ngx_uint_t strict, ngx_chain_t ***ll, ngx_uint_t *used);
-static size_t ngx_http_agent_events_head_size(ngx_http_agent_event_t *ev);
-static u_char *ngx_http_agent_events_frame(u_char *p,
-    ngx_http_agent_event_t *ev, size_t off, size_t len, ngx_uint_t last);
-
-
-static ngx_str_t  ngx_http_agent_events_streaming =
-    ngx_string("streaming_message");
 
 
 /*
@@ -120,9 +114,7 @@ ngx_int_t
 ngx_http_agent_events_partial_locked(ngx_http_agent_events_sub_t *sub,
     ngx_http_agent_conv_t *conv, ngx_chain_t ***ll)
 {
-    u_char       *p;
     size_t        len, size;
-    ngx_time_t   *tp;
     ngx_chain_t  *cl;
 
     len = ngx_http_agent_partial_size_locked(conv);
@@ -132,9 +124,7 @@ ngx_http_agent_events_partial_locked(ngx_http_agent_events_sub_t *sub,
         return NGX_OK;
     }
 
-    size = sizeof("event: \ndata: {\"type\":\"\",\"turn\":,\"ts\":,}\n\n") - 1
-           + 2 * ngx_http_agent_events_streaming.len
-           + NGX_INT_T_LEN + NGX_INT64_LEN + len;
+    size = sub->format->partial_size(len);
 
     if (size > sub->limit) {
         ngx_log_error(NGX_LOG_INFO, sub->request->connection->log, 0,
@@ -155,21 +145,17 @@ ngx_http_agent_events_partial_locked(ngx_http_agent_events_sub_t *sub,
         return NGX_ERROR;
     }
 
-    tp = ngx_timeofday();
+    if (sub->format->partial(sub, cl->buf, conv) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
-    p = ngx_sprintf(cl->buf->last, "event: %V\ndata: {\"type\":\"%V\","
-                    "\"turn\":%ui,\"ts\":%uL,",
-                    &ngx_http_agent_events_streaming,
-                    &ngx_http_agent_events_streaming, conv->turn,
-                    (uint64_t) tp->sec * 1000 + tp->msec);
+    sub->partial = 0;
 
-    p = ngx_http_agent_partial_json_locked(conv, p);
-
-    *p++ = '}';
-    *p++ = LF;
-    *p++ = LF;
-
-    cl->buf->last = p;
+    if (cl->buf->last == cl->buf->pos) {
+        cl->next = sub->free;
+        sub->free = cl;
+        return NGX_OK;
+    }
 
     sub->queued += ngx_max(size, NGX_HTTP_AGENT_EVENTS_BUF);
     sub->partial = 0;
@@ -309,13 +295,15 @@ ngx_http_agent_events_copy_locked(ngx_http_agent_events_sub_t *sub,
     ngx_chain_t ***ll, ngx_uint_t *used)
 {
     u_char                   keep[NGX_HTTP_AGENT_EVENTS_BATCH];
-    size_t                   size, head, need, room, off, part, slow;
+    size_t                   size, head, need, room, off, part, slow, whole;
     uint64_t                 seq;
     ngx_buf_t               *b;
     ngx_uint_t               i, last;
     ngx_chain_t             *cl;
     ngx_http_agent_event_t  *ev;
+    ngx_http_agent_events_format_t  *fmt;
 
+    fmt = sub->format;
     size = 0;
     part = 0;
     seq = sub->seq;
@@ -335,7 +323,7 @@ ngx_http_agent_events_copy_locked(ngx_http_agent_events_sub_t *sub,
 
             if (sub->queued + size < slow) {
                 keep[i] = 1;
-                size += ngx_http_agent_events_head_size(ev) + ev->len + 2;
+                size += fmt->size(ev);
 
             } else if (ngx_http_agent_event_delta(ev->type)) {
                 /* a client that does not keep up: the reply so far later */
@@ -369,12 +357,16 @@ ngx_http_agent_events_copy_locked(ngx_http_agent_events_sub_t *sub,
             sub->offset = 0;
         }
 
-        head = off ? 0 : ngx_http_agent_events_head_size(ev);
-        need = head + ev->len - off + 2;
+        whole = fmt->size(ev);
+        head = off ? 0 : whole - ev->len;
+        need = off ? ev->len - off + 2 : whole;
         room = (sub->limit > sub->queued + size)
                ? sub->limit - sub->queued - size : 0;
 
-        if (need <= room) {
+        if (need <= room
+            || (!fmt->slices && whole > sub->limit && sub->queued + size == 0))
+        {
+            /* one that never fits whole and cannot be sliced goes alone */
             keep[i] = 1;
             size += need;
             seq = ev->seq;
@@ -382,7 +374,7 @@ ngx_http_agent_events_copy_locked(ngx_http_agent_events_sub_t *sub,
             continue;
         }
 
-        if (ngx_http_agent_events_head_size(ev) + ev->len + 2 > sub->limit
+        if (fmt->slices && whole > sub->limit
             && room >= NGX_HTTP_AGENT_EVENTS_BUF)
         {
             /* never fits whole: as much of it as fits now */
@@ -409,7 +401,7 @@ ngx_http_agent_events_copy_locked(ngx_http_agent_events_sub_t *sub,
 
     last = (i < n && keep[i] == 2) ? i + 1 : i;
 
-    for (i = 0; i < last; i++) {
+    for (i = 0; i < last && !sub->last; i++) {
         ev = evs[i];
 
         if (keep[i] == 0) {
@@ -417,21 +409,37 @@ ngx_http_agent_events_copy_locked(ngx_http_agent_events_sub_t *sub,
         }
 
         if (ev->seq == 0) {
-            b->last = ngx_http_agent_events_frame(b->last, ev, 0, ev->len, 1);
+            if (fmt->frame(sub, b, ev, 0, ev->len, 1) != NGX_OK) {
+                return NGX_ERROR;
+            }
+
             continue;
         }
 
         if (keep[i] == 2) {
-            b->last = ngx_http_agent_events_frame(b->last, ev, sub->offset,
-                                                  part, 0);
+            if (fmt->frame(sub, b, ev, sub->offset, part, 0) != NGX_OK) {
+                return NGX_ERROR;
+            }
+
             sub->offset += part;
             break;
         }
 
-        b->last = ngx_http_agent_events_frame(b->last, ev, sub->offset,
-                                              ev->len - sub->offset, 1);
+        if (fmt->frame(sub, b, ev, sub->offset, ev->len - sub->offset, 1)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
         sub->seq = ev->seq;
         sub->offset = 0;
+    }
+
+    if (b->last == b->pos) {
+        /* a format may render an event as nothing */
+        cl->next = sub->free;
+        sub->free = cl;
+        return NGX_OK;
     }
 
     sub->queued += ngx_max(size, NGX_HTTP_AGENT_EVENTS_BUF);
@@ -440,70 +448,6 @@ ngx_http_agent_events_copy_locked(ngx_http_agent_events_sub_t *sub,
     *ll = &cl->next;
 
     return NGX_OK;
-}
-
-
-/* "id: SEQ\nevent: TYPE\ndata: ", at most */
-
-static size_t
-ngx_http_agent_events_head_size(ngx_http_agent_event_t *ev)
-{
-    size_t  size;
-
-    size = sizeof("event: \ndata: ") - 1
-           + ngx_http_agent_event_names[ev->type].len;
-
-    if (ev->seq) {
-        size += sizeof("id: \n") - 1 + NGX_INT64_LEN;
-    }
-
-    return size;
-}
-
-
-/*
- * id: SEQ (canonical events only, so that Last-Event-ID is always the
- * last canonical event the client got), event: TYPE, data: JSON.  A
- * slice is len bytes of the JSON from off: the head comes with the first
- * one, the blank line that ends the event with the last.  A client that
- * loses the connection inside an event drops it, as SSE says.
- */
-
-static u_char *
-ngx_http_agent_events_frame(u_char *p, ngx_http_agent_event_t *ev,
-    size_t off, size_t len, ngx_uint_t last)
-{
-    u_char  *data, *end;
-
-    if (off == 0) {
-        if (ev->seq) {
-            p = ngx_sprintf(p, "id: %uL\n", ev->seq);
-        }
-
-        p = ngx_sprintf(p, "event: %V\ndata: ",
-                        &ngx_http_agent_event_names[ev->type]);
-    }
-
-    data = p;
-    p = ngx_cpymem(p, ev->data + off, len);
-
-    /*
-     * A line break in JSON is whitespace outside strings and escaped
-     * inside them: a space keeps the value and the frame to one line.
-     */
-
-    for (end = p; data < end; data++) {
-        if (*data == LF || *data == CR) {
-            *data = ' ';
-        }
-    }
-
-    if (last) {
-        *p++ = LF;
-        *p++ = LF;
-    }
-
-    return p;
 }
 
 

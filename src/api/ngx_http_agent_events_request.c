@@ -16,10 +16,6 @@
 #include "ngx_http_agent_events.h"
 
 
-static ngx_int_t ngx_http_agent_events_header_add(ngx_http_request_t *r,
-    char *key, char *value);
-
-
 ngx_int_t
 ngx_http_agent_events_request_not_allowed(ngx_http_request_t *r)
 {
@@ -101,7 +97,8 @@ ngx_http_agent_events_request_after(ngx_http_request_t *r, uint64_t *after)
 
 
 ngx_int_t
-ngx_http_agent_events_request_header(ngx_http_request_t *r)
+ngx_http_agent_events_request_header(ngx_http_request_t *r,
+    ngx_http_agent_events_format_t *format)
 {
     r->headers_out.status = NGX_HTTP_OK;
     r->headers_out.content_length_n = -1;
@@ -124,11 +121,15 @@ ngx_http_agent_events_request_header(ngx_http_request_t *r)
         return NGX_ERROR;
     }
 
+    if (format->header(r) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     return ngx_http_send_header(r);
 }
 
 
-static ngx_int_t
+ngx_int_t
 ngx_http_agent_events_header_add(ngx_http_request_t *r, char *key,
     char *value)
 {

@@ -14,6 +14,7 @@
 
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_revive.h"
+#include "ngx_http_agent_format.h"
 
 
 /*
@@ -50,12 +51,15 @@ typedef struct {
 } ngx_http_agent_events_topic_t;
 
 
-typedef struct {
+struct ngx_http_agent_events_sub_s {
     ngx_queue_t                      queue;     /* in the topic */
     ngx_http_agent_events_topic_t   *topic;
 
     ngx_http_request_t              *request;
     ngx_http_agent_zone_t           *zone;
+
+    ngx_http_agent_events_format_t  *format;
+    void                            *format_ctx;
 
     ngx_str_t                        id;
     u_char                           id_data[NGX_HTTP_AGENT_ID_LEN];
@@ -85,9 +89,12 @@ typedef struct {
     unsigned                         stalled:1;
     unsigned                         done:1;
 
+    /* the format ended the stream: what is queued goes, then the end */
+    unsigned                         last:1;
+
     /* the reply so far is yet to be sent: until then it holds the deltas */
     unsigned                         partial:1;
-} ngx_http_agent_events_sub_t;
+};
 
 
 ngx_int_t ngx_http_agent_events_history_locked(

@@ -24,18 +24,9 @@
 #define NGX_HTTP_AGENT_SOURCE_ID_LEN  128
 
 
-typedef struct {
-    ngx_str_t                 content;
-    ngx_str_t                 source_id;
-    ngx_str_t                 fields;
-} ngx_http_agent_message_t;
-
-
 static void ngx_http_agent_message_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_agent_message_parse(ngx_http_request_t *r,
     ngx_str_t *body, ngx_http_agent_message_t *msg, char **err);
-static ngx_int_t ngx_http_agent_message_accept(ngx_http_request_t *r,
-    ngx_str_t *id, ngx_http_agent_message_t *msg);
 static ngx_int_t ngx_http_agent_message_answer(ngx_http_request_t *r,
     ngx_uint_t status, ngx_str_t *id, ngx_uint_t turn, uint64_t seq,
     ngx_uint_t duplicate);
@@ -85,27 +76,8 @@ ngx_http_agent_message_body(ngx_http_request_t *r)
     ngx_str_t                  body, id;
     ngx_http_agent_message_t   msg;
 
-    rc = ngx_http_agent_json_body(r, &body);
-
-    if (rc == NGX_DECLINED) {
-        ngx_http_finalize_request(r,
-            ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
-                                      "invalid_message",
-                                      "the request has no body"));
-        return;
-    }
-
-    if (rc == NGX_ABORT) {
-        ngx_http_finalize_request(r,
-            ngx_http_agent_json_error(r, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
-                                      "too_large",
-                                      "the message is larger than "
-                                      "client_body_buffer_size"));
-        return;
-    }
-
-    if (rc != NGX_OK) {
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+    if (ngx_http_agent_message_body_read(r, &body, &rc) != NGX_OK) {
+        ngx_http_finalize_request(r, rc);
         return;
     }
 
@@ -135,13 +107,46 @@ ngx_http_agent_message_body(ngx_http_request_t *r)
 }
 
 
+/*
+ * The body of a message.  NGX_DONE: an error answer is sent and *rc is
+ * what the handler finalizes the request with.
+ */
+
+ngx_int_t
+ngx_http_agent_message_body_read(ngx_http_request_t *r, ngx_str_t *body,
+    ngx_int_t *rc)
+{
+    switch (ngx_http_agent_json_body(r, body)) {
+
+    case NGX_OK:
+        return NGX_OK;
+
+    case NGX_DECLINED:
+        *rc = ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                                        "invalid_message",
+                                        "the request has no body");
+        return NGX_DONE;
+
+    case NGX_ABORT:
+        *rc = ngx_http_agent_json_error(r, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                                        "too_large",
+                                        "the message is larger than "
+                                        "client_body_buffer_size");
+        return NGX_DONE;
+
+    default:
+        *rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NGX_DONE;
+    }
+}
+
+
 static ngx_int_t
 ngx_http_agent_message_parse(ngx_http_request_t *r, ngx_str_t *body,
     ngx_http_agent_message_t *msg, char **err)
 {
     char          errbuf[NGX_HTTP_AGENT_JSON_ERR];
-    yajl_gen      g;
-    ngx_uint_t    failed;
+    ngx_int_t     rc;
     yajl_val      root, v;
     const char   *content_path[] = { "content", NULL };
     const char   *source_path[] = { "source_id", NULL };
@@ -184,9 +189,42 @@ ngx_http_agent_message_parse(ngx_http_request_t *r, ngx_str_t *body,
         msg->source_id.len = ngx_strlen(msg->source_id.data);
     }
 
-    g = ngx_http_agent_json_gen(r->pool);
-    if (g == NULL) {
+    rc = ngx_http_agent_message_fields(r->pool, msg);
+
+    /* the parsed strings go with the tree: keep only what was generated */
+
+    msg->source_id.data = msg->source_id.len
+        ? ngx_pstrdup(r->pool, &msg->source_id) : NULL;
+
+    yajl_tree_free(root);
+
+    if (msg->source_id.len && msg->source_id.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    return rc;
+
+declined:
+
+    if (root) {
         yajl_tree_free(root);
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/* the user_msg's fields: {"content": ..., "source_id": ...} */
+
+ngx_int_t
+ngx_http_agent_message_fields(ngx_pool_t *pool,
+    ngx_http_agent_message_t *msg)
+{
+    yajl_gen    g;
+    ngx_uint_t  failed;
+
+    g = ngx_http_agent_json_gen(pool);
+    if (g == NULL) {
         return NGX_ERROR;
     }
 
@@ -201,26 +239,7 @@ ngx_http_agent_message_parse(ngx_http_request_t *r, ngx_str_t *body,
 
     failed |= yajl_gen_map_close(g);
 
-    /* the parsed strings go with the tree: keep only what was generated */
-
-    msg->source_id.data = msg->source_id.len
-        ? ngx_pstrdup(r->pool, &msg->source_id) : NULL;
-
-    yajl_tree_free(root);
-
-    if (msg->source_id.len && msg->source_id.data == NULL) {
-        return NGX_ERROR;
-    }
-
     return ngx_http_agent_json_result(g, failed, &msg->fields);
-
-declined:
-
-    if (root) {
-        yajl_tree_free(root);
-    }
-
-    return NGX_DECLINED;
 }
 
 
@@ -440,10 +459,11 @@ ngx_http_agent_message_queued_done(ngx_http_agent_store_read_t *rd,
 
 /*
  * Under the zone lock: a message is taken only by an idle conversation;
- * its user_msg starts the turn, whose lease this worker takes.
+ * its user_msg starts the turn, whose lease this worker takes.  The
+ * answer is msg->answer's if set (a stream of the turn), else JSON.
  */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
     ngx_http_agent_message_t *msg)
 {
@@ -522,6 +542,10 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
                 seq = src->seq;
                 ngx_http_agent_zone_unlock(z);
 
+                if (msg->answer) {
+                    return msg->answer(r, id, seq);
+                }
+
                 return ngx_http_agent_message_answer(r, NGX_HTTP_OK, id,
                                                      turn, seq, 1);
             }
@@ -563,6 +587,10 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "agent could not start the turn of \"%V\"", id);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (msg->answer) {
+        return msg->answer(r, id, seq);
     }
 
     return ngx_http_agent_message_answer(r, NGX_HTTP_ACCEPTED, id, turn, seq,

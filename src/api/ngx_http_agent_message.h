@@ -20,7 +20,32 @@
 #define NGX_HTTP_AGENT_QUEUE_MAX  16
 
 
+/* the answer to a message taken: seq is its user_msg's */
+typedef ngx_int_t (*ngx_http_agent_message_answer_pt)(ngx_http_request_t *r,
+    ngx_str_t *id, uint64_t seq);
+
+
+typedef struct {
+    ngx_str_t                          content;
+    ngx_str_t                          source_id;
+    ngx_str_t                          fields;
+    ngx_http_agent_message_answer_pt   answer;   /* NULL: JSON */
+} ngx_http_agent_message_t;
+
+
 ngx_int_t ngx_http_agent_message_handler(ngx_http_request_t *r);
+
+/* the request's body; NGX_DONE: answered, *rc to finalize with */
+ngx_int_t ngx_http_agent_message_body_read(ngx_http_request_t *r,
+    ngx_str_t *body, ngx_int_t *rc);
+
+/* msg->fields from its content and source_id */
+ngx_int_t ngx_http_agent_message_fields(ngx_pool_t *pool,
+    ngx_http_agent_message_t *msg);
+
+/* the message taken for conversation id, its turn started, answered */
+ngx_int_t ngx_http_agent_message_accept(ngx_http_request_t *r,
+    ngx_str_t *id, ngx_http_agent_message_t *msg);
 
 
 

@@ -17,6 +17,7 @@
 #include "ngx_http_agent_inspect.h"
 #include "ngx_http_agent_zone_status.h"
 #include "ngx_http_agent_events.h"
+#include "ngx_http_agent_aisdk.h"
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_resolve.h"
@@ -241,6 +242,13 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       ngx_http_agent_events_handler },
+
+    { ngx_string("agent_aisdk"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_agent_api,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      ngx_http_agent_aisdk_handler },
 
     { ngx_string("agent_inspect"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
@@ -595,7 +603,11 @@ ngx_http_agent_merge_api(ngx_conf_t *cf, ngx_http_agent_loc_conf_t *conf)
         return NGX_CONF_ERROR;
     }
 
-    if (conf->conversation == NULL) {
+    /* agent_aisdk takes the chat's id when it has no agent_conversation */
+
+    if (conf->conversation == NULL
+        && conf->api != ngx_http_agent_aisdk_handler)
+    {
         ngx_http_agent_conf_error(cf, conf->api_file, conf->api_line,
                                   "\"%V\" needs an \"agent_conversation\"",
                                   &conf->api_name);

@@ -1,0 +1,394 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+/*
+ * agent_aisdk: the endpoint of the AI SDK's useChat (DefaultChatTransport).
+ * POST takes its body ({"id", "messages", "trigger", "messageId"}): the
+ * last message, the user's, is the conversation's new message, taken as
+ * agent_message takes one, and the answer is the turn as a UI message
+ * stream.  GET (".../ID/stream", useChat's resume) answers the running
+ * turn's stream from its start, or 204 when no turn runs.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <yajl/yajl_tree.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_api.h"
+#include "ngx_http_agent_json.h"
+#include "ngx_http_agent_message.h"
+#include "ngx_http_agent_events.h"
+#include "ngx_http_agent_format.h"
+#include "ngx_http_agent_aisdk.h"
+
+
+static void ngx_http_agent_aisdk_body(ngx_http_request_t *r);
+static ngx_int_t ngx_http_agent_aisdk_message(ngx_http_request_t *r,
+    yajl_val root, ngx_http_agent_message_t *msg, char **err);
+static ngx_int_t ngx_http_agent_aisdk_text(ngx_http_request_t *r,
+    yajl_val parts, ngx_str_t *text);
+static const char *ngx_http_agent_aisdk_part_text(yajl_val part);
+static ngx_int_t ngx_http_agent_aisdk_id(ngx_http_request_t *r,
+    ngx_str_t *fallback, ngx_str_t *id);
+static ngx_int_t ngx_http_agent_aisdk_answer(ngx_http_request_t *r,
+    ngx_str_t *id, uint64_t seq);
+
+
+ngx_int_t
+ngx_http_agent_aisdk_handler(ngx_http_request_t *r)
+{
+    u_char     *last, *start;
+    ngx_int_t   rc;
+    ngx_str_t   id, tail, *owner;
+
+    if (r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD)) {
+
+        rc = ngx_http_discard_request_body(r);
+
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        /* the resume URL is the location's with "/ID/stream" added */
+
+        ngx_str_null(&tail);
+
+        last = r->uri.data + r->uri.len;
+
+        if (r->uri.len > sizeof("/stream") - 1
+            && ngx_strncmp(last - (sizeof("/stream") - 1), "/stream",
+                           sizeof("/stream") - 1)
+               == 0)
+        {
+            last -= sizeof("/stream") - 1;
+
+            for (start = last; start > r->uri.data; start--) {
+                if (start[-1] == '/') {
+                    break;
+                }
+            }
+
+            tail.data = start;
+            tail.len = last - start;
+        }
+
+        rc = ngx_http_agent_aisdk_id(r, &tail, &id);
+
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        return ngx_http_agent_events_stream(r, &id, 0,
+                                            &ngx_http_agent_format_aisdk,
+                                            NGX_HTTP_AGENT_EVENTS_TURN);
+    }
+
+    if (!(r->method & NGX_HTTP_POST)) {
+        return ngx_http_agent_json_method(r, "GET, HEAD, POST");
+    }
+
+    /* where agent_owner is set, a request without an owner is refused */
+
+    rc = ngx_http_agent_api_owner(r, &owner);
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_agent_api_anonymous(r);
+    }
+
+    if (rc != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    r->request_body_in_single_buf = 1;
+
+    rc = ngx_http_read_client_request_body(r, ngx_http_agent_aisdk_body);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_agent_aisdk_body(ngx_http_request_t *r)
+{
+    char                      errbuf[NGX_HTTP_AGENT_JSON_ERR], *err;
+    ngx_int_t                 rc;
+    ngx_str_t                 body, id, chat;
+    yajl_val                  root, v;
+    ngx_http_agent_message_t  msg;
+    const char               *id_path[] = { "id", NULL };
+
+    if (ngx_http_agent_message_body_read(r, &body, &rc) != NGX_OK) {
+        ngx_http_finalize_request(r, rc);
+        return;
+    }
+
+    root = ngx_http_agent_json_parse(body.data, body.len,
+                                     NGX_HTTP_AGENT_JSON_DEPTH, errbuf,
+                                     sizeof(errbuf));
+
+    if (root == NULL) {
+        err = ngx_http_agent_json_reason(r->pool, "the body ", errbuf);
+
+        ngx_http_finalize_request(r, err == NULL
+            ? NGX_HTTP_INTERNAL_SERVER_ERROR
+            : ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                                        "invalid_message", err));
+        return;
+    }
+
+    if (!YAJL_IS_OBJECT(root)) {
+        yajl_tree_free(root);
+        ngx_http_finalize_request(r,
+            ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                                      "invalid_message",
+                                      "the body is not a JSON object"));
+        return;
+    }
+
+    ngx_str_null(&chat);
+
+    v = yajl_tree_get(root, id_path, yajl_t_string);
+
+    if (v) {
+        chat.data = (u_char *) v->u.string;
+        chat.len = ngx_strlen(chat.data);
+    }
+
+    rc = ngx_http_agent_aisdk_id(r, &chat, &id);
+
+    if (rc != NGX_OK) {
+        yajl_tree_free(root);
+        ngx_http_finalize_request(r, rc);
+        return;
+    }
+
+    ngx_memzero(&msg, sizeof(ngx_http_agent_message_t));
+    err = NULL;
+
+    rc = ngx_http_agent_aisdk_message(r, root, &msg, &err);
+
+    if (rc == NGX_OK) {
+        msg.answer = ngx_http_agent_aisdk_answer;
+        rc = ngx_http_agent_message_accept(r, &id, &msg);
+
+    } else if (rc == NGX_DECLINED) {
+        rc = ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                                       "invalid_message", err);
+
+    } else if (rc == NGX_ERROR) {
+        rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    yajl_tree_free(root);
+
+    ngx_http_finalize_request(r, rc);
+}
+
+
+/*
+ * useChat sends the whole chat; the conversation holds it already, so
+ * only the last message counts: the user's text, its id the source id
+ * (a request sent again is not taken twice).
+ */
+
+static ngx_int_t
+ngx_http_agent_aisdk_message(ngx_http_request_t *r, yajl_val root,
+    ngx_http_agent_message_t *msg, char **err)
+{
+    ngx_int_t    rc;
+    ngx_str_t    role;
+    yajl_val     v, m;
+    const char  *id_path[] = { "id", NULL };
+    const char  *messages_path[] = { "messages", NULL };
+    const char  *role_path[] = { "role", NULL };
+    const char  *parts_path[] = { "parts", NULL };
+
+    v = yajl_tree_get(root, messages_path, yajl_t_array);
+
+    if (v == NULL || v->u.array.len == 0) {
+        *err = "\"messages\" must be a non-empty array";
+        return NGX_DECLINED;
+    }
+
+    m = v->u.array.values[v->u.array.len - 1];
+
+    v = yajl_tree_get(m, role_path, yajl_t_string);
+
+    role.data = v ? (u_char *) v->u.string : (u_char *) "";
+    role.len = ngx_strlen(role.data);
+
+    if (role.len != sizeof("user") - 1
+        || ngx_strncmp(role.data, "user", role.len) != 0)
+    {
+        *err = "the last message is not the user's";
+        return NGX_DECLINED;
+    }
+
+    rc = ngx_http_agent_aisdk_text(r, yajl_tree_get(m, parts_path,
+                                                    yajl_t_array),
+                                   &msg->content);
+    if (rc != NGX_OK) {
+        if (rc == NGX_DECLINED) {
+            *err = "the last message has no text part";
+        }
+
+        return rc;
+    }
+
+    v = yajl_tree_get(m, id_path, yajl_t_string);
+
+    if (v && v->u.string[0] != '\0' && ngx_strlen(v->u.string) <= 128) {
+        msg->source_id.data = (u_char *) v->u.string;
+        msg->source_id.len = ngx_strlen(msg->source_id.data);
+    }
+
+    if (ngx_http_agent_message_fields(r->pool, msg) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* the message's text parts, one after the other, a blank line between */
+
+static ngx_int_t
+ngx_http_agent_aisdk_text(ngx_http_request_t *r, yajl_val parts,
+    ngx_str_t *text)
+{
+    u_char      *p;
+    size_t       len;
+    ngx_uint_t   i;
+    const char  *t;
+
+    if (parts == NULL) {
+        return NGX_DECLINED;
+    }
+
+    len = 0;
+
+    for (i = 0; i < parts->u.array.len; i++) {
+        t = ngx_http_agent_aisdk_part_text(parts->u.array.values[i]);
+        len += t ? ngx_strlen(t) + 2 : 0;
+    }
+
+    if (len == 0) {
+        return NGX_DECLINED;
+    }
+
+    text->data = ngx_pnalloc(r->pool, len);
+    if (text->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = text->data;
+
+    for (i = 0; i < parts->u.array.len; i++) {
+        t = ngx_http_agent_aisdk_part_text(parts->u.array.values[i]);
+
+        if (t == NULL) {
+            continue;
+        }
+
+        if (p != text->data) {
+            *p++ = LF;
+            *p++ = LF;
+        }
+
+        p = ngx_cpymem(p, t, ngx_strlen(t));
+    }
+
+    text->len = p - text->data;
+
+    return NGX_OK;
+}
+
+
+/* the text of a {"type": "text", "text": "..."} part, NULL for others */
+
+static const char *
+ngx_http_agent_aisdk_part_text(yajl_val part)
+{
+    yajl_val     type, text;
+    const char  *type_path[] = { "type", NULL };
+    const char  *text_path[] = { "text", NULL };
+
+    type = yajl_tree_get(part, type_path, yajl_t_string);
+    text = yajl_tree_get(part, text_path, yajl_t_string);
+
+    if (type == NULL || text == NULL
+        || ngx_strcmp(type->u.string, "text") != 0
+        || text->u.string[0] == '\0')
+    {
+        return NULL;
+    }
+
+    return text->u.string;
+}
+
+
+/*
+ * The conversation: agent_conversation if the location sets one and it
+ * is not empty, else the chat's id (from the body, or the resume URL).
+ * Not NGX_OK: what the handler answers.
+ */
+
+static ngx_int_t
+ngx_http_agent_aisdk_id(ngx_http_request_t *r, ngx_str_t *fallback,
+    ngx_str_t *id)
+{
+    ngx_int_t                   rc;
+    ngx_http_agent_loc_conf_t  *alcf;
+
+    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
+
+    ngx_str_null(id);
+
+    if (alcf->conversation
+        && ngx_http_complex_value(r, alcf->conversation, id) != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (id->len == 0) {
+        *id = *fallback;
+    }
+
+    rc = ngx_http_agent_api_id_check(id);
+
+    if (rc != NGX_OK) {
+        return ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                                         "invalid_conversation",
+                                         "the conversation id is missing "
+                                         "or invalid");
+    }
+
+    id->data = ngx_pstrdup(r->pool, id);
+    if (id->data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* the message is taken: its turn, streamed, is the answer */
+
+static ngx_int_t
+ngx_http_agent_aisdk_answer(ngx_http_request_t *r, ngx_str_t *id,
+    uint64_t seq)
+{
+    return ngx_http_agent_events_stream(r, id, seq,
+                                        &ngx_http_agent_format_aisdk, 0);
+}
