@@ -16,6 +16,7 @@
 #include "ngx_http_agent_message.h"
 #include "ngx_http_agent_inspect.h"
 #include "ngx_http_agent_zone_status.h"
+#include "ngx_http_agent_variables.h"
 #include "ngx_http_agent_events.h"
 #include "ngx_http_agent_aisdk.h"
 #include "ngx_http_agent_turn.h"
@@ -269,7 +270,7 @@ static ngx_command_t  ngx_http_agent_commands[] = {
 
 
 static ngx_http_module_t  ngx_http_agent_module_ctx = {
-    NULL,                                  /* preconfiguration */
+    ngx_http_agent_variables_add,          /* preconfiguration */
     ngx_http_agent_postconfiguration,      /* postconfiguration */
 
     ngx_http_agent_create_main_conf,       /* create main configuration */

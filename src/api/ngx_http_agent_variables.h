@@ -1,0 +1,20 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#ifndef _NGX_HTTP_AGENT_VARIABLES_H_INCLUDED_
+#define _NGX_HTTP_AGENT_VARIABLES_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+
+/* $agent_conversation, $agent_owner, $agent_turn, $agent_state */
+ngx_int_t ngx_http_agent_variables_add(ngx_conf_t *cf);
+
+
+#endif /* _NGX_HTTP_AGENT_VARIABLES_H_INCLUDED_ */

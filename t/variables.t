@@ -1,0 +1,88 @@
+#!/usr/bin/perl
+
+# Variables for log_format: $agent_conversation and $agent_owner as the
+# request's location evaluates them, $agent_turn and $agent_state as the
+# zone holds the conversation when the access log is written; outside an
+# agent's location, or for a conversation the zone does not hold, none.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use Time::HiRes qw(sleep);
+
+use Test::Agent;
+use Test::Agent::HTTP;
+use Test::Agent::Engine;
+use Test::Agent::MockProvider;
+
+my $t = Test::Agent->new;
+my $mock = Test::Agent::MockProvider->new;
+
+$t->write_file_expand('nginx.conf', engine_conf($mock,
+    http => 'agent_owner $http_x_user;
+    log_format agent "$request_method $uri conv=$agent_conversation '
+        . 'owner=$agent_owner turn=$agent_turn state=$agent_state";
+    access_log %%TESTDIR%%/agent.log agent;',
+    server => 'location = /plain { agent_owner off; return 200 "ok\n"; }'));
+$t->run;
+
+$mock->script({ text => 'First.' }, { text => 'Second.' });
+
+my $port = $t->port(8080);
+
+sub req {
+    my ($method, $uri, $body, $user) = @_;
+    my %h = defined $user ? ('X-User' => $user) : ();
+    return http(http_request($method, $uri, $body, headers => \%h),
+                port => $port);
+}
+
+sub idle {
+    my ($cid) = @_;
+    for (1 .. 200) {
+        my $r = req('GET', "/c/$cid", undef, 'alice');
+        return 1 if $r && ($r->{body} // '') =~ /"state":"idle"/
+                    && ($r->{body} // '') !~ /"lease":\d/;
+        sleep 0.05;
+    }
+    return 0;
+}
+
+is(req('POST', '/c/v1/messages', '{"content":"hi"}', 'alice')->{status},
+   202, 'message sent');
+ok(idle('v1'), 'the turn ended');
+
+is(req('POST', '/c/v1/messages', '{"content":"again"}', 'alice')->{status},
+   202, 'second message');
+ok(idle('v1'), 'the second turn ended');
+
+is(req('GET', '/c/v1', undef, 'alice')->{status}, 200, 'inspect');
+is(req('GET', '/c/nobody', undef, 'alice')->{status}, 404,
+   'an unknown conversation');
+is(req('GET', '/plain')->{status}, 200, 'a plain location');
+
+# the access log is written as each request ends
+
+sleep 0.2;
+my @lines = split /\n/, $t->read_file('agent.log');
+
+like((grep { m{^POST /c/v1/messages} } @lines)[0] // '',
+     qr/conv=v1 owner=alice turn=1 state=\w+$/,
+     'a message: its conversation, owner and turn');
+like((grep { m{^POST /c/v1/messages} } @lines)[1] // '',
+     qr/conv=v1 owner=alice turn=2 /, 'the second message: turn 2');
+like((grep { m{^GET /c/v1 } } @lines)[-1] // '',
+     qr/conv=v1 owner=alice turn=2 state=idle$/,
+     'inspect at rest: idle');
+like((grep { m{^GET /c/nobody } } @lines)[0] // '',
+     qr/conv=nobody owner=alice turn=- state=-$/,
+     'a conversation the zone does not hold: no turn, no state');
+like((grep { m{^GET /plain } } @lines)[0] // '',
+     qr/conv=- owner=- turn=- state=-$/, 'outside an agent: none');
+
+$mock->stop;
+$t->done;
