@@ -223,7 +223,7 @@ export class Conversation extends EventTarget {
             c.arguments = parseArgs(ev.arguments);
             c.executor = ev.executor;
             c.status = ev.status === 'interrupted' ? 'error' : 'running';
-            this.items.push({ type: 'tool', call: c });
+            this._placeCall({ type: 'tool', call: c }, ev);
             this.state = 'executing_tools';
             break;
         }
@@ -389,6 +389,24 @@ export class Conversation extends EventTarget {
             this.items[this.items.indexOf(d)] = m;
         } else {
             this.items.push(m);
+        }
+    }
+
+    /* A tool the provider ran while it wrote its reply (a web search) is
+     * logged after the reply; it is placed above the reply's text, after
+     * the other tools it ran, as the provider ran it first. */
+    _placeCall(item, ev) {
+        let at = -1;
+
+        if (ev.provider_executed) {
+            at = this.items.findLastIndex(i => i.type === 'assistant'
+                                               && i.turn === ev.turn);
+        }
+
+        if (at < 0) {
+            this.items.push(item);
+        } else {
+            this.items.splice(at, 0, item);
         }
     }
 

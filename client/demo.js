@@ -138,6 +138,15 @@ function make(item) {
                  h('p', { class: 'text' }));
 
     case 'tool':
+        if (item.call.executor === 'provider') {
+            return h('li', { class: 'tool hosted', 'data-call': item.call.id,
+                             'data-name': item.call.name },
+                     h('div', { class: 'tool-head' },
+                       h('span', { class: 'tool-name' }),
+                       h('span', { class: 'tool-status' })),
+                     h('ul', { class: 'sources', hidden: true }));
+        }
+
         return h('li', { class: 'tool', 'data-call': item.call.id,
                          'data-name': item.call.name },
                  h('div', { class: 'tool-head' },
@@ -174,7 +183,11 @@ function update(item, el) {
     }
 
     case 'tool':
-        updateTool(item.call, el);
+        if (item.call.executor === 'provider') {
+            updateHosted(item.call, el);
+        } else {
+            updateTool(item.call, el);
+        }
         break;
 
     case 'notice':
@@ -191,6 +204,40 @@ const STATUS = {
     done: 'done',
     error: 'failed'
 };
+
+/*
+ * A tool the provider ran itself, a web search most often: what it looked
+ * for and, when the provider says, the pages it found: a Responses
+ * web_search_call's action.sources, or the results of Anthropic's
+ * web_search_tool_result.
+ */
+function updateHosted(call, el) {
+    const args = call.arguments ?? {};
+    const web = /web_search/.test(call.name);
+    const query = typeof args.query === 'string' ? args.query : '';
+    const done = call.status === 'done' || call.status === 'error';
+
+    el.dataset.status = call.status;
+    el.querySelector('.tool-name').textContent =
+        web ? (done ? 'Searched the web' : 'Searching the web')
+              + (query ? ' for \u201c' + query + '\u201d' : '')
+            : call.name + (query ? ': ' + query : '');
+    el.querySelector('.tool-status').textContent =
+        call.status === 'error' ? 'failed' : '';
+
+    const r = call.result ?? {};
+    const found = (r.action?.sources ?? (Array.isArray(r.content)
+                                         ? r.content : []))
+        .filter(p => p && typeof p.url === 'string'
+                     && /^https?:\/\//.test(p.url));
+    const list = el.querySelector('.sources');
+
+    list.hidden = found.length === 0;
+    list.replaceChildren(...found.map(p =>
+        h('li', {}, h('a', { href: p.url, target: '_blank',
+                             rel: 'noopener noreferrer' },
+                      p.title || p.url))));
+}
 
 function updateTool(call, el) {
     const waiting = call.status === 'waiting' ? call.kind : '';

@@ -47,7 +47,7 @@ mkdir $t->testdir . $_ for '/demo', '/demo/tmp', '/demo/logs', '/shots';
 symlink(Test::Agent->root . '/client', $t->testdir . '/client')
     or die "symlink: $!\n";
 $t->write_file_expand('demo/provider.conf',
-    "proxy_pass http://127.0.0.1:%%PORT_8081%%/v1/chat/completions;\n");
+    "proxy_pass http://127.0.0.1:%%PORT_8081%%/v1/responses;\n");
 $t->write_file_expand('nginx.conf', $conf);
 
 my $provider_port = $t->port(8081);
@@ -92,6 +92,6 @@ while (my $line = <$run>) {
 
 close $run;
 is($? >> 8, 0, 'the browser run ended well');
-cmp_ok($checks, '>=', 39, 'every check ran');
+cmp_ok($checks, '>=', 45, 'every check ran');
 
 $t->done;

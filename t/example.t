@@ -27,7 +27,7 @@ $conf =~ s/^(pid|error_log) .*$//mg;
 $conf =~ s/127\.0\.0\.1:8080/127.0.0.1:%%PORT_8080%%/g;
 mkdir $t->testdir . $_ for '/demo', '/demo/tmp', '/demo/logs';
 $t->write_file_expand('demo/provider.conf',
-    "proxy_pass http://127.0.0.1:%%PORT_8081%%/v1/chat/completions;\n");
+    "proxy_pass http://127.0.0.1:%%PORT_8081%%/v1/responses;\n");
 
 $t->write_file_expand('nginx.conf', $conf);
 
@@ -45,9 +45,10 @@ is($r->{status}, 200, 'describe answers');
 
 my $d = decode_json($r->{body});
 is($d->{agent}, 'assistant', 'the example agent');
-is($d->{provider}, 'openai_chat', 'its provider');
+is($d->{provider}, 'openai_responses', 'its provider');
 is_deeply([map { $_->{name} } @{$d->{tools}}],
-          [qw(get_time send_note search_docs ask_user browser_timezone)],
+          [qw(get_time send_note search_docs ask_user browser_timezone
+              web_search)],
           'its tools');
 
 $r = http_get('/', port => $t->port(8080));

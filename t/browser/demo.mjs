@@ -149,6 +149,30 @@ await check('a server tool', async () => {
        'the reply uses it');
 });
 
+await check('the provider searched the web', async () => {
+    await send('look it up on the web');
+    await waitIdle();
+    const card = lastTool('web_search');
+    ok(await card.getAttribute('data-status') === 'done', 'search done');
+    ok(await card.evaluate(el => el.classList.contains('hosted')),
+       'a card of its own');
+    const head = await card.locator('.tool-name').textContent();
+    ok(head === 'Searched the web for \u201cnginx documentation\u201d',
+       'says what it searched for', head);
+    const link = card.locator('.sources a');
+    ok(await link.count() === 1
+       && await link.getAttribute('href') === 'https://nginx.org/en/docs/',
+       'the page it found, as a link');
+    ok((await lastAssistant().textContent()).includes('nginx.org'),
+       'the reply uses it');
+    ok(await card.evaluate(el => {
+        const a = [...document.querySelectorAll('li.assistant')].pop();
+        return (el.compareDocumentPosition(a)
+                & Node.DOCUMENT_POSITION_FOLLOWING) !== 0;
+    }), 'above the reply, as it came first');
+    await shot(page, 'web-search');
+});
+
 await check('a streaming tool shows progress', async () => {
     await send('search the docs');
     await waitIdle();

@@ -19,7 +19,9 @@ package Test::Agent::MockProvider::OpenAIResponses;
 #                  "include" asks for reasoning.encrypted_content
 #   web_search  => { query => 'q', id => 'ws_...', url => ..., title => }
 #                  or a list of them: hosted web_search_call items; a url
-#                  makes the text cite it (url_citation annotation)
+#                  makes the text cite it (url_citation annotation), and
+#                  is the action's source when the request's "include"
+#                  asks for web_search_call.action.sources
 #   text        => '...'          a message item, in chunks deltas
 #   tool_calls  => [...]          function_call items, as OpenAIChat's
 #
@@ -86,7 +88,9 @@ sub _context ($reply, $req) {
              store => exists $j->{store} && !$j->{store} ? false : true,
              tools => raw(json($j->{tools} // [])),
              encrypted => (grep { $_ eq 'reasoning.encrypted_content' }
-                                @{ $j->{include} // [] }) ? 1 : 0 };
+                                @{ $j->{include} // [] }) ? 1 : 0,
+             sources => (grep { $_ eq 'web_search_call.action.sources' }
+                              @{ $j->{include} // [] }) ? 1 : 0 };
 }
 
 sub _response ($ctx, $status, $output, $usage, %more) {
@@ -108,6 +112,14 @@ sub _response ($ctx, $status, $output, $usage, %more) {
                top_logprobs => num(0), top_p => raw('1.0'),
                truncation => 'disabled', usage => $usage, user => undef,
                metadata => obj());
+}
+
+# the pages a search found, sent only when the request's "include" asks
+# for them, as the API does
+sub _sources ($s, $ctx) {
+    return () unless $ctx->{sources} && defined $s->{url};
+    return (sources => arr(map { obj(type => 'url', url => $_) }
+                               _list($s->{url})));
 }
 
 # The output items: for each, the item as added, the events between
@@ -169,7 +181,8 @@ sub _items ($reply, $ctx) {
             done => obj(id => $id, type => 'web_search_call',
                         status => 'completed',
                         action => obj(type => 'search',
-                                      query => $s->{query} // ''))};
+                                      query => $s->{query} // '',
+                                      _sources($s, $ctx)))};
     }
 
     if (defined $text || !@calls && !$r && !@search) {
