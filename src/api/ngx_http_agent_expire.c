@@ -231,7 +231,8 @@ ngx_http_agent_expire_conv_locked(ngx_http_agent_zone_t *z,
 
     n = 0;
 
-    for (i = 0; i < NGX_HTTP_AGENT_PENDING; i++) {
+    /* the last one settled frees the slots */
+    for (i = 0; conv->pending && i < NGX_HTTP_AGENT_PENDING; i++) {
         p = &conv->pending[i];
 
         if (p->kind == 0) {

@@ -494,7 +494,7 @@ ngx_http_agent_resolve_record_locked(ngx_http_request_t *r,
 
     *seq = ev->seq;
 
-    ngx_http_agent_fsm_pending_remove_locked(conv, p);
+    ngx_http_agent_fsm_pending_remove_locked(z, conv, p);
 
     if (kind != NGX_HTTP_AGENT_PENDING_APPROVAL) {
         return ngx_http_agent_resolve_result_locked(r, z, conv, res, &name,

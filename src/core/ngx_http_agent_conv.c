@@ -109,6 +109,10 @@ ngx_http_agent_conv_delete_locked(ngx_http_agent_zone_t *z,
 
     ngx_http_agent_partial_free_locked(z, conv);
 
+    if (conv->pending) {
+        ngx_slab_free_locked(z->shpool, conv->pending);
+    }
+
     ngx_queue_remove(&conv->lru);
     ngx_rbtree_delete(&z->sh->rbtree, &conv->node);
     z->sh->count--;
@@ -232,7 +236,7 @@ ngx_http_agent_conv_pending_locked(ngx_http_agent_conv_t *conv,
     ngx_uint_t                 i;
     ngx_http_agent_pending_t  *p;
 
-    for (i = 0; i < NGX_HTTP_AGENT_PENDING; i++) {
+    for (i = 0; conv->pending && i < NGX_HTTP_AGENT_PENDING; i++) {
         p = &conv->pending[i];
 
         if (p->kind && p->id_len == id->len

@@ -28,7 +28,7 @@
 #define NGX_HTTP_AGENT_PENDING_STR       "16"
 #define NGX_HTTP_AGENT_CALL_ID_LEN       64
 #define NGX_HTTP_AGENT_TOOL_NAME_LEN     64
-/* an owner kept whole: more would take the record past one page */
+/* an owner kept whole: more would take the record past 2 KB */
 #define NGX_HTTP_AGENT_OWNER_LEN         128
 
 /*
@@ -158,7 +158,11 @@ typedef struct {
 
     ngx_http_agent_sub_worker_t   subs[NGX_HTTP_AGENT_SUB_WORKERS];
 
-    ngx_http_agent_pending_t      pending[NGX_HTTP_AGENT_PENDING];
+    /*
+     * NGX_HTTP_AGENT_PENDING slots, allocated with the first call that
+     * waits and freed with the last: NULL at rest
+     */
+    ngx_http_agent_pending_t     *pending;
     ngx_uint_t                    npending;
 
     /* in the zone's queue of conversations with waiting calls */

@@ -451,7 +451,8 @@ ngx_http_agent_fsm_act_locked(ngx_http_agent_zone_t *z,
         break;
 
     case NGX_HTTP_AGENT_FSM_CLEAR:
-        for (i = 0; i < NGX_HTTP_AGENT_PENDING; i++) {
+        /* the last one settled frees the slots */
+        for (i = 0; conv->pending && i < NGX_HTTP_AGENT_PENDING; i++) {
             if (conv->pending[i].kind) {
                 (void) ngx_http_agent_fsm_settle_locked(z, conv,
                                                 &conv->pending[i],
@@ -738,7 +739,7 @@ ngx_http_agent_fsm_settle_locked(ngx_http_agent_zone_t *z,
 
     rc = ngx_http_agent_fsm_error_result_locked(z, conv, &id, &name, reason);
 
-    ngx_http_agent_fsm_pending_remove_locked(conv, p);
+    ngx_http_agent_fsm_pending_remove_locked(z, conv, p);
 
     return rc;
 }
@@ -866,7 +867,7 @@ ngx_http_agent_fsm_pair_locked(ngx_http_agent_zone_t *z,
 
         pd = ngx_http_agent_conv_pending_locked(conv, &c[i].id);
         if (pd) {
-            ngx_http_agent_fsm_pending_remove_locked(conv, pd);
+            ngx_http_agent_fsm_pending_remove_locked(z, conv, pd);
         }
     }
 
@@ -1042,6 +1043,7 @@ ngx_http_agent_fsm_pending_add_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv, ngx_str_t *id, ngx_str_t *name,
     ngx_uint_t executor, ngx_uint_t kind, uint64_t deadline)
 {
+    size_t                     size;
     ngx_uint_t                 i;
     ngx_http_agent_pending_t  *p;
 
@@ -1049,6 +1051,17 @@ ngx_http_agent_fsm_pending_add_locked(ngx_http_agent_zone_t *z,
         || name->len > NGX_HTTP_AGENT_TOOL_NAME_LEN)
     {
         return NULL;
+    }
+
+    if (conv->pending == NULL) {
+        size = sizeof(ngx_http_agent_pending_t) * NGX_HTTP_AGENT_PENDING;
+
+        conv->pending = ngx_http_agent_zone_try_alloc_locked(z, conv, size);
+        if (conv->pending == NULL) {
+            return NULL;
+        }
+
+        ngx_memzero(conv->pending, size);
     }
 
     for (i = 0; i < NGX_HTTP_AGENT_PENDING; i++) {
@@ -1078,13 +1091,17 @@ ngx_http_agent_fsm_pending_add_locked(ngx_http_agent_zone_t *z,
 }
 
 
+/* the slots go with the last call that waits: p is not to be used after */
+
 void
-ngx_http_agent_fsm_pending_remove_locked(ngx_http_agent_conv_t *conv,
-    ngx_http_agent_pending_t *p)
+ngx_http_agent_fsm_pending_remove_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_http_agent_pending_t *p)
 {
     p->kind = 0;
 
     if (--conv->npending == 0) {
         ngx_queue_remove(&conv->waiting);
+        ngx_slab_free_locked(z->shpool, conv->pending);
+        conv->pending = NULL;
     }
 }

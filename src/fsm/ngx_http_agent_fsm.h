@@ -107,8 +107,8 @@ void ngx_http_agent_fsm_queue_free_locked(ngx_http_agent_zone_t *z,
 ngx_http_agent_pending_t *ngx_http_agent_fsm_pending_add_locked(
     ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv, ngx_str_t *id,
     ngx_str_t *name, ngx_uint_t executor, ngx_uint_t kind, uint64_t deadline);
-void ngx_http_agent_fsm_pending_remove_locked(ngx_http_agent_conv_t *conv,
-    ngx_http_agent_pending_t *p);
+void ngx_http_agent_fsm_pending_remove_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_http_agent_pending_t *p);
 
 
 extern ngx_str_t  ngx_http_agent_fsm_inputs[];

@@ -742,7 +742,7 @@ ngx_http_agent_tools_suspend_locked(ngx_http_agent_zone_t *zone,
                                         NGX_HTTP_AGENT_EV_SUSPENSION, fields)
         == NULL)
     {
-        ngx_http_agent_fsm_pending_remove_locked(conv, p);
+        ngx_http_agent_fsm_pending_remove_locked(zone, conv, p);
         return NGX_ERROR;
     }
 

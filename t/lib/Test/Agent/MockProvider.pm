@@ -358,7 +358,9 @@ sub _control ($self, $method, $path, $data = undef) {
 
     $resp = '';
     $sel = IO::Select->new($s);
-    $deadline = time + 10;
+    # a mock busy with a long reply answers between its writes, and late
+    # on a loaded machine
+    $deadline = time + 30;
 
     while (1) {
         my $left = $deadline - time;
