@@ -28,14 +28,16 @@ static void ngx_http_agent_log_live_free_one_locked(ngx_http_agent_zone_t *z,
 /*
  * The history before the current turn, once written, is read from the
  * store when it is needed: the zone keeps the turn that may still change
- * (a flat footprint however long the conversation).
+ * (a flat footprint however long the conversation).  A conversation at
+ * rest, idle with nothing queued and no worker on it, has no such turn:
+ * once all of it is written, its record is all the zone keeps.
  */
 
 void
 ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv)
 {
-    ngx_uint_t               trimmed;
+    ngx_uint_t               trimmed, rest;
     ngx_queue_t             *q;
     ngx_http_agent_event_t  *ev;
 
@@ -43,13 +45,16 @@ ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
         return;
     }
 
+    rest = conv->state == NGX_HTTP_AGENT_IDLE && conv->lease == 0
+           && conv->nqueued == 0 && conv->cancel == 0;
+
     trimmed = 0;
 
     while (!ngx_queue_empty(&conv->log)) {
         q = ngx_queue_head(&conv->log);
         ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
 
-        if (ev->seq > conv->flushed || ev->seq >= conv->turn_seq) {
+        if (ev->seq > conv->flushed || (ev->seq >= conv->turn_seq && !rest)) {
             break;
         }
 
@@ -63,11 +68,16 @@ ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
 
     /* most flushes, those within a turn, trim nothing */
 
-    if (trimmed == 0 || ngx_queue_empty(&conv->log)) {
+    if (trimmed == 0) {
         return;
     }
 
     /* and the deltas of the turns before: their messages replace them */
+
+    if (ngx_queue_empty(&conv->log)) {
+        (void) ngx_http_agent_log_live_free_locked(z, conv, (uint64_t) -1);
+        return;
+    }
 
     q = ngx_queue_head(&conv->log);
     ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
