@@ -237,12 +237,18 @@ $t->write_file_expand('nginx.conf', engine_conf($mock, zone => '128k',
     http => "agent_store $db; client_body_buffer_size 64k;"));
 $t->run;
 
-send_message($t, 'held', 'a' x 40000);
+# written, a conversation at rest keeps only its record in the zone,
+# unless a subscriber (who may be catching up) is on it
+send_message($t, 'held', 'hello');
 wait_state($t, 'held', 'idle');
 
 my $sse = Test::Agent::HTTP::http_stream(events_request('held'),
                                          port => $t->port(8080));
 is($sse->status, 200, 'a subscriber holds a big idle conversation');
+
+send_message($t, 'held', 'a' x 40000);
+wait_state($t, 'held', 'idle');
+sleep 0.3;
 
 send_message($t, 'busy', 'slow');
 

@@ -29,15 +29,16 @@ static void ngx_http_agent_log_live_free_one_locked(ngx_http_agent_zone_t *z,
  * The history before the current turn, once written, is read from the
  * store when it is needed: the zone keeps the turn that may still change
  * (a flat footprint however long the conversation).  A conversation at
- * rest, idle with nothing queued and no worker on it, has no such turn:
- * once all of it is written, its record is all the zone keeps.
+ * rest, idle with nothing queued, no worker on it and no subscriber (who
+ * may still be catching up from the zone), has no such turn: once all of
+ * it is written, its record is all the zone keeps.
  */
 
 void
 ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv)
 {
-    ngx_uint_t               trimmed, rest;
+    ngx_uint_t               i, trimmed, rest;
     ngx_queue_t             *q;
     ngx_http_agent_event_t  *ev;
 
@@ -47,6 +48,10 @@ ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
 
     rest = conv->state == NGX_HTTP_AGENT_IDLE && conv->lease == 0
            && conv->nqueued == 0 && conv->cancel == 0;
+
+    for (i = 0; rest && i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
+        rest = (conv->subs[i].count == 0);
+    }
 
     trimmed = 0;
 
