@@ -14,6 +14,8 @@
 //   AISDK_APPROVE  "yes", or "no" or "no:REASON": the answer to every
 //                  approval request (addToolApprovalResponse)
 //   AISDK_CANCEL   a URL to POST once the reply has begun (the app's stop)
+//   AISDK_WORKER   print {"worker": PID} first, from the answer's X-Worker
+//   AISDK_RESUME_ON_ERROR  a chat that ends in error resumes its stream
 //
 // Prints the chat's status, errors and messages as one JSON line.
 
@@ -45,6 +47,9 @@ class Chat extends AbstractChat {
 }
 
 const [url, id, command, text] = process.argv.slice(2);
+
+// a test that has what it needs closes the pipe
+process.stdout.on('error', () => process.exit(0));
 const tools = JSON.parse(process.env.AISDK_TOOLS || '{}');
 const approve = process.env.AISDK_APPROVE;
 const chunks = [];
@@ -59,9 +64,18 @@ const answered = ({ messages }) =>
      && ai.lastAssistantMessageIsCompleteWithApprovalResponses({ messages }))
     || ai.lastAssistantMessageIsCompleteWithToolCalls({ messages });
 
+// the transport's own fetch option, to see which worker answers
+
+const seen = (u, init) => fetch(u, init).then((r) => {
+    if (process.env.AISDK_WORKER) {
+        console.log(JSON.stringify({ worker: +r.headers.get('x-worker') }));
+    }
+    return r;
+});
+
 const chat = new Chat({
     id,
-    transport: new DefaultChatTransport({ api: url }),
+    transport: new DefaultChatTransport({ api: url, fetch: seen }),
     sendAutomaticallyWhen: answered,
     onToolCall: ({ toolCall }) => {
         if (toolCall.toolName in tools) {
@@ -138,6 +152,12 @@ if (command === 'send') {
 }
 
 await settle();
+
+if (process.env.AISDK_RESUME_ON_ERROR && chat.status === 'error') {
+    chat.clearError();
+    await chat.resumeStream();
+    await settle();
+}
 
 console.log(JSON.stringify({
     status: chat.status,
