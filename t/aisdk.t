@@ -263,6 +263,7 @@ for my $pkg (@all) {
 
     $mock->script(
         { reasoning => 'Let me think', text => 'Calling echo', chunks => 3,
+          delay => 0.05,
           tool_calls => [{ id => "call_1$pkg", name => 'echo',
                            arguments => '{"n":1}', chunks => 3 }] },
         { text => 'The echo said 1', chunks => 4 });
@@ -272,6 +273,11 @@ for my $pkg (@all) {
 
     is($chat->{status}, 'ready', "$pkg: ready after the reply");
     checks("$pkg: text, thinking, a server tool", $chat, $id);
+    my @t = @{$chat->{types}};
+    ok((grep { $_ eq 'tool-input-delta' } @t) >= 2,
+       "$pkg: the call's input as it streamed");
+    is((grep { /^tool-input-(start|delta)$/ } @t)[0], 'tool-input-start',
+       "$pkg: after its start");
 
     ok((grep { $_->{type} eq 'data-tool-progress' } @{$chat->{data}}) == 0,
        "$pkg: no progress for a plain tool");
@@ -362,13 +368,16 @@ for my $pkg (@all) {
 
     # resume: the running turn from its start, then live
 
+    $mock->reset;
     $mock->script({ text => join('', map { "word$_ " } 1 .. 30),
                     chunks => 30, delay => 0.15 });
     $id = 'a' . ++$n;
     send_message($t, $id, 'a long one');
     sleep 0.3;
     $chat = chat('/api/chat', $id, { AISDK_PKG => $pkg }, 'resume');
-    is(scalar @{$chat->{messages}}, 1, "$pkg: resumed, the reply");
+    is(scalar @{$chat->{messages}}, 1, "$pkg: resumed, the reply")
+        or diag(explain([$chat->{error}, $chat->{errors},
+                         inspect($t, $id)->{json}{state}]));
 
     # the client holds only the assistant's message: the user's is the log's
     unshift @{$chat->{messages}}, { role => 'user', parts => [
@@ -390,6 +399,11 @@ for my $pkg (qw(ai6 ai7)) {
                         AISDK_APPROVE => $answer }, 'send', 'note');
         is($chat->{status}, 'ready', "$pkg: approval $answer: ready");
         checks("$pkg: approval $answer", $chat, $id);
+
+        ok((grep { $_ eq 'tool-approval-request' } @{$chat->{types}}),
+           "$pkg: approval $answer: an approval request");
+        is(scalar(grep { $_ eq 'tool-output-denied' } @{$chat->{types}}),
+           $answer eq 'yes' ? 0 : 1, "$pkg: approval $answer: denied or not");
 
         my ($res) = grep { $_->{type} eq 'resolution' }
                     @{inspect($t, $id)->{json}{messages}};

@@ -33,58 +33,7 @@
 #include "ngx_http_agent_format.h"
 #include "ngx_http_agent_events.h"
 #include "ngx_http_agent_events_sub.h"
-
-
-#define NGX_HTTP_AGENT_AISDK_ID_LEN  64
-
-
-/* a tool call the client was shown in this stream */
-typedef struct {
-    u_char                       id[NGX_HTTP_AGENT_AISDK_ID_LEN];
-    size_t                       len;
-    unsigned                     streamed:1;   /* tool-input-start sent */
-    unsigned                     offered:1;    /* tool-input-available */
-} ngx_http_agent_aisdk_call_t;
-
-
-typedef struct {
-    yajl_gen                     g;
-    ngx_uint_t                   failed;
-
-    ngx_uint_t                   turn;       /* the turn streamed */
-
-    /* the model call of the open step */
-    u_char                       message_id[NGX_HTTP_AGENT_AISDK_ID_LEN];
-    size_t                       message_id_len;
-    ngx_uint_t                   delta_seq;  /* its last delta seen */
-
-    size_t                       text;       /* bytes of it sent */
-    size_t                       thinking;
-    uint32_t                     text_crc;   /* of them, not finished */
-    uint32_t                     thinking_crc;
-
-    /*
-     * The model call made again (its worker died): what the new call
-     * says is held back as far as the client was shown the old one, and
-     * checked against it.
-     */
-    size_t                       again_text;
-    size_t                       again_thinking;
-    uint32_t                     again_text_crc;
-    uint32_t                     again_thinking_crc;
-
-    ngx_array_t                  calls;      /* ngx_http_agent_aisdk_call_t */
-
-    /* a denied call: its error result is the denial, already sent */
-    u_char                       denied[NGX_HTTP_AGENT_AISDK_ID_LEN];
-    size_t                       denied_len;
-
-    unsigned                     started:1;
-    unsigned                     step:1;
-    unsigned                     text_open:1;
-    unsigned                     reasoning_open:1;
-    unsigned                     again:1;
-} ngx_http_agent_aisdk_t;
+#include "ngx_http_agent_format_aisdk.h"
 
 
 static ngx_int_t ngx_http_agent_aisdk_header(ngx_http_request_t *r);
@@ -111,52 +60,21 @@ static ngx_int_t ngx_http_agent_aisdk_again(ngx_http_agent_events_sub_t *sub,
     ngx_buf_t *b, ngx_uint_t reasoning, ngx_str_t *delta);
 static ngx_int_t ngx_http_agent_aisdk_delta(ngx_http_agent_aisdk_t *a,
     ngx_buf_t *b, ngx_uint_t reasoning, ngx_str_t *delta);
-static ngx_int_t ngx_http_agent_aisdk_input_delta(ngx_http_agent_aisdk_t *a,
-    ngx_buf_t *b, yajl_val root);
 static ngx_int_t ngx_http_agent_aisdk_assistant(
     ngx_http_agent_events_sub_t *sub, ngx_buf_t *b, yajl_val root);
 static ngx_int_t ngx_http_agent_aisdk_rest(ngx_http_agent_aisdk_t *a,
     ngx_buf_t *b, ngx_uint_t reasoning, ngx_str_t *all);
-static ngx_int_t ngx_http_agent_aisdk_tool_call(ngx_http_agent_aisdk_t *a,
-    ngx_buf_t *b, yajl_val root);
-static ngx_int_t ngx_http_agent_aisdk_input_start(ngx_http_agent_aisdk_t *a,
-    ngx_buf_t *b, ngx_str_t *id, ngx_str_t *name, ngx_uint_t provider);
-static ngx_int_t ngx_http_agent_aisdk_input(ngx_http_agent_aisdk_t *a,
-    ngx_buf_t *b, ngx_str_t *id, ngx_str_t *name, ngx_str_t *args,
-    ngx_uint_t provider);
-static ngx_int_t ngx_http_agent_aisdk_suspension(ngx_http_agent_aisdk_t *a,
-    ngx_buf_t *b, yajl_val root);
-static ngx_int_t ngx_http_agent_aisdk_resolution(ngx_http_agent_aisdk_t *a,
-    ngx_buf_t *b, yajl_val root);
-static ngx_int_t ngx_http_agent_aisdk_tool_result(ngx_http_agent_aisdk_t *a,
-    ngx_buf_t *b, yajl_val root);
-static ngx_int_t ngx_http_agent_aisdk_progress(ngx_http_agent_aisdk_t *a,
-    ngx_buf_t *b, yajl_val root);
 static ngx_int_t ngx_http_agent_aisdk_failed(ngx_http_agent_events_sub_t *sub,
     ngx_buf_t *b, yajl_val root);
 static ngx_int_t ngx_http_agent_aisdk_end(ngx_http_agent_events_sub_t *sub,
     ngx_buf_t *b, char *finish, ngx_str_t *error);
-static ngx_http_agent_aisdk_call_t *ngx_http_agent_aisdk_call(
-    ngx_http_agent_aisdk_t *a, ngx_str_t *id, ngx_uint_t add);
 
-static ngx_int_t ngx_http_agent_aisdk_start(ngx_http_agent_aisdk_t *a,
-    ngx_buf_t *b);
-static ngx_int_t ngx_http_agent_aisdk_step(ngx_http_agent_aisdk_t *a,
-    ngx_buf_t *b, ngx_str_t *message_id);
 static ngx_int_t ngx_http_agent_aisdk_close_blocks(ngx_http_agent_aisdk_t *a,
     ngx_buf_t *b, ngx_uint_t text, ngx_uint_t reasoning);
 static ngx_int_t ngx_http_agent_aisdk_block(ngx_http_agent_aisdk_t *a,
     ngx_buf_t *b, char *type, ngx_uint_t reasoning, ngx_str_t *delta);
 static ngx_int_t ngx_http_agent_aisdk_simple(ngx_http_agent_aisdk_t *a,
     ngx_buf_t *b, char *type);
-static void ngx_http_agent_aisdk_open(ngx_http_agent_aisdk_t *a, char *type);
-static ngx_int_t ngx_http_agent_aisdk_close(ngx_http_agent_aisdk_t *a,
-    ngx_buf_t *b);
-static void ngx_http_agent_aisdk_value(ngx_http_agent_aisdk_t *a,
-    yajl_val v);
-static ngx_int_t ngx_http_agent_aisdk_get(yajl_val root, char *key,
-    ngx_str_t *s);
-static ngx_uint_t ngx_http_agent_aisdk_true(yajl_val root, char *key);
 
 
 ngx_http_agent_events_format_t  ngx_http_agent_format_aisdk = {
@@ -545,56 +463,6 @@ ngx_http_agent_aisdk_delta(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
 
 
 /*
- * A call's arguments as the model writes them: the call is shown with
- * its first delta that names it (tool-input-start), then each delta.
- */
-
-static ngx_int_t
-ngx_http_agent_aisdk_input_delta(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
-    yajl_val root)
-{
-    ngx_str_t                     id, name, delta;
-    ngx_http_agent_aisdk_call_t  *call;
-
-    if (ngx_http_agent_aisdk_get(root, "tool_call_id", &id) != NGX_OK
-        || ngx_http_agent_aisdk_get(root, "name", &name) != NGX_OK
-        || ngx_http_agent_aisdk_get(root, "delta", &delta) != NGX_OK
-        || id.len >= NGX_HTTP_AGENT_AISDK_ID_LEN)
-    {
-        /* not named yet: its input comes whole with its tool_call */
-        return NGX_OK;
-    }
-
-    call = ngx_http_agent_aisdk_call(a, &id, 1);
-    if (call == NULL) {
-        return NGX_ERROR;
-    }
-
-    if (call->offered) {
-        return NGX_OK;
-    }
-
-    if (!call->streamed) {
-        if (ngx_http_agent_aisdk_input_start(a, b, &id, &name, 0)
-            != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
-
-        call->streamed = 1;
-    }
-
-    ngx_http_agent_aisdk_open(a, "tool-input-delta");
-    a->failed |= ngx_http_agent_json_key(a->g, "toolCallId");
-    a->failed |= ngx_http_agent_json_str(a->g, &id);
-    a->failed |= ngx_http_agent_json_key(a->g, "inputTextDelta");
-    a->failed |= ngx_http_agent_json_str(a->g, &delta);
-
-    return ngx_http_agent_aisdk_close(a, b);
-}
-
-
-/*
  * The model call's reply, logged: it closes its blocks.  What the client
  * was not sent of its reasoning and text (all of it for a subscriber
  * that came later, the end of it for one that missed deltas) goes first;
@@ -676,297 +544,6 @@ ngx_http_agent_aisdk_rest(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
     rest.len = all->len - sent;
 
     return ngx_http_agent_aisdk_delta(a, b, reasoning, &rest);
-}
-
-
-static ngx_int_t
-ngx_http_agent_aisdk_tool_call(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
-    yajl_val root)
-{
-    ngx_str_t                     id, name, args;
-    ngx_uint_t                    provider;
-    ngx_http_agent_aisdk_call_t  *call;
-
-    if (ngx_http_agent_aisdk_get(root, "tool_call_id", &id) != NGX_OK
-        || ngx_http_agent_aisdk_get(root, "name", &name) != NGX_OK
-        || ngx_http_agent_aisdk_get(root, "arguments", &args) != NGX_OK
-        || ngx_http_agent_aisdk_step(a, b, NULL) != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    provider = ngx_http_agent_aisdk_true(root, "provider_executed");
-
-    call = ngx_http_agent_aisdk_call(a, &id, 1);
-    if (call == NULL) {
-        return NGX_ERROR;
-    }
-
-    if (!call->streamed
-        && ngx_http_agent_aisdk_input_start(a, b, &id, &name, provider)
-           != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    call->streamed = 1;
-    call->offered = 1;
-
-    return ngx_http_agent_aisdk_input(a, b, &id, &name, &args, provider);
-}
-
-
-static ngx_int_t
-ngx_http_agent_aisdk_input_start(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
-    ngx_str_t *id, ngx_str_t *name, ngx_uint_t provider)
-{
-    ngx_http_agent_aisdk_open(a, "tool-input-start");
-    a->failed |= ngx_http_agent_json_key(a->g, "toolCallId");
-    a->failed |= ngx_http_agent_json_str(a->g, id);
-    a->failed |= ngx_http_agent_json_key(a->g, "toolName");
-    a->failed |= ngx_http_agent_json_str(a->g, name);
-
-    if (provider) {
-        a->failed |= ngx_http_agent_json_key(a->g, "providerExecuted");
-        a->failed |= yajl_gen_bool(a->g, 1);
-    }
-
-    return ngx_http_agent_aisdk_close(a, b);
-}
-
-
-/* a call's input, whole: the client's onToolCall runs with it */
-
-static ngx_int_t
-ngx_http_agent_aisdk_input(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
-    ngx_str_t *id, ngx_str_t *name, ngx_str_t *args, ngx_uint_t provider)
-{
-    char      errbuf[NGX_HTTP_AGENT_JSON_ERR];
-    yajl_val  input;
-
-    /* arguments cut off by a failed reply go as the text they are */
-
-    input = ngx_http_agent_json_parse(args->data, args->len,
-                                      NGX_HTTP_AGENT_JSON_LOG_DEPTH, errbuf,
-                                      sizeof(errbuf));
-
-    ngx_http_agent_aisdk_open(a, "tool-input-available");
-    a->failed |= ngx_http_agent_json_key(a->g, "toolCallId");
-    a->failed |= ngx_http_agent_json_str(a->g, id);
-    a->failed |= ngx_http_agent_json_key(a->g, "toolName");
-    a->failed |= ngx_http_agent_json_str(a->g, name);
-    a->failed |= ngx_http_agent_json_key(a->g, "input");
-
-    if (input) {
-        ngx_http_agent_aisdk_value(a, input);
-        yajl_tree_free(input);
-
-    } else {
-        a->failed |= ngx_http_agent_json_str(a->g, args);
-    }
-
-    if (provider) {
-        a->failed |= ngx_http_agent_json_key(a->g, "providerExecuted");
-        a->failed |= yajl_gen_bool(a->g, 1);
-    }
-
-    return ngx_http_agent_aisdk_close(a, b);
-}
-
-
-/*
- * A call that waits: for approval, an approval request (its id is the
- * call's); for the browser or a person, its input, if this stream has
- * not offered it yet (a gated client call approved in the request that
- * this stream answers), for the client to run or answer.
- */
-
-static ngx_int_t
-ngx_http_agent_aisdk_suspension(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
-    yajl_val root)
-{
-    ngx_str_t                     id, kind, name, args;
-    yajl_val                      v;
-    const char                   *args_path[] = { "arguments", NULL };
-    ngx_http_agent_aisdk_call_t  *call;
-
-    if (ngx_http_agent_aisdk_get(root, "tool_call_id", &id) != NGX_OK
-        || ngx_http_agent_aisdk_get(root, "kind", &kind) != NGX_OK
-        || ngx_http_agent_aisdk_start(a, b) != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    if (kind.len == sizeof("approval") - 1
-        && ngx_strncmp(kind.data, "approval", kind.len) == 0)
-    {
-        ngx_http_agent_aisdk_open(a, "tool-approval-request");
-        a->failed |= ngx_http_agent_json_key(a->g, "approvalId");
-        a->failed |= ngx_http_agent_json_str(a->g, &id);
-        a->failed |= ngx_http_agent_json_key(a->g, "toolCallId");
-        a->failed |= ngx_http_agent_json_str(a->g, &id);
-
-        return ngx_http_agent_aisdk_close(a, b);
-    }
-
-    call = ngx_http_agent_aisdk_call(a, &id, 0);
-
-    if (call && call->offered) {
-        return NGX_OK;
-    }
-
-    v = yajl_tree_get(root, args_path, yajl_t_any);
-
-    if (ngx_http_agent_aisdk_get(root, "name", &name) != NGX_OK
-        || v == NULL)
-    {
-        return NGX_ERROR;
-    }
-
-    if (YAJL_IS_STRING(v)) {
-        args.data = (u_char *) YAJL_GET_STRING(v);
-        args.len = ngx_strlen(args.data);
-        return ngx_http_agent_aisdk_input(a, b, &id, &name, &args, 0);
-    }
-
-    /* the arguments are logged as an object: the input is that object */
-
-    ngx_http_agent_aisdk_open(a, "tool-input-available");
-    a->failed |= ngx_http_agent_json_key(a->g, "toolCallId");
-    a->failed |= ngx_http_agent_json_str(a->g, &id);
-    a->failed |= ngx_http_agent_json_key(a->g, "toolName");
-    a->failed |= ngx_http_agent_json_str(a->g, &name);
-    a->failed |= ngx_http_agent_json_key(a->g, "input");
-    ngx_http_agent_aisdk_value(a, v);
-
-    return ngx_http_agent_aisdk_close(a, b);
-}
-
-
-/* a denial is the SDK's "tool-output-denied", in place of its result */
-
-static ngx_int_t
-ngx_http_agent_aisdk_resolution(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
-    yajl_val root)
-{
-    ngx_str_t  id, decision;
-
-    if (ngx_http_agent_aisdk_get(root, "decision", &decision) != NGX_OK
-        || decision.len != sizeof("reject") - 1
-        || ngx_strncmp(decision.data, "reject", decision.len) != 0)
-    {
-        return NGX_OK;
-    }
-
-    if (ngx_http_agent_aisdk_get(root, "tool_call_id", &id) != NGX_OK
-        || id.len >= NGX_HTTP_AGENT_AISDK_ID_LEN
-        || ngx_http_agent_aisdk_start(a, b) != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    ngx_memcpy(a->denied, id.data, id.len);
-    a->denied_len = id.len;
-
-    ngx_http_agent_aisdk_open(a, "tool-output-denied");
-    a->failed |= ngx_http_agent_json_key(a->g, "toolCallId");
-    a->failed |= ngx_http_agent_json_str(a->g, &id);
-
-    return ngx_http_agent_aisdk_close(a, b);
-}
-
-
-static ngx_int_t
-ngx_http_agent_aisdk_tool_result(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
-    yajl_val root)
-{
-    ngx_str_t    id, error;
-    yajl_val     result;
-    const char  *result_path[] = { "result", NULL };
-
-    if (ngx_http_agent_aisdk_get(root, "tool_call_id", &id) != NGX_OK
-        || ngx_http_agent_aisdk_start(a, b) != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    if (id.len == a->denied_len
-        && ngx_strncmp(id.data, a->denied, id.len) == 0)
-    {
-        a->denied_len = 0;
-        return NGX_OK;
-    }
-
-    if (ngx_http_agent_aisdk_true(root, "ok")) {
-        ngx_http_agent_aisdk_open(a, "tool-output-available");
-        a->failed |= ngx_http_agent_json_key(a->g, "toolCallId");
-        a->failed |= ngx_http_agent_json_str(a->g, &id);
-        a->failed |= ngx_http_agent_json_key(a->g, "output");
-
-        result = yajl_tree_get(root, result_path, yajl_t_any);
-
-        if (result) {
-            ngx_http_agent_aisdk_value(a, result);
-
-        } else {
-            a->failed |= yajl_gen_null(a->g);
-        }
-
-    } else {
-        if (ngx_http_agent_aisdk_get(root, "error", &error) != NGX_OK) {
-            ngx_str_set(&error, "the tool failed");
-        }
-
-        ngx_http_agent_aisdk_open(a, "tool-output-error");
-        a->failed |= ngx_http_agent_json_key(a->g, "toolCallId");
-        a->failed |= ngx_http_agent_json_str(a->g, &id);
-        a->failed |= ngx_http_agent_json_key(a->g, "errorText");
-        a->failed |= ngx_http_agent_json_str(a->g, &error);
-    }
-
-    if (ngx_http_agent_aisdk_true(root, "provider_executed")) {
-        a->failed |= ngx_http_agent_json_key(a->g, "providerExecuted");
-        a->failed |= yajl_gen_bool(a->g, 1);
-    }
-
-    return ngx_http_agent_aisdk_close(a, b);
-}
-
-
-/* a streaming tool's progress: a transient data part, never kept */
-
-static ngx_int_t
-ngx_http_agent_aisdk_progress(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
-    yajl_val root)
-{
-    ngx_str_t    id;
-    yajl_val     progress;
-    const char  *progress_path[] = { "progress", NULL };
-
-    if (ngx_http_agent_aisdk_get(root, "tool_call_id", &id) != NGX_OK
-        || ngx_http_agent_aisdk_start(a, b) != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    progress = yajl_tree_get(root, progress_path, yajl_t_any);
-
-    ngx_http_agent_aisdk_open(a, "data-tool-progress");
-    a->failed |= ngx_http_agent_json_key(a->g, "id");
-    a->failed |= ngx_http_agent_json_str(a->g, &id);
-    a->failed |= ngx_http_agent_json_key(a->g, "data");
-
-    if (progress) {
-        ngx_http_agent_aisdk_value(a, progress);
-
-    } else {
-        a->failed |= yajl_gen_null(a->g);
-    }
-
-    a->failed |= ngx_http_agent_json_key(a->g, "transient");
-    a->failed |= yajl_gen_bool(a->g, 1);
-
-    return ngx_http_agent_aisdk_close(a, b);
 }
 
 
@@ -1079,46 +656,6 @@ ngx_http_agent_aisdk_end(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
 }
 
 
-/* a call of this stream by its id, added if asked; NULL if not found */
-
-static ngx_http_agent_aisdk_call_t *
-ngx_http_agent_aisdk_call(ngx_http_agent_aisdk_t *a, ngx_str_t *id,
-    ngx_uint_t add)
-{
-    ngx_uint_t                    i;
-    ngx_http_agent_aisdk_call_t  *call;
-
-    if (id->len >= NGX_HTTP_AGENT_AISDK_ID_LEN) {
-        return NULL;
-    }
-
-    call = a->calls.elts;
-
-    for (i = 0; i < a->calls.nelts; i++) {
-        if (call[i].len == id->len
-            && ngx_strncmp(call[i].id, id->data, id->len) == 0)
-        {
-            return &call[i];
-        }
-    }
-
-    if (!add) {
-        return NULL;
-    }
-
-    call = ngx_array_push(&a->calls);
-    if (call == NULL) {
-        return NULL;
-    }
-
-    ngx_memzero(call, sizeof(ngx_http_agent_aisdk_call_t));
-    ngx_memcpy(call->id, id->data, id->len);
-    call->len = id->len;
-
-    return call;
-}
-
-
 /*
  * 2 bytes of JSON at most for each byte of the reply so far, as for an
  * event, and the chunks around it
@@ -1221,7 +758,7 @@ done:
 
 /* "start" before anything else: the message is the turn's */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_agent_aisdk_start(ngx_http_agent_aisdk_t *a, ngx_buf_t *b)
 {
     u_char     buf[NGX_INT_T_LEN + sizeof("msg_") - 1];
@@ -1249,7 +786,7 @@ ngx_http_agent_aisdk_start(ngx_http_agent_aisdk_t *a, ngx_buf_t *b)
  * open step, or one opened for it (a call recorded with no reply seen).
  */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_agent_aisdk_step(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
     ngx_str_t *message_id)
 {
@@ -1363,7 +900,7 @@ ngx_http_agent_aisdk_simple(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
 }
 
 
-static void
+void
 ngx_http_agent_aisdk_open(ngx_http_agent_aisdk_t *a, char *type)
 {
     a->failed |= yajl_gen_map_open(a->g);
@@ -1375,7 +912,7 @@ ngx_http_agent_aisdk_open(ngx_http_agent_aisdk_t *a, char *type)
 
 /* the chunk generated, as "data: JSON" and a blank line, if it fits */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_agent_aisdk_close(ngx_http_agent_aisdk_t *a, ngx_buf_t *b)
 {
     size_t                len;
@@ -1407,7 +944,7 @@ ngx_http_agent_aisdk_close(ngx_http_agent_aisdk_t *a, ngx_buf_t *b)
 
 /* a value of the log, written again as it is */
 
-static void
+void
 ngx_http_agent_aisdk_value(ngx_http_agent_aisdk_t *a, yajl_val v)
 {
     size_t      i;
@@ -1465,7 +1002,7 @@ ngx_http_agent_aisdk_value(ngx_http_agent_aisdk_t *a, yajl_val v)
 }
 
 
-static ngx_int_t
+ngx_int_t
 ngx_http_agent_aisdk_get(yajl_val root, char *key, ngx_str_t *s)
 {
     yajl_val     v;
@@ -1484,7 +1021,7 @@ ngx_http_agent_aisdk_get(yajl_val root, char *key, ngx_str_t *s)
 }
 
 
-static ngx_uint_t
+ngx_uint_t
 ngx_http_agent_aisdk_true(yajl_val root, char *key)
 {
     yajl_val     v;

@@ -66,9 +66,20 @@ const answered = ({ messages }) =>
 
 // the transport's own fetch option, to see which worker answers
 
+// and the chunks' types as they came, read from a copy of the answer
+
+const types = [];
+
 const seen = (u, init) => fetch(u, init).then((r) => {
     if (process.env.AISDK_WORKER) {
         console.log(JSON.stringify({ worker: +r.headers.get('x-worker') }));
+    }
+    if (r.ok && r.body) {
+        r.clone().text().then((body) => {
+            for (const m of body.matchAll(/^data: (\{.*)$/gm)) {
+                types.push(JSON.parse(m[1]).type);
+            }
+        }, () => {});
     }
     return r;
 });
@@ -164,6 +175,7 @@ console.log(JSON.stringify({
     error: chat.error ? chat.error.message : null,
     errors,
     cancel,
+    types,
     messages: chat.messages,
     data: chunks,
 }));
