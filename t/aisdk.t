@@ -91,7 +91,9 @@ $readme_conf =~ s/^/        /mg;
 $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
     tools => $tools,
     agent => 'tools echo send_note browser_timezone ask_user build;',
-    server => $ECHO_LOCATION . $readme_conf . <<"END"));
+    # 8081: reuseport, so that the kernel spreads clients over workers
+    server => "listen 127.0.0.1:%%PORT_8081%% reuseport;\n"
+        . $ECHO_LOCATION . $readme_conf . <<"END"));
         add_header X-Worker \$pid always;
 
         location = /tools/build {
@@ -142,6 +144,37 @@ sub quote {
     my ($s) = @_;
     $s =~ s/'/'\\''/g;
     return "'$s'";
+}
+
+# a resume by the chat client, its output read as it comes: the
+# answering worker's pid first (the answer's X-Worker), then the chat
+
+sub resumed {
+    my ($pkg, $id, %env) = @_;
+
+    my $vars = join ' ', map { "$_=" . quote($env{$_}) } sort keys %env;
+    my $url = $env{AISDK_URL} // "$base/api/chat";
+
+    delete $env{AISDK_URL};
+    $vars = join ' ', map { "$_=" . quote($env{$_}) } sort keys %env;
+
+    my $pid = open(my $fh, '-|', "cd $js && env $vars AISDK_PKG=$pkg "
+                   . "AISDK_WORKER=1 node aisdk.mjs $url $id resume")
+        or die "node: $!";
+    my $line = <$fh> // '';
+    my $worker = eval { decode_json($line)->{worker} } // 0;
+
+    return ($fh, $worker, $pid);
+}
+
+sub read_chat {
+    my ($fh) = @_;
+
+    my $out = join '', <$fh>;
+    close $fh;
+    my $chat = eval { decode_json((split /\n/, $out)[-1] // '') };
+    diag("node: $out") unless $chat;
+    return $chat || { messages => [], errors => [$out] };
 }
 
 sub assistant {
@@ -366,15 +399,20 @@ for my $pkg (@all) {
     is($chat->{status}, 'error', "$pkg: the chat is in error");
     checks("$pkg: an error mid-stream", $chat, $id, error => 1);
 
-    # resume: the running turn from its start, then live
+    # resume: the running turn from its start, then live (the reply
+    # waits until the client's GET is answered)
 
     $mock->reset;
     $mock->script({ text => join('', map { "word$_ " } 1 .. 30),
-                    chunks => 30, delay => 0.15 });
+                    chunks => 30, delay => 0.02, pause_after => 10 });
     $id = 'a' . ++$n;
     send_message($t, $id, 'a long one');
-    sleep 0.3;
-    $chat = chat('/api/chat', $id, { AISDK_PKG => $pkg }, 'resume');
+    $mock->wait_paused(0, 15);
+
+    my ($fh) = resumed($pkg, $id);
+    $mock->release;
+    $chat = read_chat($fh);
+
     is(scalar @{$chat->{messages}}, 1, "$pkg: resumed, the reply")
         or diag(explain([$chat->{error}, $chat->{errors},
                          inspect($t, $id)->{json}{state}]));
@@ -418,26 +456,25 @@ for my $pkg (qw(ai6 ai7)) {
 # streams from the other worker: the reply, shown once
 
 for my $again (['same', 'The whole reply, said once'],
-               ['other', 'Another reply altogether'])
+               ['other', 'Another reply altogether, and a longer one '
+                         . 'than the first was'])
 {
     $mock->reset;
     $mock->script({ text => 'The whole reply, said once', chunks => 6,
                     pause_after => 4 },
-                  { text => $again->[1], chunks => 6, delay => 0.2 });
+                  { text => $again->[1], chunks => 12, delay => 0.25 });
 
     my $id = 'k' . ++$n;
     send_message($t, $id, 'again');
-    $mock->wait_paused(0, 5);
+    $mock->wait_paused(0, 15);
 
     my $lease = inspect($t, $id)->{json}{lease};
     my ($fh, $worker, $pid);
 
     for (1 .. 20) {
-        $pid = open($fh, '-|', "cd $js && AISDK_PKG=ai6 AISDK_WORKER=1 "
-                    . "AISDK_RESUME_ON_ERROR=1 node aisdk.mjs "
-                    . "$base/api/chat $id resume");
-        $worker = <$fh>;
-        $worker = eval { decode_json($worker)->{worker} } // 0;
+        ($fh, $worker, $pid) = resumed('ai6', $id,
+            AISDK_RESUME_ON_ERROR => 1,
+            AISDK_URL => 'http://127.0.0.1:' . $t->port(8081) . '/api/chat');
         last if $worker && $worker != $lease;
         kill 'TERM', $pid;
         close $fh;
@@ -449,14 +486,14 @@ for my $again (['same', 'The whole reply, said once'],
 
     $t->kill_worker($lease);
 
-    my $out = $fh ? join('', <$fh>) : '';
-    my $chat = eval { decode_json((split /\n/, $out)[-1]) }
-               || { messages => [], errors => [$out] };
+    my $chat = $fh ? read_chat($fh) : { messages => [], errors => [] };
     unshift @{$chat->{messages}}, { role => 'user', parts => [
         { type => 'text', text => 'again' }] };
 
     is_deeply(differences($chat, $id), [],
-              "$again->[0] reply made again: the client shows the log's");
+              "$again->[0] reply made again: the client shows the log's")
+        or diag(explain([$lease, $worker, $chat->{error}, $chat->{errors},
+                         $chat->{types}]));
 
     if ($again->[0] eq 'same') {
         is_deeply($chat->{errors}, [], 'the same reply: no error');

@@ -72,7 +72,8 @@ const types = [];
 
 const seen = (u, init) => fetch(u, init).then((r) => {
     if (process.env.AISDK_WORKER) {
-        console.log(JSON.stringify({ worker: +r.headers.get('x-worker') }));
+        console.log(JSON.stringify({ worker: +r.headers.get('x-worker'),
+                                     status: r.status }));
     }
     if (r.ok && r.body) {
         r.clone().text().then((body) => {
