@@ -9,8 +9,11 @@
  * POST takes its body ({"id", "messages", "trigger", "messageId"}): the
  * last message, the user's, is the conversation's new message, taken as
  * agent_message takes one, and the answer is the turn as a UI message
- * stream.  GET (".../ID/stream", useChat's resume) answers the running
- * turn's stream from its start, or 204 when no turn runs.
+ * stream; or, the assistant's, its tool parts that answer waiting calls
+ * (an approval response, a client tool's output) resolve them as
+ * agent_resolve does, and the answer is the rest of the turn.  GET
+ * (".../ID/stream", useChat's resume) answers the running turn's stream
+ * from its start, or 204 when no turn runs.
  */
 
 
@@ -26,12 +29,18 @@
 #include "ngx_http_agent_message.h"
 #include "ngx_http_agent_events.h"
 #include "ngx_http_agent_format.h"
+#include "ngx_http_agent_resolve.h"
+#include "ngx_http_agent_provider.h"
 #include "ngx_http_agent_aisdk.h"
 
 
 static void ngx_http_agent_aisdk_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_agent_aisdk_message(ngx_http_request_t *r,
     yajl_val root, ngx_http_agent_message_t *msg, char **err);
+static ngx_int_t ngx_http_agent_aisdk_results(ngx_http_request_t *r,
+    ngx_str_t *id, yajl_val m);
+static ngx_int_t ngx_http_agent_aisdk_part(ngx_http_request_t *r,
+    yajl_val part, ngx_http_agent_resolution_t *res);
 static ngx_int_t ngx_http_agent_aisdk_text(ngx_http_request_t *r,
     yajl_val parts, ngx_str_t *text);
 static const char *ngx_http_agent_aisdk_part_text(yajl_val part);
@@ -124,9 +133,11 @@ ngx_http_agent_aisdk_body(ngx_http_request_t *r)
     char                      errbuf[NGX_HTTP_AGENT_JSON_ERR], *err;
     ngx_int_t                 rc;
     ngx_str_t                 body, id, chat;
-    yajl_val                  root, v;
+    yajl_val                  root, v, m;
     ngx_http_agent_message_t  msg;
     const char               *id_path[] = { "id", NULL };
+    const char               *messages_path[] = { "messages", NULL };
+    const char               *role_path[] = { "role", NULL };
 
     if (ngx_http_agent_message_body_read(r, &body, &rc) != NGX_OK) {
         ngx_http_finalize_request(r, rc);
@@ -175,6 +186,18 @@ ngx_http_agent_aisdk_body(ngx_http_request_t *r)
 
     ngx_memzero(&msg, sizeof(ngx_http_agent_message_t));
     err = NULL;
+
+    v = yajl_tree_get(root, messages_path, yajl_t_array);
+    m = (v && v->u.array.len) ? v->u.array.values[v->u.array.len - 1]
+                              : NULL;
+    v = m ? yajl_tree_get(m, role_path, yajl_t_string) : NULL;
+
+    if (v && ngx_strcmp(v->u.string, "assistant") == 0) {
+        rc = ngx_http_agent_aisdk_results(r, &id, m);
+        yajl_tree_free(root);
+        ngx_http_finalize_request(r, rc);
+        return;
+    }
 
     rc = ngx_http_agent_aisdk_message(r, root, &msg, &err);
 
@@ -256,6 +279,211 @@ ngx_http_agent_aisdk_message(ngx_http_request_t *r, yajl_val root,
     if (ngx_http_agent_message_fields(r->pool, msg) != NGX_OK) {
         return NGX_ERROR;
     }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The assistant's message, sent back after the client answered some of
+ * its calls (addToolApprovalResponse, addToolOutput): each tool part
+ * that answers a waiting call of the conversation resolves it, as
+ * agent_resolve would; the others (calls that ran, or resolved before)
+ * change nothing.  The answer is the turn from the first resolution on.
+ */
+
+static ngx_int_t
+ngx_http_agent_aisdk_results(ngx_http_request_t *r, ngx_str_t *id,
+    yajl_val m)
+{
+    char                         *err;
+    uint64_t                      seq, first;
+    ngx_int_t                     rc;
+    ngx_str_t                    *approver;
+    ngx_uint_t                    i;
+    yajl_val                      parts;
+    const char                   *parts_path[] = { "parts", NULL };
+    ngx_http_agent_resolution_t   res;
+
+    parts = yajl_tree_get(m, parts_path, yajl_t_array);
+
+    if (parts == NULL) {
+        return ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                                         "invalid_message",
+                                         "the last message has no parts");
+    }
+
+    rc = ngx_http_agent_api_approver(r, &approver);
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_agent_api_anonymous(r);
+    }
+
+    if (rc != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    first = 0;
+
+    for (i = 0; i < parts->u.array.len; i++) {
+
+        ngx_memzero(&res, sizeof(ngx_http_agent_resolution_t));
+
+        rc = ngx_http_agent_aisdk_part(r, parts->u.array.values[i], &res);
+
+        if (rc == NGX_DECLINED) {
+            continue;
+        }
+
+        if (rc != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        res.conv = *id;
+        res.approver = approver;
+
+        switch (ngx_http_agent_resolve_apply(r, &res, &seq, &err, &rc)) {
+
+        case NGX_OK:
+            break;
+
+        case NGX_DECLINED:
+            continue;
+
+        default:
+            return rc;
+        }
+
+        if (first == 0) {
+            first = seq;
+        }
+    }
+
+    if (first == 0) {
+        return ngx_http_agent_json_error(r, NGX_HTTP_CONFLICT, "stale",
+                                         "no call of the message is "
+                                         "waiting for what it says");
+    }
+
+    return ngx_http_agent_events_stream(r, id, first - 1,
+                                        &ngx_http_agent_format_aisdk, 0);
+}
+
+
+/*
+ * A tool part as a resolution: "approval-responded" (its approval's
+ * "approved" and "reason"), "output-available" (its "output" is the
+ * result), "output-error" (the result {"error": errorText}).
+ * NGX_DECLINED: a part that answers nothing.
+ */
+
+static ngx_int_t
+ngx_http_agent_aisdk_part(ngx_http_request_t *r, yajl_val part,
+    ngx_http_agent_resolution_t *res)
+{
+    yajl_gen    g;
+    ngx_str_t   type, state, s;
+    ngx_uint_t  failed;
+    yajl_val    v, approval;
+
+    v = ngx_http_agent_provider_get(part, "type");
+
+    if (ngx_http_agent_provider_string(v, &type) != NGX_OK
+        || !((type.len > 5 && ngx_strncmp(type.data, "tool-", 5) == 0)
+             || (type.len == 12
+                 && ngx_strncmp(type.data, "dynamic-tool", 12) == 0)))
+    {
+        return NGX_DECLINED;
+    }
+
+    v = ngx_http_agent_provider_get(part, "toolCallId");
+
+    if (ngx_http_agent_provider_string(v, &res->call) != NGX_OK
+        || ngx_http_agent_api_id_check(&res->call) != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    v = ngx_http_agent_provider_get(part, "state");
+
+    if (ngx_http_agent_provider_string(v, &state) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    if (state.len == 18
+        && ngx_strncmp(state.data, "approval-responded", 18) == 0)
+    {
+        approval = ngx_http_agent_provider_get(part, "approval");
+        v = approval ? ngx_http_agent_provider_get(approval, "approved")
+                     : NULL;
+
+        if (v == NULL || !(YAJL_IS_TRUE(v) || YAJL_IS_FALSE(v))) {
+            return NGX_DECLINED;
+        }
+
+        res->approve = YAJL_IS_TRUE(v);
+        ngx_str_set(&res->decision, "reject");
+
+        if (res->approve) {
+            ngx_str_set(&res->decision, "approve");
+        }
+
+        v = ngx_http_agent_provider_get(approval, "reason");
+
+        if (v && ngx_http_agent_provider_string(v, &s) == NGX_OK) {
+            res->reason = s;
+        }
+
+        return NGX_OK;
+    }
+
+    g = ngx_http_agent_json_gen(r->pool);
+    if (g == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (state.len == 16
+        && ngx_strncmp(state.data, "output-available", 16) == 0)
+    {
+        v = ngx_http_agent_provider_get(part, "output");
+
+        if (v == NULL) {
+            return NGX_DECLINED;
+        }
+
+        if (ngx_http_agent_provider_text(g, v, &s) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+    } else if (state.len == 12
+               && ngx_strncmp(state.data, "output-error", 12) == 0)
+    {
+        v = ngx_http_agent_provider_get(part, "errorText");
+
+        if (ngx_http_agent_provider_string(v, &s) != NGX_OK) {
+            ngx_str_set(&s, "the tool failed");
+        }
+
+        failed = yajl_gen_map_open(g);
+        failed |= ngx_http_agent_json_key(g, "error");
+        failed |= ngx_http_agent_json_str(g, &s);
+        failed |= yajl_gen_map_close(g);
+
+        if (ngx_http_agent_json_result(g, failed, &s) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+    } else {
+        return NGX_DECLINED;
+    }
+
+    res->result.data = ngx_pstrdup(r->pool, &s);
+    if (res->result.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    res->result.len = s.len;
+    res->has_result = 1;
 
     return NGX_OK;
 }

@@ -260,6 +260,10 @@ ngx_http_agent_events_stream(ngx_http_request_t *r, ngx_str_t *id,
         if (rc == NGX_OK && !sub->stalled) {
             rc = ngx_http_agent_events_partial_locked(sub, conv, &ll);
         }
+
+        if (rc == NGX_OK && !sub->stalled) {
+            rc = ngx_http_agent_events_caught_up_locked(sub, conv, &ll);
+        }
     }
 
     ngx_http_agent_zone_unlock(z);

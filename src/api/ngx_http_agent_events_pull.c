@@ -167,6 +167,44 @@ ngx_http_agent_events_partial_locked(ngx_http_agent_events_sub_t *sub,
 }
 
 
+/* the format's look at a subscriber that has every event there is */
+
+ngx_int_t
+ngx_http_agent_events_caught_up_locked(ngx_http_agent_events_sub_t *sub,
+    ngx_http_agent_conv_t *conv, ngx_chain_t ***ll)
+{
+    ngx_chain_t  *cl;
+
+    if (sub->format->caught_up == NULL || sub->last || sub->partial
+        || sub->pos != conv->pos)
+    {
+        return NGX_OK;
+    }
+
+    cl = ngx_http_agent_events_buf(sub, NGX_HTTP_AGENT_EVENTS_BUF);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (sub->format->caught_up(sub, cl->buf, conv) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (cl->buf->last == cl->buf->pos) {
+        cl->next = sub->free;
+        sub->free = cl;
+        return NGX_OK;
+    }
+
+    sub->queued += NGX_HTTP_AGENT_EVENTS_BUF;
+
+    **ll = cl;
+    *ll = &cl->next;
+
+    return NGX_OK;
+}
+
+
 /*
  * What follows the cursor, canonical and live, in order.  NGX_DECLINED:
  * the stream cannot go on (the conversation left the zone, or canonical
@@ -264,6 +302,10 @@ ngx_http_agent_events_pull(ngx_http_agent_events_sub_t *sub,
         && sub->pos == conv->pos)
     {
         rc = ngx_http_agent_events_partial_locked(sub, conv, &ll);
+    }
+
+    if (rc == NGX_OK && !sub->stalled) {
+        rc = ngx_http_agent_events_caught_up_locked(sub, conv, &ll);
     }
 
 done:

@@ -106,6 +106,9 @@ ngx_int_t ngx_http_agent_events_snapshot_locked(
 ngx_int_t ngx_http_agent_events_partial_locked(
     ngx_http_agent_events_sub_t *sub, ngx_http_agent_conv_t *conv,
     ngx_chain_t ***ll);
+ngx_int_t ngx_http_agent_events_caught_up_locked(
+    ngx_http_agent_events_sub_t *sub, ngx_http_agent_conv_t *conv,
+    ngx_chain_t ***ll);
 
 /*
  * What follows the cursor, canonical and live, in order.  NGX_DECLINED:

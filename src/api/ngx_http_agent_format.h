@@ -52,6 +52,13 @@ typedef struct {
 
     /* an event larger than the buffer may go in slices */
     ngx_uint_t   slices;
+
+    /*
+     * Optional: the subscriber has every event there is (under the
+     * lock): a format may end the stream there, seeing the state.
+     */
+    ngx_int_t  (*caught_up)(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
+                            ngx_http_agent_conv_t *conv);
 } ngx_http_agent_events_format_t;
 
 

@@ -5,14 +5,17 @@
 
 
 /*
- * The AI SDK's UI message stream (protocol v1, the "ai" package 5.x): one
- * turn as one assistant message.  "start", then per model call a step
- * ("start-step" ... "finish-step") with its text and reasoning blocks
- * and its tool calls' input and output, then "finish" and "data: [DONE]"
- * when the turn ends or waits for input; a failed turn ends with an
- * "error" chunk, a cancelled one with "abort".  Events of the log and
- * live ones are read as they are, so the engine's order, resume and
- * fan-out hold.
+ * The AI SDK's UI message stream (protocol v1, the "ai" package 5 to 7):
+ * one turn as one assistant message.  "start", then per model call a
+ * step ("start-step" ... "finish-step") with its text and reasoning
+ * blocks and its tool calls' input (as it streams) and output, then
+ * "finish" and "data: [DONE]" when the turn ends or waits for input; a
+ * failed turn ends with an "error" chunk, a cancelled one with "abort".
+ * A call that waits for approval is a "tool-approval-request"; one that
+ * waits for the browser or a person is offered as its input, without
+ * output, for the client to run or answer.  Events of the log and live
+ * ones are read as they are, so the engine's order, resume and fan-out
+ * hold.
  */
 
 
@@ -30,29 +33,7 @@
 #include "ngx_http_agent_format.h"
 #include "ngx_http_agent_events.h"
 #include "ngx_http_agent_events_sub.h"
-
-
-#define NGX_HTTP_AGENT_AISDK_ID_LEN  64
-
-
-typedef struct {
-    yajl_gen                     g;
-    ngx_uint_t                   failed;
-
-    ngx_uint_t                   turn;       /* the turn streamed */
-
-    /* the model call of the open step */
-    u_char                       message_id[NGX_HTTP_AGENT_AISDK_ID_LEN];
-    size_t                       message_id_len;
-
-    size_t                       text;       /* bytes of it sent */
-    size_t                       thinking;
-
-    unsigned                     started:1;
-    unsigned                     step:1;
-    unsigned                     text_open:1;
-    unsigned                     reasoning_open:1;
-} ngx_http_agent_aisdk_t;
+#include "ngx_http_agent_format_aisdk.h"
 
 
 static ngx_int_t ngx_http_agent_aisdk_header(ngx_http_request_t *r);
@@ -66,39 +47,34 @@ static ngx_int_t ngx_http_agent_aisdk_partial(
     ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
     ngx_http_agent_conv_t *conv);
 
+static ngx_int_t ngx_http_agent_aisdk_caught_up(
+    ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
+    ngx_http_agent_conv_t *conv);
+
 static ngx_int_t ngx_http_agent_aisdk_event(ngx_http_agent_events_sub_t *sub,
     ngx_buf_t *b, ngx_uint_t type, yajl_val root);
+static ngx_int_t ngx_http_agent_aisdk_streamed(
+    ngx_http_agent_events_sub_t *sub, ngx_buf_t *b, ngx_uint_t type,
+    yajl_val root);
+static ngx_int_t ngx_http_agent_aisdk_again(ngx_http_agent_events_sub_t *sub,
+    ngx_buf_t *b, ngx_uint_t reasoning, ngx_str_t *delta);
 static ngx_int_t ngx_http_agent_aisdk_delta(ngx_http_agent_aisdk_t *a,
     ngx_buf_t *b, ngx_uint_t reasoning, ngx_str_t *delta);
-static ngx_int_t ngx_http_agent_aisdk_assistant(ngx_http_agent_aisdk_t *a,
-    ngx_buf_t *b, yajl_val root);
-static ngx_int_t ngx_http_agent_aisdk_tool_call(ngx_http_agent_aisdk_t *a,
-    ngx_buf_t *b, yajl_val root);
-static ngx_int_t ngx_http_agent_aisdk_tool_result(ngx_http_agent_aisdk_t *a,
-    ngx_buf_t *b, yajl_val root);
-static ngx_int_t ngx_http_agent_aisdk_progress(ngx_http_agent_aisdk_t *a,
+static ngx_int_t ngx_http_agent_aisdk_assistant(
+    ngx_http_agent_events_sub_t *sub, ngx_buf_t *b, yajl_val root);
+static ngx_int_t ngx_http_agent_aisdk_rest(ngx_http_agent_aisdk_t *a,
+    ngx_buf_t *b, ngx_uint_t reasoning, ngx_str_t *all);
+static ngx_int_t ngx_http_agent_aisdk_failed(ngx_http_agent_events_sub_t *sub,
     ngx_buf_t *b, yajl_val root);
 static ngx_int_t ngx_http_agent_aisdk_end(ngx_http_agent_events_sub_t *sub,
-    ngx_buf_t *b, ngx_uint_t type, yajl_val root);
+    ngx_buf_t *b, char *finish, ngx_str_t *error);
 
-static ngx_int_t ngx_http_agent_aisdk_start(ngx_http_agent_aisdk_t *a,
-    ngx_buf_t *b);
-static ngx_int_t ngx_http_agent_aisdk_step(ngx_http_agent_aisdk_t *a,
-    ngx_buf_t *b, ngx_str_t *message_id);
 static ngx_int_t ngx_http_agent_aisdk_close_blocks(ngx_http_agent_aisdk_t *a,
     ngx_buf_t *b, ngx_uint_t text, ngx_uint_t reasoning);
 static ngx_int_t ngx_http_agent_aisdk_block(ngx_http_agent_aisdk_t *a,
     ngx_buf_t *b, char *type, ngx_uint_t reasoning, ngx_str_t *delta);
 static ngx_int_t ngx_http_agent_aisdk_simple(ngx_http_agent_aisdk_t *a,
     ngx_buf_t *b, char *type);
-static void ngx_http_agent_aisdk_open(ngx_http_agent_aisdk_t *a, char *type);
-static ngx_int_t ngx_http_agent_aisdk_close(ngx_http_agent_aisdk_t *a,
-    ngx_buf_t *b);
-static void ngx_http_agent_aisdk_value(ngx_http_agent_aisdk_t *a,
-    yajl_val v);
-static ngx_int_t ngx_http_agent_aisdk_get(yajl_val root, char *key,
-    ngx_str_t *s);
-static ngx_uint_t ngx_http_agent_aisdk_true(yajl_val root, char *key);
 
 
 ngx_http_agent_events_format_t  ngx_http_agent_format_aisdk = {
@@ -109,7 +85,8 @@ ngx_http_agent_events_format_t  ngx_http_agent_format_aisdk = {
     ngx_http_agent_aisdk_frame,
     ngx_http_agent_aisdk_partial_size,
     ngx_http_agent_aisdk_partial,
-    0
+    0,
+    ngx_http_agent_aisdk_caught_up
 };
 
 
@@ -137,6 +114,13 @@ ngx_http_agent_aisdk_init(ngx_http_agent_events_sub_t *sub)
 
     a->g = ngx_http_agent_json_gen(sub->request->pool);
     if (a->g == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_array_init(&a->calls, sub->request->pool, 4,
+                       sizeof(ngx_http_agent_aisdk_call_t))
+        != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
@@ -189,11 +173,39 @@ ngx_http_agent_aisdk_frame(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
 }
 
 
+/*
+ * The subscriber has every event there is: a turn that waits for input
+ * with no worker running it ends its reply here ("tool-calls"), for the
+ * client to approve, run or answer and send again.  Checked only when
+ * caught up, so a replay of the turn goes past the waits it went past.
+ */
+
+static ngx_int_t
+ngx_http_agent_aisdk_caught_up(ngx_http_agent_events_sub_t *sub,
+    ngx_buf_t *b, ngx_http_agent_conv_t *conv)
+{
+    ngx_http_agent_aisdk_t  *a;
+
+    a = sub->format_ctx;
+
+    if (conv->state != NGX_HTTP_AGENT_AWAITING_INPUT || conv->lease != 0
+        || (a->turn && a->turn != conv->turn))
+    {
+        return NGX_OK;
+    }
+
+    if (a->turn == 0) {
+        a->turn = conv->turn;
+    }
+
+    return ngx_http_agent_aisdk_end(sub, b, "tool-calls", NULL);
+}
+
+
 static ngx_int_t
 ngx_http_agent_aisdk_event(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
     ngx_uint_t type, yajl_val root)
 {
-    ngx_str_t                s;
     ngx_http_agent_aisdk_t  *a;
     const char              *turn_path[] = { "turn", NULL };
     yajl_val                 v;
@@ -216,22 +228,20 @@ ngx_http_agent_aisdk_event(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
 
     case NGX_HTTP_AGENT_EV_TEXT_DELTA:
     case NGX_HTTP_AGENT_EV_THINKING_DELTA:
-
-        if (ngx_http_agent_aisdk_get(root, "message_id", &s) != NGX_OK
-            || ngx_http_agent_aisdk_step(a, b, &s) != NGX_OK
-            || ngx_http_agent_aisdk_get(root, "delta", &s) != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
-
-        return ngx_http_agent_aisdk_delta(a, b,
-                   type == NGX_HTTP_AGENT_EV_THINKING_DELTA, &s);
+    case NGX_HTTP_AGENT_EV_TOOL_CALL_DELTA:
+        return ngx_http_agent_aisdk_streamed(sub, b, type, root);
 
     case NGX_HTTP_AGENT_EV_ASSISTANT_MSG:
-        return ngx_http_agent_aisdk_assistant(a, b, root);
+        return ngx_http_agent_aisdk_assistant(sub, b, root);
 
     case NGX_HTTP_AGENT_EV_TOOL_CALL:
         return ngx_http_agent_aisdk_tool_call(a, b, root);
+
+    case NGX_HTTP_AGENT_EV_SUSPENSION:
+        return ngx_http_agent_aisdk_suspension(a, b, root);
+
+    case NGX_HTTP_AGENT_EV_RESOLUTION:
+        return ngx_http_agent_aisdk_resolution(a, b, root);
 
     case NGX_HTTP_AGENT_EV_TOOL_RESULT:
         return ngx_http_agent_aisdk_tool_result(a, b, root);
@@ -239,31 +249,168 @@ ngx_http_agent_aisdk_event(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
     case NGX_HTTP_AGENT_EV_TOOL_PROGRESS:
         return ngx_http_agent_aisdk_progress(a, b, root);
 
-    case NGX_HTTP_AGENT_EV_STATE_CHANGED:
-
-        /* calls wait for the browser or a person: this reply ends here */
-
-        if (ngx_http_agent_aisdk_get(root, "to", &s) == NGX_OK
-            && s.len == sizeof("awaiting_input") - 1
-            && ngx_strncmp(s.data, "awaiting_input", s.len) == 0)
-        {
-            return ngx_http_agent_aisdk_end(sub, b, type, root);
-        }
-
-        return NGX_OK;
-
     case NGX_HTTP_AGENT_EV_TURN_COMPLETED:
+        return ngx_http_agent_aisdk_end(sub, b, "stop", NULL);
+
     case NGX_HTTP_AGENT_EV_TURN_FAILED:
+        return ngx_http_agent_aisdk_failed(sub, b, root);
+
     case NGX_HTTP_AGENT_EV_CANCELLED:
-        return ngx_http_agent_aisdk_end(sub, b, type, root);
+        return ngx_http_agent_aisdk_end(sub, b, NULL, NULL);
 
     default:
-        /*
-         * the user's message is the client's own; tool_call_delta has no
-         * call id yet (the call's input comes whole with its tool_call)
-         */
+        /* the user's message is the client's own */
         return NGX_OK;
     }
+}
+
+
+/*
+ * A delta of the model call that streams.  A delta_seq that does not
+ * go up is the first of the same call made again, after its worker
+ * died: the client keeps what it was shown, and the new call's deltas
+ * go on from there if they say the same (see _again()).
+ */
+
+static ngx_int_t
+ngx_http_agent_aisdk_streamed(ngx_http_agent_events_sub_t *sub,
+    ngx_buf_t *b, ngx_uint_t type, yajl_val root)
+{
+    ngx_str_t                s, delta;
+    ngx_uint_t               seq, i;
+    ngx_http_agent_aisdk_t  *a;
+    ngx_http_agent_aisdk_call_t  *call;
+    const char              *seq_path[] = { "delta_seq", NULL };
+    yajl_val                 v;
+
+    a = sub->format_ctx;
+
+    if (ngx_http_agent_aisdk_get(root, "message_id", &s) != NGX_OK
+        || ngx_http_agent_aisdk_step(a, b, &s) != NGX_OK
+        || ngx_http_agent_aisdk_get(root, "delta", &delta) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    v = yajl_tree_get(root, seq_path, yajl_t_number);
+    seq = (v && YAJL_IS_INTEGER(v)) ? (ngx_uint_t) YAJL_GET_INTEGER(v) : 0;
+
+    if (seq && seq <= a->delta_seq) {
+
+        /* a call's input the client was shown cannot be taken back */
+
+        call = a->calls.elts;
+
+        for (i = 0; i < a->calls.nelts; i++) {
+            if (call[i].streamed && !call[i].offered) {
+                return ngx_http_agent_aisdk_again(sub, b, 2, NULL);
+            }
+        }
+
+        a->again = 1;
+        a->again_text = 0;
+        a->again_thinking = 0;
+        ngx_crc32_init(a->again_text_crc);
+        ngx_crc32_init(a->again_thinking_crc);
+    }
+
+    if (seq) {
+        a->delta_seq = seq;
+    }
+
+    if (type == NGX_HTTP_AGENT_EV_TOOL_CALL_DELTA) {
+        return ngx_http_agent_aisdk_input_delta(a, b, root);
+    }
+
+    if (a->again) {
+        return ngx_http_agent_aisdk_again(sub, b,
+                   type == NGX_HTTP_AGENT_EV_THINKING_DELTA, &delta);
+    }
+
+    return ngx_http_agent_aisdk_delta(a, b,
+               type == NGX_HTTP_AGENT_EV_THINKING_DELTA, &delta);
+}
+
+
+/*
+ * A delta of a model call made again: as far as the client was shown
+ * the first call's reasoning or text, it is held back; if it said the
+ * same, the rest goes on in the same blocks and the client sees the
+ * reply once.  If not (reasoning 2: it cannot be checked), the client's
+ * message cannot be mended in this stream: it ends with an error, and a
+ * resume (GET) replays the turn as the log has it.
+ */
+
+static ngx_int_t
+ngx_http_agent_aisdk_again(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
+    ngx_uint_t reasoning, ngx_str_t *delta)
+{
+    size_t                   n, *done, shown;
+    uint32_t                *crc, sent;
+    ngx_str_t                error;
+    ngx_http_agent_aisdk_t  *a;
+
+    a = sub->format_ctx;
+
+    if (reasoning == 2) {
+        goto differs;
+    }
+
+    if (reasoning) {
+        done = &a->again_thinking;
+        crc = &a->again_thinking_crc;
+        shown = a->thinking;
+        sent = a->thinking_crc;
+
+    } else {
+        if (a->again_thinking < a->thinking) {
+            /* its reasoning was shorter than the one shown */
+            goto differs;
+        }
+
+        done = &a->again_text;
+        crc = &a->again_text_crc;
+        shown = a->text;
+        sent = a->text_crc;
+    }
+
+    if (*done < shown) {
+        n = ngx_min(delta->len, shown - *done);
+
+        ngx_crc32_update(crc, delta->data, n);
+        *done += n;
+
+        if (*done < shown) {
+            return NGX_OK;
+        }
+
+        if (*crc != sent) {
+            goto differs;
+        }
+
+        delta->data += n;
+        delta->len -= n;
+
+        if (delta->len == 0) {
+            return NGX_OK;
+        }
+    }
+
+    *done += delta->len;
+
+    return ngx_http_agent_aisdk_delta(a, b, reasoning, delta);
+
+differs:
+
+    ngx_str_set(&error, "the reply was made again after a failure and "
+                        "differs from what was shown: resume the stream "
+                        "to see it");
+
+    if (ngx_http_agent_aisdk_close_blocks(a, b, 1, 1) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_agent_aisdk_end(sub, b, "error", &error);
 }
 
 
@@ -289,6 +436,7 @@ ngx_http_agent_aisdk_delta(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
         }
 
         a->thinking += delta->len;
+        ngx_crc32_update(&a->thinking_crc, delta->data, delta->len);
 
         return ngx_http_agent_aisdk_block(a, b, "reasoning-delta", 1, delta);
     }
@@ -308,22 +456,28 @@ ngx_http_agent_aisdk_delta(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
     }
 
     a->text += delta->len;
+    ngx_crc32_update(&a->text_crc, delta->data, delta->len);
 
     return ngx_http_agent_aisdk_block(a, b, "text-delta", 0, delta);
 }
 
 
 /*
- * The model call's reply, logged: it closes its blocks, or, for a
- * subscriber that got none of its deltas (one that came later), brings
- * its reasoning and text whole.
+ * The model call's reply, logged: it closes its blocks.  What the client
+ * was not sent of its reasoning and text (all of it for a subscriber
+ * that came later, the end of it for one that missed deltas) goes first;
+ * a client shown something else ends with an error (see _again()).
  */
 
 static ngx_int_t
-ngx_http_agent_aisdk_assistant(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
-    yajl_val root)
+ngx_http_agent_aisdk_assistant(ngx_http_agent_events_sub_t *sub,
+    ngx_buf_t *b, yajl_val root)
 {
-    ngx_str_t  s;
+    ngx_int_t                rc;
+    ngx_str_t                s;
+    ngx_http_agent_aisdk_t  *a;
+
+    a = sub->format_ctx;
 
     if (ngx_http_agent_aisdk_get(root, "message_id", &s) != NGX_OK
         || ngx_http_agent_aisdk_step(a, b, &s) != NGX_OK)
@@ -331,189 +485,120 @@ ngx_http_agent_aisdk_assistant(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
         return NGX_ERROR;
     }
 
-    if (a->thinking == 0
-        && ngx_http_agent_aisdk_get(root, "thinking", &s) == NGX_OK
-        && s.len)
-    {
-        if (ngx_http_agent_aisdk_delta(a, b, 1, &s) != NGX_OK) {
-            return NGX_ERROR;
-        }
+    if (ngx_http_agent_aisdk_get(root, "thinking", &s) != NGX_OK) {
+        ngx_str_null(&s);
     }
 
-    if (a->text == 0
-        && ngx_http_agent_aisdk_get(root, "content", &s) == NGX_OK
-        && s.len)
-    {
-        if (ngx_http_agent_aisdk_delta(a, b, 0, &s) != NGX_OK) {
-            return NGX_ERROR;
+    rc = ngx_http_agent_aisdk_rest(a, b, 1, &s);
+
+    if (rc == NGX_OK) {
+        if (ngx_http_agent_aisdk_get(root, "content", &s) != NGX_OK) {
+            ngx_str_null(&s);
         }
+
+        rc = ngx_http_agent_aisdk_rest(a, b, 0, &s);
     }
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_agent_aisdk_again(sub, b, 2, NULL);
+    }
+
+    if (rc != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    a->again = 0;
 
     return ngx_http_agent_aisdk_close_blocks(a, b, 1, 1);
 }
 
 
+/* NGX_DECLINED: what was sent is not the start of all */
+
 static ngx_int_t
-ngx_http_agent_aisdk_tool_call(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
-    yajl_val root)
+ngx_http_agent_aisdk_rest(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
+    ngx_uint_t reasoning, ngx_str_t *all)
 {
-    char        errbuf[NGX_HTTP_AGENT_JSON_ERR];
-    ngx_str_t   id, name, args;
-    yajl_val    input;
-    ngx_uint_t  provider;
+    size_t     sent;
+    uint32_t   crc;
+    ngx_str_t  rest;
 
-    if (ngx_http_agent_aisdk_get(root, "tool_call_id", &id) != NGX_OK
-        || ngx_http_agent_aisdk_get(root, "name", &name) != NGX_OK
-        || ngx_http_agent_aisdk_get(root, "arguments", &args) != NGX_OK
-        || ngx_http_agent_aisdk_step(a, b, NULL) != NGX_OK)
-    {
-        return NGX_ERROR;
+    sent = reasoning ? a->thinking : a->text;
+
+    if (all->len < sent) {
+        return NGX_DECLINED;
     }
 
-    provider = ngx_http_agent_aisdk_true(root, "provider_executed");
+    ngx_crc32_init(crc);
+    ngx_crc32_update(&crc, all->data, sent);
 
-    ngx_http_agent_aisdk_open(a, "tool-input-start");
-    a->failed |= ngx_http_agent_json_key(a->g, "toolCallId");
-    a->failed |= ngx_http_agent_json_str(a->g, &id);
-    a->failed |= ngx_http_agent_json_key(a->g, "toolName");
-    a->failed |= ngx_http_agent_json_str(a->g, &name);
-
-    if (provider) {
-        a->failed |= ngx_http_agent_json_key(a->g, "providerExecuted");
-        a->failed |= yajl_gen_bool(a->g, 1);
+    if (crc != (reasoning ? a->thinking_crc : a->text_crc)) {
+        return NGX_DECLINED;
     }
 
-    if (ngx_http_agent_aisdk_close(a, b) != NGX_OK) {
-        return NGX_ERROR;
+    if (all->len == sent) {
+        return NGX_OK;
     }
 
-    /* arguments cut off by a failed reply go as the text they are */
+    rest.data = all->data + sent;
+    rest.len = all->len - sent;
 
-    input = ngx_http_agent_json_parse(args.data, args.len,
-                                      NGX_HTTP_AGENT_JSON_LOG_DEPTH, errbuf,
-                                      sizeof(errbuf));
-
-    ngx_http_agent_aisdk_open(a, "tool-input-available");
-    a->failed |= ngx_http_agent_json_key(a->g, "toolCallId");
-    a->failed |= ngx_http_agent_json_str(a->g, &id);
-    a->failed |= ngx_http_agent_json_key(a->g, "toolName");
-    a->failed |= ngx_http_agent_json_str(a->g, &name);
-    a->failed |= ngx_http_agent_json_key(a->g, "input");
-
-    if (input) {
-        ngx_http_agent_aisdk_value(a, input);
-        yajl_tree_free(input);
-
-    } else {
-        a->failed |= ngx_http_agent_json_str(a->g, &args);
-    }
-
-    if (provider) {
-        a->failed |= ngx_http_agent_json_key(a->g, "providerExecuted");
-        a->failed |= yajl_gen_bool(a->g, 1);
-    }
-
-    return ngx_http_agent_aisdk_close(a, b);
+    return ngx_http_agent_aisdk_delta(a, b, reasoning, &rest);
 }
 
 
-static ngx_int_t
-ngx_http_agent_aisdk_tool_result(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
-    yajl_val root)
-{
-    ngx_str_t    id, error;
-    yajl_val     result;
-    const char  *result_path[] = { "result", NULL };
-
-    if (ngx_http_agent_aisdk_get(root, "tool_call_id", &id) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    if (ngx_http_agent_aisdk_true(root, "ok")) {
-        ngx_http_agent_aisdk_open(a, "tool-output-available");
-        a->failed |= ngx_http_agent_json_key(a->g, "toolCallId");
-        a->failed |= ngx_http_agent_json_str(a->g, &id);
-        a->failed |= ngx_http_agent_json_key(a->g, "output");
-
-        result = yajl_tree_get(root, result_path, yajl_t_any);
-
-        if (result) {
-            ngx_http_agent_aisdk_value(a, result);
-
-        } else {
-            a->failed |= yajl_gen_null(a->g);
-        }
-
-    } else {
-        if (ngx_http_agent_aisdk_get(root, "error", &error) != NGX_OK) {
-            ngx_str_set(&error, "the tool failed");
-        }
-
-        ngx_http_agent_aisdk_open(a, "tool-output-error");
-        a->failed |= ngx_http_agent_json_key(a->g, "toolCallId");
-        a->failed |= ngx_http_agent_json_str(a->g, &id);
-        a->failed |= ngx_http_agent_json_key(a->g, "errorText");
-        a->failed |= ngx_http_agent_json_str(a->g, &error);
-    }
-
-    if (ngx_http_agent_aisdk_true(root, "provider_executed")) {
-        a->failed |= ngx_http_agent_json_key(a->g, "providerExecuted");
-        a->failed |= yajl_gen_bool(a->g, 1);
-    }
-
-    return ngx_http_agent_aisdk_close(a, b);
-}
-
-
-/* a streaming tool's progress: a transient data part, never kept */
+/* a failed turn: its reason and what the provider said */
 
 static ngx_int_t
-ngx_http_agent_aisdk_progress(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
+ngx_http_agent_aisdk_failed(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
     yajl_val root)
 {
-    ngx_str_t    id;
-    yajl_val     progress;
-    const char  *progress_path[] = { "progress", NULL };
+    u_char     *p;
+    ngx_int_t   rc;
+    ngx_str_t   reason, error, text;
 
-    if (ngx_http_agent_aisdk_get(root, "tool_call_id", &id) != NGX_OK
-        || ngx_http_agent_aisdk_start(a, b) != NGX_OK)
+    if (ngx_http_agent_aisdk_get(root, "reason", &reason) != NGX_OK) {
+        ngx_str_set(&reason, "the turn failed");
+    }
+
+    text = reason;
+
+    if (ngx_http_agent_aisdk_get(root, "error", &error) == NGX_OK
+        && error.len)
     {
-        return NGX_ERROR;
+        text.data = ngx_alloc(reason.len + 2 + error.len,
+                              sub->request->connection->log);
+        if (text.data == NULL) {
+            return NGX_ERROR;
+        }
+
+        p = ngx_cpymem(text.data, reason.data, reason.len);
+        p = ngx_cpymem(p, ": ", 2);
+        p = ngx_cpymem(p, error.data, error.len);
+        text.len = p - text.data;
     }
 
-    progress = yajl_tree_get(root, progress_path, yajl_t_any);
+    rc = ngx_http_agent_aisdk_end(sub, b, "error", &text);
 
-    ngx_http_agent_aisdk_open(a, "data-tool-progress");
-    a->failed |= ngx_http_agent_json_key(a->g, "id");
-    a->failed |= ngx_http_agent_json_str(a->g, &id);
-    a->failed |= ngx_http_agent_json_key(a->g, "data");
-
-    if (progress) {
-        ngx_http_agent_aisdk_value(a, progress);
-
-    } else {
-        a->failed |= yajl_gen_null(a->g);
+    if (text.data != reason.data) {
+        ngx_free(text.data);
     }
 
-    a->failed |= ngx_http_agent_json_key(a->g, "transient");
-    a->failed |= yajl_gen_bool(a->g, 1);
-
-    return ngx_http_agent_aisdk_close(a, b);
+    return rc;
 }
 
 
 /*
  * The turn ended or waits: the open step ends, then the message, with
- * an error chunk for a failed turn and "abort" for a cancelled one, and
- * the stream with [DONE].
+ * an error chunk first if there is one, "finish" with its reason, or
+ * "abort" (finish NULL) for a cancelled turn, and the stream with
+ * [DONE].
  */
 
 static ngx_int_t
 ngx_http_agent_aisdk_end(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
-    ngx_uint_t type, yajl_val root)
+    char *finish, ngx_str_t *error)
 {
-    u_char                  *p;
-    ngx_str_t                reason, error, text;
     ngx_http_agent_aisdk_t  *a;
 
     a = sub->format_ctx;
@@ -524,36 +609,10 @@ ngx_http_agent_aisdk_end(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
         return NGX_ERROR;
     }
 
-    if (type == NGX_HTTP_AGENT_EV_TURN_FAILED) {
-
-        if (ngx_http_agent_aisdk_get(root, "reason", &reason) != NGX_OK) {
-            ngx_str_set(&reason, "the turn failed");
-        }
-
-        text = reason;
-
-        if (ngx_http_agent_aisdk_get(root, "error", &error) == NGX_OK
-            && error.len)
-        {
-            text.data = ngx_alloc(reason.len + 2 + error.len,
-                                  sub->request->connection->log);
-            if (text.data == NULL) {
-                return NGX_ERROR;
-            }
-
-            p = ngx_cpymem(text.data, reason.data, reason.len);
-            p = ngx_cpymem(p, ": ", 2);
-            p = ngx_cpymem(p, error.data, error.len);
-            text.len = p - text.data;
-        }
-
+    if (error) {
         ngx_http_agent_aisdk_open(a, "error");
         a->failed |= ngx_http_agent_json_key(a->g, "errorText");
-        a->failed |= ngx_http_agent_json_str(a->g, &text);
-
-        if (text.data != reason.data) {
-            ngx_free(text.data);
-        }
+        a->failed |= ngx_http_agent_json_str(a->g, error);
 
         if (ngx_http_agent_aisdk_close(a, b) != NGX_OK) {
             return NGX_ERROR;
@@ -568,7 +627,7 @@ ngx_http_agent_aisdk_end(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
         a->step = 0;
     }
 
-    if (type == NGX_HTTP_AGENT_EV_CANCELLED) {
+    if (finish == NULL) {
         if (ngx_http_agent_aisdk_simple(a, b, "abort") != NGX_OK) {
             return NGX_ERROR;
         }
@@ -576,16 +635,8 @@ ngx_http_agent_aisdk_end(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
     } else {
         ngx_http_agent_aisdk_open(a, "finish");
         a->failed |= ngx_http_agent_json_key(a->g, "finishReason");
-
-        if (type == NGX_HTTP_AGENT_EV_TURN_FAILED) {
-            a->failed |= ngx_http_agent_json_key(a->g, "error");
-
-        } else if (type == NGX_HTTP_AGENT_EV_STATE_CHANGED) {
-            a->failed |= ngx_http_agent_json_key(a->g, "tool-calls");
-
-        } else {
-            a->failed |= ngx_http_agent_json_key(a->g, "stop");
-        }
+        a->failed |= yajl_gen_string(a->g, (const unsigned char *) finish,
+                                     ngx_strlen(finish));
 
         if (ngx_http_agent_aisdk_close(a, b) != NGX_OK) {
             return NGX_ERROR;
@@ -631,8 +682,9 @@ ngx_http_agent_aisdk_partial(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
     u_char                  *json, *p;
     ngx_int_t                rc;
     ngx_str_t                id, s;
-    yajl_val                 root;
+    yajl_val                 root, v;
     ngx_http_agent_aisdk_t  *a;
+    const char              *seq_path[] = { "delta_seq", NULL };
 
     a = sub->format_ctx;
 
@@ -670,6 +722,12 @@ ngx_http_agent_aisdk_partial(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
         goto done;
     }
 
+    v = yajl_tree_get(root, seq_path, yajl_t_number);
+
+    if (v && YAJL_IS_INTEGER(v)) {
+        a->delta_seq = (ngx_uint_t) YAJL_GET_INTEGER(v);
+    }
+
     if (!a->text_open && a->text == 0
         && ngx_http_agent_aisdk_get(root, "thinking", &s) == NGX_OK
         && s.len > a->thinking)
@@ -700,7 +758,7 @@ done:
 
 /* "start" before anything else: the message is the turn's */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_agent_aisdk_start(ngx_http_agent_aisdk_t *a, ngx_buf_t *b)
 {
     u_char     buf[NGX_INT_T_LEN + sizeof("msg_") - 1];
@@ -728,7 +786,7 @@ ngx_http_agent_aisdk_start(ngx_http_agent_aisdk_t *a, ngx_buf_t *b)
  * open step, or one opened for it (a call recorded with no reply seen).
  */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_agent_aisdk_step(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
     ngx_str_t *message_id)
 {
@@ -757,6 +815,10 @@ ngx_http_agent_aisdk_step(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
     a->step = 1;
     a->text = 0;
     a->thinking = 0;
+    a->delta_seq = 0;
+    a->again = 0;
+    ngx_crc32_init(a->text_crc);
+    ngx_crc32_init(a->thinking_crc);
 
     if (message_id) {
         a->message_id_len = ngx_min(message_id->len,
@@ -838,7 +900,7 @@ ngx_http_agent_aisdk_simple(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
 }
 
 
-static void
+void
 ngx_http_agent_aisdk_open(ngx_http_agent_aisdk_t *a, char *type)
 {
     a->failed |= yajl_gen_map_open(a->g);
@@ -850,7 +912,7 @@ ngx_http_agent_aisdk_open(ngx_http_agent_aisdk_t *a, char *type)
 
 /* the chunk generated, as "data: JSON" and a blank line, if it fits */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_agent_aisdk_close(ngx_http_agent_aisdk_t *a, ngx_buf_t *b)
 {
     size_t                len;
@@ -882,7 +944,7 @@ ngx_http_agent_aisdk_close(ngx_http_agent_aisdk_t *a, ngx_buf_t *b)
 
 /* a value of the log, written again as it is */
 
-static void
+void
 ngx_http_agent_aisdk_value(ngx_http_agent_aisdk_t *a, yajl_val v)
 {
     size_t      i;
@@ -940,7 +1002,7 @@ ngx_http_agent_aisdk_value(ngx_http_agent_aisdk_t *a, yajl_val v)
 }
 
 
-static ngx_int_t
+ngx_int_t
 ngx_http_agent_aisdk_get(yajl_val root, char *key, ngx_str_t *s)
 {
     yajl_val     v;
@@ -959,7 +1021,7 @@ ngx_http_agent_aisdk_get(yajl_val root, char *key, ngx_str_t *s)
 }
 
 
-static ngx_uint_t
+ngx_uint_t
 ngx_http_agent_aisdk_true(yajl_val root, char *key)
 {
     yajl_val     v;

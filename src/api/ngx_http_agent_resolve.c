@@ -23,28 +23,13 @@
 #include "ngx_http_agent_store.h"
 
 
-/* what a resolution says, as JSON texts of its own */
-
-typedef struct {
-    ngx_str_t                 conv;
-    ngx_str_t                 call;
-
-    ngx_str_t                 result;     /* any JSON value */
-    ngx_str_t                 decision;
-    ngx_str_t                 reason;
-    ngx_str_t                 args;       /* a JSON object */
-    ngx_str_t                *approver;   /* agent_approver, or NULL */
-
-    unsigned                  has_result:1;
-    unsigned                  approve:1;
-} ngx_http_agent_resolution_t;
-
-
 static void ngx_http_agent_resolve_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_agent_resolve_parse(ngx_http_request_t *r,
     ngx_str_t *body, ngx_http_agent_resolution_t *res, char **err);
 static ngx_int_t ngx_http_agent_resolve_accept(ngx_http_request_t *r,
     ngx_http_agent_resolution_t *res);
+static ngx_int_t ngx_http_agent_resolve_stale(ngx_http_request_t *r,
+    char *err);
 static ngx_int_t ngx_http_agent_resolve_record_locked(ngx_http_request_t *r,
     ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv,
     ngx_http_agent_pending_t *p, ngx_http_agent_resolution_t *res,
@@ -274,21 +259,78 @@ failed:
 }
 
 
-/*
- * Under the zone lock: the call must be waiting, in this conversation,
- * for what the body gives.  The resolution is recorded and answered at
- * once; when it was the last waiting call and no turn holds the lease,
- * this worker takes it and the turn goes on, after the answer.
- */
+/* the resolution applied and answered, once it is durable */
 
 static ngx_int_t
 ngx_http_agent_resolve_accept(ngx_http_request_t *r,
     ngx_http_agent_resolution_t *res)
 {
-    u_char                      *p;
-    uint64_t                     seq;
-    ngx_int_t                    rc;
-    ngx_str_t                    json;
+    u_char     *p;
+    char       *err;
+    uint64_t    seq;
+    ngx_int_t   rc;
+    ngx_str_t   json;
+
+    err = NULL;
+
+    switch (ngx_http_agent_resolve_apply(r, res, &seq, &err, &rc)) {
+
+    case NGX_OK:
+        break;
+
+    case NGX_DECLINED:
+        return ngx_http_agent_resolve_stale(r, err);
+
+    default:
+        return rc;
+    }
+
+    p = ngx_pnalloc(r->pool, res->conv.len + res->call.len + 96);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    json.data = p;
+    json.len = ngx_sprintf(p, "{\"conversation\":\"%V\",\"tool_call_id\":"
+                           "\"%V\",\"seq\":%uL}",
+                           &res->conv, &res->call, seq)
+               - p;
+
+    return ngx_http_agent_store_ack(r, &res->conv, seq, NGX_HTTP_OK, &json);
+}
+
+
+/* NULL: the call does not wait; else what it waits for */
+
+static ngx_int_t
+ngx_http_agent_resolve_stale(ngx_http_request_t *r, char *err)
+{
+    if (err == NULL) {
+        return ngx_http_agent_json_error(r, NGX_HTTP_CONFLICT, "stale",
+                                         "the call is not waiting: "
+                                         "unknown, resolved, expired or "
+                                         "still running");
+    }
+
+    return ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                                     "invalid_resolution", err);
+}
+
+
+/*
+ * Under the zone lock: the call must be waiting, in this conversation,
+ * for what the resolution gives.  It is recorded; when it was the last
+ * waiting call and no turn holds the lease, this worker takes it and
+ * the turn goes on, from a request of its own.  NGX_DECLINED, nothing
+ * changed: the call does not wait (*err NULL) or waits for something
+ * else (*err says what); NGX_DONE: *rc is the handler's answer.
+ */
+
+ngx_int_t
+ngx_http_agent_resolve_apply(ngx_http_request_t *r,
+    ngx_http_agent_resolution_t *res, uint64_t *seq, char **err,
+    ngx_int_t *rc)
+{
     ngx_uint_t                   turn, run;
     ngx_time_t                  *tp;
     ngx_http_agent_fsm_t         fsm;
@@ -302,9 +344,9 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
     alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
     z = amcf->zone;
 
-    conv = ngx_http_agent_api_conv_lock(r, z, &res->conv, &rc);
+    conv = ngx_http_agent_api_conv_lock(r, z, &res->conv, rc);
     if (conv == NULL) {
-        return rc;
+        return NGX_DONE;
     }
 
     pend = ngx_http_agent_conv_pending_locked(conv, &res->call);
@@ -322,21 +364,18 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
 
     if (pend == NULL) {
         ngx_http_agent_zone_unlock(z);
-        return ngx_http_agent_json_error(r, NGX_HTTP_CONFLICT, "stale",
-                                            "the call is not waiting: "
-                                            "unknown, resolved, expired or "
-                                            "still running");
+        *err = NULL;
+        return NGX_DECLINED;
     }
 
     if (pend->kind == NGX_HTTP_AGENT_PENDING_APPROVAL
         ? res->decision.len == 0 : !res->has_result)
     {
         ngx_http_agent_zone_unlock(z);
-        return ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
-                   "invalid_resolution",
-                   pend->kind == NGX_HTTP_AGENT_PENDING_APPROVAL
-                   ? "the call waits for approval: send \"decision\""
-                   : "the call waits for its result: send \"result\"");
+        *err = pend->kind == NGX_HTTP_AGENT_PENDING_APPROVAL
+               ? "the call waits for approval: send \"decision\""
+               : "the call waits for its result: send \"result\"";
+        return NGX_DECLINED;
     }
 
     /* an approved server call runs now, whatever else still waits */
@@ -344,14 +383,15 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
     run = (pend->kind == NGX_HTTP_AGENT_PENDING_APPROVAL && res->approve
            && pend->executor == NGX_HTTP_AGENT_EXECUTOR_SERVER);
 
-    if (ngx_http_agent_resolve_record_locked(r, z, conv, pend, res, &seq)
+    if (ngx_http_agent_resolve_record_locked(r, z, conv, pend, res, seq)
         != NGX_OK)
     {
         ngx_http_agent_zone_unlock(z);
-        return ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                            "zone_full",
-                                            "the resolution could not be "
-                                            "recorded");
+        *rc = ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                        "zone_full",
+                                        "the resolution could not be "
+                                        "recorded");
+        return NGX_DONE;
     }
 
     /*
@@ -382,18 +422,7 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
                       &res->conv);
     }
 
-    p = ngx_pnalloc(r->pool, res->conv.len + res->call.len + 96);
-    if (p == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    json.data = p;
-    json.len = ngx_sprintf(p, "{\"conversation\":\"%V\",\"tool_call_id\":"
-                           "\"%V\",\"seq\":%uL}",
-                           &res->conv, &res->call, seq)
-               - p;
-
-    return ngx_http_agent_store_ack(r, &res->conv, seq, NGX_HTTP_OK, &json);
+    return NGX_OK;
 }
 
 

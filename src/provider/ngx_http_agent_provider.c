@@ -27,8 +27,6 @@ static yajl_val ngx_http_agent_provider_tree(ngx_log_t *log, u_char *json,
 
 static ngx_uint_t ngx_http_agent_provider_error_class(
     ngx_http_agent_provider_error_t *known, yajl_val v, ngx_str_t *name);
-static ngx_uint_t ngx_http_agent_provider_call_id_ok(
-    ngx_http_agent_reply_t *reply, ngx_uint_t n);
 static ngx_int_t ngx_http_agent_provider_replace(
     ngx_http_agent_reply_t *reply, ngx_str_t *from, ngx_str_t *to);
 
@@ -872,7 +870,7 @@ ngx_http_agent_provider_error_class(ngx_http_agent_provider_error_t *known,
 }
 
 
-static ngx_uint_t
+ngx_uint_t
 ngx_http_agent_provider_call_id_ok(ngx_http_agent_reply_t *reply,
     ngx_uint_t n)
 {

@@ -188,6 +188,10 @@ ngx_uint_t ngx_http_agent_provider_function(yajl_gen g,
 #define NGX_HTTP_AGENT_CALL_ID_MAX   64
 
 ngx_int_t ngx_http_agent_provider_call_ids(ngx_http_agent_reply_t *reply);
+
+/* whether call n keeps the provider's id (the others get one of ours) */
+ngx_uint_t ngx_http_agent_provider_call_id_ok(ngx_http_agent_reply_t *reply,
+    ngx_uint_t n);
 ngx_int_t ngx_http_agent_provider_reply_json(ngx_http_agent_reply_t *reply,
     ngx_pool_t *pool, ngx_str_t *message_id, ngx_str_t *status,
     ngx_str_t *out);

@@ -23,9 +23,14 @@
 
 
 static void ngx_http_agent_turn_delta_handler(ngx_event_t *ev);
+static u_char *ngx_http_agent_turn_delta_call(ngx_http_agent_turn_t *t,
+    u_char *p);
 static ngx_int_t ngx_http_agent_turn_record_call(ngx_http_agent_turn_t *t,
     ngx_http_agent_reply_call_t *call, ngx_uint_t status);
 static ngx_int_t ngx_http_agent_turn_record_hosted(ngx_http_agent_turn_t *t);
+
+#define NGX_HTTP_AGENT_DELTA_NAME_MAX  256
+
 
 static ngx_str_t  ngx_http_agent_status_names[] = {
     ngx_string("complete"),
@@ -115,8 +120,9 @@ ngx_http_agent_turn_delta_flush(ngx_http_agent_turn_t *t)
     type = types[t->delta_kind];
 
     len = sizeof("{\"message_id\":\"\",\"delta_seq\":,\"index\":,"
-                 "\"delta\":\"\"}")
-          + t->message_id_len + 2 * NGX_INT_T_LEN + 6 * s.len;
+                 "\"tool_call_id\":\"\",\"name\":\"\",\"delta\":\"\"}")
+          + t->message_id_len + 2 * NGX_INT_T_LEN + 6 * s.len
+          + NGX_HTTP_AGENT_CALL_ID_MAX + 6 * NGX_HTTP_AGENT_DELTA_NAME_MAX;
 
     /* one buffer for every delta of the turn: it grows, never piles up */
 
@@ -143,6 +149,7 @@ ngx_http_agent_turn_delta_flush(ngx_http_agent_turn_t *t)
 
     if (t->delta_kind == NGX_HTTP_AGENT_DELTA_TOOL_ARGS) {
         p = ngx_sprintf(p, ",\"index\":%ui", t->delta_index);
+        p = ngx_http_agent_turn_delta_call(t, p);
     }
 
     p = ngx_cpymem(p, ",\"delta\":\"", sizeof(",\"delta\":\"") - 1);
@@ -164,6 +171,51 @@ ngx_http_agent_turn_delta_flush(ngx_http_agent_turn_t *t)
 
     /* a live event that finds no room is dropped: the log has it all */
     (void) ngx_http_agent_emit_delta(t->zone, &t->id, type, &fields, &delta);
+}
+
+
+/*
+ * A call's arguments as they stream name the call, once the provider
+ * has given its id and name, so that a client can show the call before
+ * it is whole; an id the module would replace is not named.
+ */
+
+static u_char *
+ngx_http_agent_turn_delta_call(ngx_http_agent_turn_t *t, u_char *p)
+{
+    ngx_uint_t                    i;
+    ngx_http_agent_reply_t       *reply;
+    ngx_http_agent_reply_call_t  *call;
+
+    reply = t->reply;
+
+    if (reply == NULL || reply->calls.nelts == 0) {
+        return p;
+    }
+
+    call = reply->calls.elts;
+
+    for (i = 0; i < reply->calls.nelts; i++) {
+        if (call[i].index == t->delta_index) {
+            break;
+        }
+    }
+
+    if (i == reply->calls.nelts
+        || call[i].name.len == 0
+        || call[i].name.len > NGX_HTTP_AGENT_DELTA_NAME_MAX
+        || !ngx_http_agent_provider_call_id_ok(reply, i))
+    {
+        return p;
+    }
+
+    p = ngx_sprintf(p, ",\"tool_call_id\":\"%*s\",\"name\":\"",
+                    call[i].id.len, call[i].id.data);
+    p = (u_char *) ngx_escape_json(p, call[i].name.data, call[i].name.len);
+
+    *p++ = '"';
+
+    return p;
 }
 
 
