@@ -52,6 +52,10 @@ typedef struct {
 
     /* an event larger than the buffer may go in slices */
     ngx_uint_t   slices;
+
+    /* bytes the frame of ev adds from the subscriber's state (or NULL) */
+    size_t     (*more)(ngx_http_agent_events_sub_t *sub,
+                       ngx_http_agent_event_t *ev);
 } ngx_http_agent_events_format_t;
 
 
@@ -60,6 +64,9 @@ extern ngx_http_agent_events_format_t  ngx_http_agent_format_sse;
 
 /* the AI SDK's UI message stream: ngx_http_agent_format_aisdk.c */
 extern ngx_http_agent_events_format_t  ngx_http_agent_format_aisdk;
+
+/* AG-UI events: ngx_http_agent_format_agui.c */
+extern ngx_http_agent_events_format_t  ngx_http_agent_format_agui;
 
 
 #endif /* _NGX_HTTP_AGENT_FORMAT_H_INCLUDED_ */

@@ -109,7 +109,8 @@ ngx_http_agent_events_format_t  ngx_http_agent_format_aisdk = {
     ngx_http_agent_aisdk_frame,
     ngx_http_agent_aisdk_partial_size,
     ngx_http_agent_aisdk_partial,
-    0
+    0,
+    NULL
 };
 
 

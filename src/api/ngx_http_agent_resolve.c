@@ -23,23 +23,6 @@
 #include "ngx_http_agent_store.h"
 
 
-/* what a resolution says, as JSON texts of its own */
-
-typedef struct {
-    ngx_str_t                 conv;
-    ngx_str_t                 call;
-
-    ngx_str_t                 result;     /* any JSON value */
-    ngx_str_t                 decision;
-    ngx_str_t                 reason;
-    ngx_str_t                 args;       /* a JSON object */
-    ngx_str_t                *approver;   /* agent_approver, or NULL */
-
-    unsigned                  has_result:1;
-    unsigned                  approve:1;
-} ngx_http_agent_resolution_t;
-
-
 static void ngx_http_agent_resolve_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_agent_resolve_parse(ngx_http_request_t *r,
     ngx_str_t *body, ngx_http_agent_resolution_t *res, char **err);
@@ -274,21 +257,57 @@ failed:
 }
 
 
-/*
- * Under the zone lock: the call must be waiting, in this conversation,
- * for what the body gives.  The resolution is recorded and answered at
- * once; when it was the last waiting call and no turn holds the lease,
- * this worker takes it and the turn goes on, after the answer.
- */
+/* the call resolved, answered once the resolution is durable */
 
 static ngx_int_t
 ngx_http_agent_resolve_accept(ngx_http_request_t *r,
     ngx_http_agent_resolution_t *res)
 {
-    u_char                      *p;
-    uint64_t                     seq;
-    ngx_int_t                    rc;
-    ngx_str_t                    json;
+    u_char     *p;
+    uint64_t    seq;
+    ngx_int_t   rc;
+    ngx_str_t   json;
+
+    rc = ngx_http_agent_resolve_call(r, res, &seq);
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_agent_json_error(r, NGX_HTTP_CONFLICT, "stale",
+                                            "the call is not waiting: "
+                                            "unknown, resolved, expired or "
+                                            "still running");
+    }
+
+    if (rc != NGX_OK) {
+        return res->rc;
+    }
+
+    p = ngx_pnalloc(r->pool, res->conv.len + res->call.len + 96);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    json.data = p;
+    json.len = ngx_sprintf(p, "{\"conversation\":\"%V\",\"tool_call_id\":"
+                           "\"%V\",\"seq\":%uL}",
+                           &res->conv, &res->call, seq)
+               - p;
+
+    return ngx_http_agent_store_ack(r, &res->conv, seq, NGX_HTTP_OK, &json);
+}
+
+
+/*
+ * Under the zone lock: the call must be waiting, in this conversation,
+ * for what the body gives.  The resolution is recorded; when it was the
+ * last waiting call and no turn holds the lease, this worker takes it
+ * and the turn goes on, after the answer.  NGX_DECLINED: the call does
+ * not wait; NGX_ABORT: an answer is sent, res->rc to finalize with.
+ */
+
+ngx_int_t
+ngx_http_agent_resolve_call(ngx_http_request_t *r,
+    ngx_http_agent_resolution_t *res, uint64_t *seq)
+{
     ngx_uint_t                   turn, run;
     ngx_time_t                  *tp;
     ngx_http_agent_fsm_t         fsm;
@@ -302,9 +321,9 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
     alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
     z = amcf->zone;
 
-    conv = ngx_http_agent_api_conv_lock(r, z, &res->conv, &rc);
+    conv = ngx_http_agent_api_conv_lock(r, z, &res->conv, &res->rc);
     if (conv == NULL) {
-        return rc;
+        return NGX_ABORT;
     }
 
     pend = ngx_http_agent_conv_pending_locked(conv, &res->call);
@@ -322,21 +341,19 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
 
     if (pend == NULL) {
         ngx_http_agent_zone_unlock(z);
-        return ngx_http_agent_json_error(r, NGX_HTTP_CONFLICT, "stale",
-                                            "the call is not waiting: "
-                                            "unknown, resolved, expired or "
-                                            "still running");
+        return NGX_DECLINED;
     }
 
     if (pend->kind == NGX_HTTP_AGENT_PENDING_APPROVAL
         ? res->decision.len == 0 : !res->has_result)
     {
         ngx_http_agent_zone_unlock(z);
-        return ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+        res->rc = ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
                    "invalid_resolution",
                    pend->kind == NGX_HTTP_AGENT_PENDING_APPROVAL
                    ? "the call waits for approval: send \"decision\""
                    : "the call waits for its result: send \"result\"");
+        return NGX_ABORT;
     }
 
     /* an approved server call runs now, whatever else still waits */
@@ -344,14 +361,15 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
     run = (pend->kind == NGX_HTTP_AGENT_PENDING_APPROVAL && res->approve
            && pend->executor == NGX_HTTP_AGENT_EXECUTOR_SERVER);
 
-    if (ngx_http_agent_resolve_record_locked(r, z, conv, pend, res, &seq)
+    if (ngx_http_agent_resolve_record_locked(r, z, conv, pend, res, seq)
         != NGX_OK)
     {
         ngx_http_agent_zone_unlock(z);
-        return ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+        res->rc = ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
                                             "zone_full",
                                             "the resolution could not be "
                                             "recorded");
+        return NGX_ABORT;
     }
 
     /*
@@ -382,18 +400,7 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
                       &res->conv);
     }
 
-    p = ngx_pnalloc(r->pool, res->conv.len + res->call.len + 96);
-    if (p == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    json.data = p;
-    json.len = ngx_sprintf(p, "{\"conversation\":\"%V\",\"tool_call_id\":"
-                           "\"%V\",\"seq\":%uL}",
-                           &res->conv, &res->call, seq)
-               - p;
-
-    return ngx_http_agent_store_ack(r, &res->conv, seq, NGX_HTTP_OK, &json);
+    return NGX_OK;
 }
 
 
@@ -473,6 +480,11 @@ ngx_http_agent_resolve_record_locked(ngx_http_request_t *r,
 
     failed |= ngx_http_agent_json_key(g, "source");
     failed |= ngx_http_agent_json_str(g, &source);
+
+    if (res->source_id.len) {
+        failed |= ngx_http_agent_json_key(g, "source_id");
+        failed |= ngx_http_agent_json_str(g, &res->source_id);
+    }
 
     if (res->approver) {
         failed |= ngx_http_agent_json_key(g, "approver");

@@ -13,7 +13,35 @@
 #include <ngx_http.h>
 
 
+/* what a resolution says, as JSON texts of its own */
+
+typedef struct {
+    ngx_str_t                 conv;
+    ngx_str_t                 call;
+
+    ngx_str_t                 result;     /* any JSON value */
+    ngx_str_t                 decision;
+    ngx_str_t                 reason;
+    ngx_str_t                 args;       /* a JSON object */
+    ngx_str_t                *approver;   /* agent_approver, or NULL */
+    ngx_str_t                 source_id;  /* the client's message, or "" */
+
+    ngx_int_t                 rc;         /* the answer sent, if one was */
+
+    unsigned                  has_result:1;
+    unsigned                  approve:1;
+} ngx_http_agent_resolution_t;
+
+
 ngx_int_t ngx_http_agent_resolve_handler(ngx_http_request_t *r);
+
+/*
+ * The resolution of a waiting call recorded, the turn going on; *seq is
+ * the resolution's.  NGX_DECLINED: the call does not wait (stale);
+ * NGX_ABORT: an answer is sent, res->rc is what to finalize with.
+ */
+ngx_int_t ngx_http_agent_resolve_call(ngx_http_request_t *r,
+    ngx_http_agent_resolution_t *res, uint64_t *seq);
 
 
 #endif /* _NGX_HTTP_AGENT_RESOLVE_H_INCLUDED_ */
