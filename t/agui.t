@@ -350,6 +350,28 @@ is($result->{error}, 'denied by approver: not now', 'the denial');
 is_deeply(canonical($res->{messages}), canonical(logged('d1')),
           'deny: the client\'s messages are the log\'s');
 
+# an approval answered by a tool message, as a frontend tool is
+
+$mock->script(
+    { tool_calls => [{ id => 'call_a2', name => 'send_email',
+                       arguments => '{"to":"b@example.com"}' }] },
+    { text => 'Not sent either', chunks => 1 });
+
+$res = agui('/agui', 'a2', { send => 'mail b' });
+is($res->{runs}[0]{outcome}, 'interrupt', 'tool message: an interrupt');
+
+my $rr = http_post('/agui', encode_json({ threadId => 'a2', runId => 'r2',
+                       messages => [{ id => 't-a2', role => 'tool',
+                           toolCallId => 'call_a2',
+                           content => '{"approved":false,"reason":"no"}' }]
+                   }), port => $t->port(8080),
+                   headers => { 'Content-Type' => 'application/json' });
+like($rr->{body}, qr/"RUN_FINISHED".*"type":"success"/s,
+     'the run goes on to its end');
+my ($denied) = grep { $_->{type} eq 'tool_result' }
+               @{inspect($t, 'a2')->{json}{messages}};
+is($denied->{error}, 'denied by approver: no', 'the tool message denied');
+
 # a frontend tool: the run completes with the call pending, the next
 # run's tool message is its result
 
@@ -393,10 +415,17 @@ is_deeply($tr->{result}, { answer => 'blue' }, 'the answer is the result');
 is_deeply(canonical($res->{messages}), canonical(logged('h1')),
           'answer: the client\'s messages are the log\'s');
 
-# a stale resume: 409, nothing changes
+# a resume of a call that no longer waits: 409, nothing changes
 
-$res = agui('/agui', 'h1', { resume => { answer => 'red' } });
-is(scalar @{$res->{runs}}, 1, 'a run with nothing to resume');
+my $last = inspect($t, 'h1')->{json}{last_seq};
+my $r = http_post('/agui', encode_json({ threadId => 'h1', runId => 'x',
+                      messages => [], resume => [{ interruptId => 'call_h1',
+                      status => 'resolved', payload => 'red' }] }),
+                  port => $t->port(8080),
+                  headers => { 'Content-Type' => 'application/json' });
+is($r->{status}, 409, 'a stale resume: 409');
+like($r->{body}, qr/"stale"/, 'stale');
+is(inspect($t, 'h1')->{json}{last_seq}, $last, 'nothing was logged');
 
 # a provider error mid-stream: RUN_ERROR
 
@@ -459,7 +488,7 @@ is_deeply(canonical($first->{messages}), canonical(logged('r1')),
 
 # what RunAgentInput must have
 
-my $r = http_post('/agui', '{"threadId":', port => $t->port(8080),
+$r = http_post('/agui', '{"threadId":', port => $t->port(8080),
                   headers => { 'Content-Type' => 'application/json' });
 is($r->{status}, 400, 'malformed JSON: 400');
 

@@ -34,9 +34,9 @@
 #include "ngx_http_agent_format.h"
 #include "ngx_http_agent_events_sub.h"
 #include "ngx_http_agent_agui.h"
+#include "ngx_http_agent_agui_messages.h"
 
 
-#define NGX_HTTP_AGENT_AGUI_ID_LEN    80
 #define NGX_HTTP_AGENT_AGUI_WAITS     16
 
 
@@ -48,7 +48,6 @@ typedef struct {
     ngx_uint_t                   kind;
     uint64_t                     deadline;
     unsigned                     waiting:1;
-    unsigned                     answered:1;   /* by the client's message */
 } ngx_http_agent_agui_call_t;
 
 
@@ -58,16 +57,13 @@ typedef struct {
 
     yajl_gen                     text_gen;     /* a result as text */
 
-    yajl_gen                     snap;         /* the messages so far */
-    ngx_uint_t                   snap_failed;
+    ngx_http_agent_agui_msgs_t   msgs;         /* the messages so far */
 
     ngx_http_agent_agui_run_t   *run;
 
-    /* the model call of the open step, and the last assistant message */
+    /* the model call of the open step */
     u_char                       step[NGX_HTTP_AGENT_AGUI_ID_LEN];
     size_t                       step_len;
-    u_char                       parent[NGX_HTTP_AGENT_AGUI_ID_LEN];
-    size_t                       parent_len;
 
     size_t                       text;         /* bytes of it sent */
     size_t                       thinking;
@@ -75,21 +71,10 @@ typedef struct {
     ngx_uint_t                   ncalls;
     ngx_http_agent_agui_call_t   calls[NGX_HTTP_AGENT_AGUI_WAITS];
 
-    /*
-     * the client's tool message that resolved a call, whose result is
-     * the next event: the message keeps the client's id
-     */
-    u_char                       answer_call[NGX_HTTP_AGENT_AGUI_ID_LEN];
-    size_t                       answer_call_len;
-    u_char                       answer_id[NGX_HTTP_AGENT_AGUI_ID_LEN + 64];
-    size_t                       answer_id_len;
-
     unsigned                     started:1;
     unsigned                     step_open:1;
     unsigned                     text_open:1;
     unsigned                     reasoning_open:1;
-    unsigned                     snap_assistant:1;
-    unsigned                     snap_calls:1;
 } ngx_http_agent_agui_t;
 
 
@@ -122,15 +107,13 @@ static ngx_int_t ngx_http_agent_agui_progress(ngx_http_agent_agui_t *a,
     ngx_buf_t *b, yajl_val root);
 static void ngx_http_agent_agui_wait(ngx_http_agent_agui_t *a, yajl_val root,
     ngx_uint_t resolved);
-static void ngx_http_agent_agui_answered(ngx_http_agent_agui_t *a,
-    yajl_val root, ngx_str_t *id);
-static ngx_str_t *ngx_http_agent_agui_result_id(ngx_http_agent_agui_t *a,
-    u_char *buf, ngx_str_t *id, ngx_str_t *out);
+static ngx_http_agent_agui_call_t *ngx_http_agent_agui_call(
+    ngx_http_agent_agui_t *a, ngx_str_t *id);
+static void ngx_http_agent_agui_settled(ngx_http_agent_agui_t *a,
+    ngx_str_t *id);
 static ngx_int_t ngx_http_agent_agui_end(ngx_http_agent_events_sub_t *sub,
     ngx_buf_t *b, ngx_uint_t type, yajl_val root);
 static void ngx_http_agent_agui_outcome(ngx_http_agent_agui_t *a);
-static ngx_int_t ngx_http_agent_agui_snapshot(ngx_http_agent_agui_t *a,
-    ngx_buf_t *b);
 
 static ngx_int_t ngx_http_agent_agui_start(ngx_http_agent_agui_t *a,
     ngx_buf_t *b);
@@ -143,15 +126,6 @@ static ngx_int_t ngx_http_agent_agui_blocks_end(ngx_http_agent_agui_t *a,
 static ngx_int_t ngx_http_agent_agui_message(ngx_http_agent_agui_t *a,
     ngx_buf_t *b, char *type, ngx_uint_t reasoning, ngx_str_t *delta);
 
-static void ngx_http_agent_agui_snap_close(ngx_http_agent_agui_t *a);
-static void ngx_http_agent_agui_snap_user(ngx_http_agent_agui_t *a,
-    ngx_http_agent_event_t *ev, yajl_val root);
-static void ngx_http_agent_agui_snap_assistant(ngx_http_agent_agui_t *a,
-    yajl_val root);
-static void ngx_http_agent_agui_snap_call(ngx_http_agent_agui_t *a,
-    ngx_str_t *id, ngx_str_t *name, ngx_str_t *args);
-static void ngx_http_agent_agui_snap_result(ngx_http_agent_agui_t *a,
-    ngx_str_t *id, ngx_str_t *content, ngx_uint_t ok);
 static ngx_int_t ngx_http_agent_agui_result_text(ngx_http_agent_agui_t *a,
     yajl_val root, ngx_str_t *id, ngx_str_t *content, ngx_uint_t *ok);
 
@@ -160,10 +134,6 @@ static void ngx_http_agent_agui_field(ngx_http_agent_agui_t *a, char *key,
     ngx_str_t *value);
 static ngx_int_t ngx_http_agent_agui_close(ngx_http_agent_agui_t *a,
     ngx_buf_t *b);
-static ngx_str_t *ngx_http_agent_agui_id(u_char *buf, char *prefix,
-    ngx_str_t *id, char *suffix, ngx_str_t *out);
-static ngx_int_t ngx_http_agent_agui_get(yajl_val root, char *key,
-    ngx_str_t *s);
 
 
 ngx_http_agent_events_format_t  ngx_http_agent_format_agui = {
@@ -202,14 +172,14 @@ ngx_http_agent_agui_init(ngx_http_agent_events_sub_t *sub)
     }
 
     a->g = ngx_http_agent_json_gen(sub->request->pool);
-    a->snap = ngx_http_agent_json_gen(sub->request->pool);
     a->text_gen = ngx_http_agent_json_gen(sub->request->pool);
 
-    if (a->g == NULL || a->snap == NULL || a->text_gen == NULL) {
+    if (a->g == NULL || a->text_gen == NULL
+        || ngx_http_agent_agui_msgs_init(&a->msgs, sub->request->pool)
+           != NGX_OK)
+    {
         return NGX_ERROR;
     }
-
-    a->snap_failed = yajl_gen_array_open(a->snap);
 
     sub->format_ctx = a;
 
@@ -236,8 +206,6 @@ static size_t
 ngx_http_agent_agui_more(ngx_http_agent_events_sub_t *sub,
     ngx_http_agent_event_t *ev)
 {
-    size_t                  len;
-    const unsigned char    *json;
     ngx_http_agent_agui_t  *a;
 
     a = sub->format_ctx;
@@ -252,17 +220,15 @@ ngx_http_agent_agui_more(ngx_http_agent_events_sub_t *sub,
 
     default:
         if ((ev->seq == 0 || ev->seq != a->run->end)
-            && (a->started || !a->run->history))
+            && (ev->seq == 0 || ev->seq != a->run->from
+                || !a->run->history))
         {
             return 0;
         }
     }
 
-    if (yajl_gen_get_buf(a->snap, &json, &len) != yajl_gen_status_ok) {
-        len = 0;
-    }
-
-    return len + a->run->thread.len + a->run->run.len
+    return ngx_http_agent_agui_msgs_size(&a->msgs)
+           + a->run->thread.len + a->run->run.len
            + NGX_HTTP_AGENT_AGUI_WAITS * 2 * NGX_HTTP_AGENT_AGUI_ID_LEN
            + 2048;
 }
@@ -272,7 +238,6 @@ static ngx_int_t
 ngx_http_agent_agui_frame(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
     ngx_http_agent_event_t *ev, size_t off, size_t len, ngx_uint_t last)
 {
-    char       errbuf[NGX_HTTP_AGENT_JSON_ERR];
     ngx_int_t  rc;
     yajl_val   root;
 
@@ -280,13 +245,8 @@ ngx_http_agent_agui_frame(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
         return NGX_OK;
     }
 
-    root = ngx_http_agent_json_parse(ev->data, ev->len,
-                                     NGX_HTTP_AGENT_JSON_LOG_DEPTH, errbuf,
-                                     sizeof(errbuf));
+    root = ngx_http_agent_format_parse(sub, ev);
     if (root == NULL) {
-        ngx_log_error(NGX_LOG_ALERT, sub->request->connection->log, 0,
-                      "agent events: an event of \"%V\" does not parse: %s",
-                      &sub->id, errbuf);
         return NGX_ERROR;
     }
 
@@ -313,6 +273,12 @@ ngx_http_agent_agui_event(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
 
         if (rc == NGX_OK && ev->seq == a->run->end) {
             return ngx_http_agent_agui_end(sub, b, ev->type, root);
+        }
+
+        /* the messages before the run go before the reply so far */
+
+        if (rc == NGX_OK && ev->seq == a->run->from && a->run->history) {
+            return ngx_http_agent_agui_start(a, b);
         }
 
         return rc;
@@ -357,7 +323,7 @@ ngx_http_agent_agui_event(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
 
     case NGX_HTTP_AGENT_EV_USER_MSG:
         /* a message after the run's own: the next run's */
-        ngx_http_agent_agui_snap_user(a, ev, root);
+        ngx_http_agent_agui_msgs_user(&a->msgs, ev->seq, root);
         rc = NGX_OK;
         break;
 
@@ -404,11 +370,11 @@ ngx_http_agent_agui_history(ngx_http_agent_agui_t *a,
     switch (ev->type) {
 
     case NGX_HTTP_AGENT_EV_USER_MSG:
-        ngx_http_agent_agui_snap_user(a, ev, root);
+        ngx_http_agent_agui_msgs_user(&a->msgs, ev->seq, root);
         break;
 
     case NGX_HTTP_AGENT_EV_ASSISTANT_MSG:
-        ngx_http_agent_agui_snap_assistant(a, root);
+        ngx_http_agent_agui_msgs_assistant(&a->msgs, root);
         break;
 
     case NGX_HTTP_AGENT_EV_TOOL_CALL:
@@ -419,7 +385,7 @@ ngx_http_agent_agui_history(ngx_http_agent_agui_t *a,
             return NGX_ERROR;
         }
 
-        ngx_http_agent_agui_snap_call(a, &id, &name, &args);
+        ngx_http_agent_agui_msgs_call(&a->msgs, &id, &name, &args);
         break;
 
     case NGX_HTTP_AGENT_EV_TOOL_RESULT:
@@ -429,7 +395,8 @@ ngx_http_agent_agui_history(ngx_http_agent_agui_t *a,
             return NGX_ERROR;
         }
 
-        ngx_http_agent_agui_snap_result(a, &id, &content, ok);
+        ngx_http_agent_agui_msgs_result(&a->msgs, &id, &content, ok);
+        ngx_http_agent_agui_settled(a, &id);
         break;
 
     case NGX_HTTP_AGENT_EV_SUSPENSION:
@@ -522,9 +489,6 @@ ngx_http_agent_agui_assistant(ngx_http_agent_agui_t *a, ngx_buf_t *b,
         return NGX_ERROR;
     }
 
-    a->parent_len = ngx_min(s.len, NGX_HTTP_AGENT_AGUI_ID_LEN - 8);
-    ngx_memcpy(a->parent, s.data, a->parent_len);
-
     if (a->thinking == 0
         && ngx_http_agent_agui_get(root, "thinking", &s) == NGX_OK
         && ngx_http_agent_agui_delta(a, b, 1, &s) != NGX_OK)
@@ -539,7 +503,7 @@ ngx_http_agent_agui_assistant(ngx_http_agent_agui_t *a, ngx_buf_t *b,
         return NGX_ERROR;
     }
 
-    ngx_http_agent_agui_snap_assistant(a, root);
+    ngx_http_agent_agui_msgs_assistant(&a->msgs, root);
 
     return ngx_http_agent_agui_blocks_end(a, b, 1, 1);
 }
@@ -564,9 +528,9 @@ ngx_http_agent_agui_tool_call(ngx_http_agent_agui_t *a, ngx_buf_t *b,
     ngx_http_agent_agui_field(a, "toolCallId", &id);
     ngx_http_agent_agui_field(a, "toolCallName", &name);
 
-    if (a->parent_len) {
-        parent.data = a->parent;
-        parent.len = a->parent_len;
+    if (a->msgs.parent_len) {
+        parent.data = a->msgs.parent;
+        parent.len = a->msgs.parent_len;
         ngx_http_agent_agui_field(a, "parentMessageId", &parent);
     }
 
@@ -587,7 +551,7 @@ ngx_http_agent_agui_tool_call(ngx_http_agent_agui_t *a, ngx_buf_t *b,
     ngx_http_agent_agui_open(a, "TOOL_CALL_END");
     ngx_http_agent_agui_field(a, "toolCallId", &id);
 
-    ngx_http_agent_agui_snap_call(a, &id, &name, &args);
+    ngx_http_agent_agui_msgs_call(&a->msgs, &id, &name, &args);
 
     return ngx_http_agent_agui_close(a, b);
 }
@@ -604,7 +568,7 @@ ngx_http_agent_agui_tool_result(ngx_http_agent_agui_t *a, ngx_buf_t *b,
 {
     u_char      buf[NGX_HTTP_AGENT_AGUI_ID_LEN + 16];
     ngx_str_t   id, content, mid;
-    ngx_uint_t  i, ok;
+    ngx_uint_t  ok;
 
     if (ngx_http_agent_agui_result_text(a, root, &id, &content, &ok)
         != NGX_OK)
@@ -612,14 +576,11 @@ ngx_http_agent_agui_tool_result(ngx_http_agent_agui_t *a, ngx_buf_t *b,
         return NGX_ERROR;
     }
 
-    ngx_http_agent_agui_snap_result(a, &id, &content, ok);
+    ngx_http_agent_agui_msgs_result(&a->msgs, &id, &content, ok);
+    ngx_http_agent_agui_settled(a, &id);
 
-    for (i = 0; i < a->ncalls; i++) {
-        if (a->calls[i].answered && a->calls[i].len == id.len
-            && ngx_strncmp(a->calls[i].id, id.data, id.len) == 0)
-        {
-            return NGX_OK;
-        }
+    if (ngx_http_agent_agui_msgs_client(&a->msgs, &id)) {
+        return NGX_OK;
     }
 
     if (ngx_http_agent_agui_start(a, b) != NGX_OK
@@ -630,8 +591,8 @@ ngx_http_agent_agui_tool_result(ngx_http_agent_agui_t *a, ngx_buf_t *b,
 
     ngx_http_agent_agui_open(a, "TOOL_CALL_RESULT");
     ngx_http_agent_agui_field(a, "messageId",
-                              ngx_http_agent_agui_result_id(a, buf, &id,
-                                                            &mid));
+                              ngx_http_agent_agui_id(buf, "result_", &id, "",
+                                                     &mid));
     ngx_http_agent_agui_field(a, "toolCallId", &id);
     ngx_http_agent_agui_field(a, "content", &content);
     a->failed |= ngx_http_agent_json_key(a->g, "role");
@@ -681,8 +642,8 @@ ngx_http_agent_agui_progress(ngx_http_agent_agui_t *a, ngx_buf_t *b,
 
 
 /*
- * A suspension adds a waiting call, a resolution takes it away; a
- * client's result (source "client") is the browser's tool message.
+ * A suspension adds a waiting call, a resolution takes it away (and
+ * names the client's tool message it came in, if it did).
  */
 
 static void
@@ -690,7 +651,7 @@ ngx_http_agent_agui_wait(ngx_http_agent_agui_t *a, yajl_val root,
     ngx_uint_t resolved)
 {
     ngx_str_t                    id, s;
-    ngx_uint_t                   i, kind;
+    ngx_uint_t                   kind;
     yajl_val                     v;
     ngx_http_agent_agui_call_t  *c;
 
@@ -701,35 +662,13 @@ ngx_http_agent_agui_wait(ngx_http_agent_agui_t *a, yajl_val root,
     }
 
     if (resolved) {
-        ngx_http_agent_agui_answered(a, root, &id);
+        ngx_http_agent_agui_msgs_answered(&a->msgs, root, &id);
+        ngx_http_agent_agui_settled(a, &id);
+        return;
     }
 
-    for (i = 0; i < a->ncalls; i++) {
-        if (a->calls[i].len == id.len
-            && ngx_strncmp(a->calls[i].id, id.data, id.len) == 0)
-        {
-            break;
-        }
-    }
-
-    if (i == a->ncalls) {
-        if (resolved || a->ncalls == NGX_HTTP_AGENT_AGUI_WAITS) {
-            return;
-        }
-
-        a->ncalls++;
-    }
-
-    c = &a->calls[i];
-
-    ngx_memcpy(c->id, id.data, id.len);
-    c->len = id.len;
-
-    if (resolved) {
-        c->waiting = 0;
-        c->answered = (ngx_http_agent_agui_get(root, "source", &s) == NGX_OK
-                       && s.len == 6 && ngx_strncmp(s.data, "client", 6) == 0
-                       && c->kind == NGX_HTTP_AGENT_PENDING_CLIENT_EXEC);
+    c = ngx_http_agent_agui_call(a, &id);
+    if (c == NULL) {
         return;
     }
 
@@ -751,47 +690,65 @@ ngx_http_agent_agui_wait(ngx_http_agent_agui_t *a, yajl_val root,
     c->deadline = (v && YAJL_IS_INTEGER(v)) ? (uint64_t) YAJL_GET_INTEGER(v)
                                             : 0;
     c->waiting = 1;
-    c->answered = 0;
 }
 
+
+/* the slot of a call that waits: its own, a settled one's, or a new one */
+
+static ngx_http_agent_agui_call_t *
+ngx_http_agent_agui_call(ngx_http_agent_agui_t *a, ngx_str_t *id)
+{
+    ngx_uint_t                   i;
+    ngx_http_agent_agui_call_t  *c, *free;
+
+    free = NULL;
+
+    for (i = 0; i < a->ncalls; i++) {
+        c = &a->calls[i];
+
+        if (c->len == id->len && ngx_strncmp(c->id, id->data, id->len) == 0) {
+            return c;
+        }
+
+        if (!c->waiting && free == NULL) {
+            free = c;
+        }
+    }
+
+    if (free == NULL) {
+        if (a->ncalls == NGX_HTTP_AGENT_AGUI_WAITS) {
+            return NULL;
+        }
+
+        free = &a->calls[a->ncalls++];
+    }
+
+    ngx_memcpy(free->id, id->data, id->len);
+    free->len = id->len;
+
+    return free;
+}
+
+
+/* a call resolved, or its result recorded: it no longer waits */
 
 static void
-ngx_http_agent_agui_answered(ngx_http_agent_agui_t *a, yajl_val root,
-    ngx_str_t *id)
+ngx_http_agent_agui_settled(ngx_http_agent_agui_t *a, ngx_str_t *id)
 {
-    ngx_str_t  s;
+    ngx_uint_t  i;
 
-    a->answer_call_len = 0;
-
-    if (ngx_http_agent_agui_get(root, "source_id", &s) != NGX_OK
-        || s.len > sizeof(a->answer_id))
-    {
-        return;
+    for (i = 0; i < a->ncalls; i++) {
+        if (a->calls[i].len == id->len
+            && ngx_strncmp(a->calls[i].id, id->data, id->len) == 0)
+        {
+            a->calls[i].waiting = 0;
+        }
     }
-
-    ngx_memcpy(a->answer_call, id->data, id->len);
-    a->answer_call_len = id->len;
-    ngx_memcpy(a->answer_id, s.data, s.len);
-    a->answer_id_len = s.len;
 }
 
 
-/* a result's message id: the client's tool message's, else the call's */
 
-static ngx_str_t *
-ngx_http_agent_agui_result_id(ngx_http_agent_agui_t *a, u_char *buf,
-    ngx_str_t *id, ngx_str_t *out)
-{
-    if (a->answer_call_len == id->len
-        && ngx_strncmp(a->answer_call, id->data, id->len) == 0)
-    {
-        out->data = a->answer_id;
-        out->len = a->answer_id_len;
-        return out;
-    }
 
-    return ngx_http_agent_agui_id(buf, "result_", id, "", out);
-}
 
 
 /*
@@ -812,7 +769,7 @@ ngx_http_agent_agui_end(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
     if (ngx_http_agent_agui_start(a, b) != NGX_OK
         || ngx_http_agent_agui_blocks_end(a, b, 1, 1) != NGX_OK
         || ngx_http_agent_agui_step_end(a, b) != NGX_OK
-        || ngx_http_agent_agui_snapshot(a, b) != NGX_OK)
+        || ngx_http_agent_agui_msgs_snapshot(&a->msgs, b) != NGX_OK)
     {
         return NGX_ERROR;
     }
@@ -966,45 +923,6 @@ ngx_http_agent_agui_outcome(ngx_http_agent_agui_t *a)
 }
 
 
-/*
- * The conversation's messages so far, from the log, as the client is to
- * hold them: the generator's array with what is open in it closed.
- */
-
-static ngx_int_t
-ngx_http_agent_agui_snapshot(ngx_http_agent_agui_t *a, ngx_buf_t *b)
-{
-    size_t                len;
-    const unsigned char  *json;
-    static u_char         head[] =
-                              "data: {\"type\":\"MESSAGES_SNAPSHOT\","
-                              "\"messages\":";
-
-    if (a->snap_failed
-        || yajl_gen_get_buf(a->snap, &json, &len) != yajl_gen_status_ok
-        || (size_t) (b->end - b->last) < sizeof(head) - 1 + len + 6)
-    {
-        return NGX_ERROR;
-    }
-
-    b->last = ngx_cpymem(b->last, head, sizeof(head) - 1);
-    b->last = ngx_cpymem(b->last, json, len);
-
-    if (a->snap_calls) {
-        *b->last++ = ']';
-    }
-
-    if (a->snap_assistant) {
-        *b->last++ = '}';
-    }
-
-    *b->last++ = ']';
-    *b->last++ = '}';
-    *b->last++ = LF;
-    *b->last++ = LF;
-
-    return NGX_OK;
-}
 
 
 /*
@@ -1122,7 +1040,11 @@ ngx_http_agent_agui_start(ngx_http_agent_agui_t *a, ngx_buf_t *b)
 
     /* a client that brought nothing new gets the messages before the run */
 
-    return run->history ? ngx_http_agent_agui_snapshot(a, b) : NGX_OK;
+    if (!run->history) {
+        return NGX_OK;
+    }
+
+    return ngx_http_agent_agui_msgs_snapshot(&a->msgs, b);
 }
 
 
@@ -1262,176 +1184,14 @@ ngx_http_agent_agui_message(ngx_http_agent_agui_t *a, ngx_buf_t *b,
 }
 
 
-static void
-ngx_http_agent_agui_snap_close(ngx_http_agent_agui_t *a)
-{
-    if (a->snap_calls) {
-        a->snap_failed |= yajl_gen_array_close(a->snap);
-        a->snap_calls = 0;
-    }
-
-    if (a->snap_assistant) {
-        a->snap_failed |= yajl_gen_map_close(a->snap);
-        a->snap_assistant = 0;
-    }
-}
 
 
-/* a user message's id is the client's (its source_id), else its seq's */
-
-static void
-ngx_http_agent_agui_snap_user(ngx_http_agent_agui_t *a,
-    ngx_http_agent_event_t *ev, yajl_val root)
-{
-    u_char     buf[NGX_INT64_LEN + sizeof("user_")];
-    ngx_str_t  id, content;
-    yajl_gen   g;
-
-    ngx_http_agent_agui_snap_close(a);
-
-    if (ngx_http_agent_agui_get(root, "source_id", &id) != NGX_OK) {
-        id.data = buf;
-        id.len = ngx_sprintf(buf, "user_%uL", ev->seq) - buf;
-    }
-
-    if (ngx_http_agent_agui_get(root, "content", &content) != NGX_OK) {
-        ngx_str_null(&content);
-    }
-
-    g = a->snap;
-
-    a->snap_failed |= yajl_gen_map_open(g);
-    a->snap_failed |= ngx_http_agent_json_key(g, "id");
-    a->snap_failed |= ngx_http_agent_json_str(g, &id);
-    a->snap_failed |= ngx_http_agent_json_key(g, "role");
-    a->snap_failed |= yajl_gen_string(g, (u_char *) "user", 4);
-    a->snap_failed |= ngx_http_agent_json_key(g, "content");
-    a->snap_failed |= ngx_http_agent_json_str(g, &content);
-    a->snap_failed |= yajl_gen_map_close(g);
-}
 
 
-/* its reasoning, then the assistant message, open for its tool calls */
-
-static void
-ngx_http_agent_agui_snap_assistant(ngx_http_agent_agui_t *a, yajl_val root)
-{
-    u_char     buf[NGX_HTTP_AGENT_AGUI_ID_LEN + 16];
-    ngx_str_t  mid, id, s;
-    yajl_gen   g;
-
-    ngx_http_agent_agui_snap_close(a);
-
-    if (ngx_http_agent_agui_get(root, "message_id", &mid) != NGX_OK) {
-        ngx_str_set(&mid, "msg");
-    }
-
-    mid.len = ngx_min(mid.len, NGX_HTTP_AGENT_AGUI_ID_LEN - 8);
-
-    a->parent_len = mid.len;
-    ngx_memcpy(a->parent, mid.data, mid.len);
-
-    g = a->snap;
-
-    if (ngx_http_agent_agui_get(root, "thinking", &s) == NGX_OK && s.len) {
-        a->snap_failed |= yajl_gen_map_open(g);
-        a->snap_failed |= ngx_http_agent_json_key(g, "id");
-        a->snap_failed |= ngx_http_agent_json_str(g,
-                              ngx_http_agent_agui_id(buf, "", &mid, "_r",
-                                                     &id));
-        a->snap_failed |= ngx_http_agent_json_key(g, "role");
-        a->snap_failed |= yajl_gen_string(g, (u_char *) "reasoning", 9);
-        a->snap_failed |= ngx_http_agent_json_key(g, "content");
-        a->snap_failed |= ngx_http_agent_json_str(g, &s);
-        a->snap_failed |= yajl_gen_map_close(g);
-    }
-
-    a->snap_failed |= yajl_gen_map_open(g);
-    a->snap_failed |= ngx_http_agent_json_key(g, "id");
-    a->snap_failed |= ngx_http_agent_json_str(g, &mid);
-    a->snap_failed |= ngx_http_agent_json_key(g, "role");
-    a->snap_failed |= yajl_gen_string(g, (u_char *) "assistant", 9);
-
-    if (ngx_http_agent_agui_get(root, "content", &s) == NGX_OK && s.len) {
-        a->snap_failed |= ngx_http_agent_json_key(g, "content");
-        a->snap_failed |= ngx_http_agent_json_str(g, &s);
-    }
-
-    a->snap_assistant = 1;
-}
 
 
-/* a call joins the assistant message before it, or one of its own */
-
-static void
-ngx_http_agent_agui_snap_call(ngx_http_agent_agui_t *a, ngx_str_t *id,
-    ngx_str_t *name, ngx_str_t *args)
-{
-    yajl_gen  g;
-
-    g = a->snap;
-
-    if (!a->snap_assistant) {
-        a->snap_failed |= yajl_gen_map_open(g);
-        a->snap_failed |= ngx_http_agent_json_key(g, "id");
-        a->snap_failed |= ngx_http_agent_json_str(g, id);
-        a->snap_failed |= ngx_http_agent_json_key(g, "role");
-        a->snap_failed |= yajl_gen_string(g, (u_char *) "assistant", 9);
-        a->snap_assistant = 1;
-    }
-
-    if (!a->snap_calls) {
-        a->snap_failed |= ngx_http_agent_json_key(g, "toolCalls");
-        a->snap_failed |= yajl_gen_array_open(g);
-        a->snap_calls = 1;
-    }
-
-    a->snap_failed |= yajl_gen_map_open(g);
-    a->snap_failed |= ngx_http_agent_json_key(g, "id");
-    a->snap_failed |= ngx_http_agent_json_str(g, id);
-    a->snap_failed |= ngx_http_agent_json_key(g, "type");
-    a->snap_failed |= yajl_gen_string(g, (u_char *) "function", 8);
-    a->snap_failed |= ngx_http_agent_json_key(g, "function");
-    a->snap_failed |= yajl_gen_map_open(g);
-    a->snap_failed |= ngx_http_agent_json_key(g, "name");
-    a->snap_failed |= ngx_http_agent_json_str(g, name);
-    a->snap_failed |= ngx_http_agent_json_key(g, "arguments");
-    a->snap_failed |= ngx_http_agent_json_str(g, args);
-    a->snap_failed |= yajl_gen_map_close(g);
-    a->snap_failed |= yajl_gen_map_close(g);
-}
 
 
-static void
-ngx_http_agent_agui_snap_result(ngx_http_agent_agui_t *a, ngx_str_t *id,
-    ngx_str_t *content, ngx_uint_t ok)
-{
-    u_char     buf[NGX_HTTP_AGENT_AGUI_ID_LEN + 16];
-    ngx_str_t  mid;
-    yajl_gen   g;
-
-    ngx_http_agent_agui_snap_close(a);
-
-    g = a->snap;
-
-    a->snap_failed |= yajl_gen_map_open(g);
-    a->snap_failed |= ngx_http_agent_json_key(g, "id");
-    a->snap_failed |= ngx_http_agent_json_str(g,
-                          ngx_http_agent_agui_result_id(a, buf, id, &mid));
-    a->snap_failed |= ngx_http_agent_json_key(g, "role");
-    a->snap_failed |= yajl_gen_string(g, (u_char *) "tool", 4);
-    a->snap_failed |= ngx_http_agent_json_key(g, "toolCallId");
-    a->snap_failed |= ngx_http_agent_json_str(g, id);
-    a->snap_failed |= ngx_http_agent_json_key(g, "content");
-    a->snap_failed |= ngx_http_agent_json_str(g, content);
-
-    if (!ok) {
-        a->snap_failed |= ngx_http_agent_json_key(g, "error");
-        a->snap_failed |= ngx_http_agent_json_str(g, content);
-    }
-
-    a->snap_failed |= yajl_gen_map_close(g);
-}
 
 
 /*
@@ -1496,52 +1256,15 @@ ngx_http_agent_agui_field(ngx_http_agent_agui_t *a, char *key,
 }
 
 
-/* the event generated, as "data: JSON" and a blank line, if it fits */
+/* the event generated, as "data: JSON" and a blank line */
 
 static ngx_int_t
 ngx_http_agent_agui_close(ngx_http_agent_agui_t *a, ngx_buf_t *b)
 {
-    size_t                len;
-    ngx_int_t             rc;
-    const unsigned char  *json;
+    ngx_uint_t  failed;
 
-    a->failed |= yajl_gen_map_close(a->g);
-
-    rc = NGX_ERROR;
-
-    if (!a->failed
-        && yajl_gen_get_buf(a->g, &json, &len) == yajl_gen_status_ok
-        && (size_t) (b->end - b->last) >= len + sizeof("data: \n\n") - 1)
-    {
-        b->last = ngx_sprintf(b->last, "data: %*s\n\n", len, json);
-        rc = NGX_OK;
-    }
-
-    yajl_gen_clear(a->g);
-    yajl_gen_reset(a->g, NULL);
+    failed = a->failed | yajl_gen_map_close(a->g);
     a->failed = 0;
 
-    return rc;
-}
-
-
-static ngx_str_t *
-ngx_http_agent_agui_id(u_char *buf, char *prefix, ngx_str_t *id,
-    char *suffix, ngx_str_t *out)
-{
-    out->data = buf;
-    out->len = ngx_sprintf(buf, "%s%*s%s", prefix,
-                           ngx_min(id->len, NGX_HTTP_AGENT_AGUI_ID_LEN),
-                           id->data, suffix)
-               - buf;
-
-    return out;
-}
-
-
-static ngx_int_t
-ngx_http_agent_agui_get(yajl_val root, char *key, ngx_str_t *s)
-{
-    return ngx_http_agent_provider_string(
-               ngx_http_agent_provider_get(root, key), s);
+    return ngx_http_agent_format_data(a->g, failed, b);
 }
