@@ -119,7 +119,8 @@ my $base = 'http://127.0.0.1:' . $t->port(8080);
 sub spec {
     my ($path, $thread, @steps) = @_;
     return encode_json({ url => "$base$path", threadId => $thread,
-                         state => { app => 'demo' }, steps => \@steps });
+                         state => { app => 'demo', notes => 'n' x 8000 },
+                         steps => \@steps });
 }
 
 sub quote {
@@ -248,7 +249,7 @@ my $res = agui('/agui', 'p1', { send => 'hello', id => 'u-p1' });
 is_deeply(errors($res), [], 'text: the verifier took every event');
 is(events($res)->[0], 'RUN_STARTED', 'RUN_STARTED first');
 is(events($res)->[1], 'STATE_SNAPSHOT', 'then the state');
-is_deeply($res->{runs}[0]{state}, { app => 'demo' },
+is_deeply($res->{runs}[0]{state}, { app => 'demo', notes => 'n' x 8000 },
           'the state the run started from');
 is(events($res)->[-1], 'RUN_FINISHED', 'RUN_FINISHED last');
 ok(has($res, 'STEP_STARTED') == 1 && has($res, 'STEP_FINISHED') == 1,

@@ -206,9 +206,15 @@ static size_t
 ngx_http_agent_agui_more(ngx_http_agent_events_sub_t *sub,
     ngx_http_agent_event_t *ev)
 {
+    size_t                  start;
     ngx_http_agent_agui_t  *a;
 
     a = sub->format_ctx;
+
+    /* the first event of the run brings RUN_STARTED and the state */
+
+    start = a->started ? 0 : a->run->state.len + a->run->thread.len
+                             + a->run->run.len + 512;
 
     switch (ev->type) {
 
@@ -219,15 +225,14 @@ ngx_http_agent_agui_more(ngx_http_agent_events_sub_t *sub,
         break;
 
     default:
-        if ((ev->seq == 0 || ev->seq != a->run->end)
-            && (ev->seq == 0 || ev->seq != a->run->from
-                || !a->run->history))
+        if (ev->seq == 0
+            || (ev->seq != a->run->end && ev->seq != a->run->from))
         {
-            return 0;
+            return start;
         }
     }
 
-    return ngx_http_agent_agui_msgs_size(&a->msgs)
+    return start + ngx_http_agent_agui_msgs_size(&a->msgs)
            + a->run->thread.len + a->run->run.len
            + NGX_HTTP_AGENT_AGUI_WAITS * 2 * NGX_HTTP_AGENT_AGUI_ID_LEN
            + 2048;
@@ -275,9 +280,13 @@ ngx_http_agent_agui_event(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
             return ngx_http_agent_agui_end(sub, b, ev->type, root);
         }
 
-        /* the messages before the run go before the reply so far */
+        /*
+         * the run starts with the last event before it, before the reply
+         * so far (whose buffer has no room for the state), and, for a
+         * client that brought nothing new, with the messages before it
+         */
 
-        if (rc == NGX_OK && ev->seq == a->run->from && a->run->history) {
+        if (rc == NGX_OK && ev->seq == a->run->from) {
             return ngx_http_agent_agui_start(a, b);
         }
 
