@@ -27,6 +27,8 @@
 static ngx_int_t ngx_http_agent_events_copy_locked(
     ngx_http_agent_events_sub_t *sub, ngx_http_agent_event_t **evs,
     ngx_uint_t n, ngx_uint_t strict, ngx_chain_t ***ll, ngx_uint_t *used);
+static size_t ngx_http_agent_events_size(ngx_http_agent_events_sub_t *sub,
+    ngx_http_agent_event_t *ev);
 
 
 /*
@@ -365,7 +367,7 @@ ngx_http_agent_events_copy_locked(ngx_http_agent_events_sub_t *sub,
 
             if (sub->queued + size < slow) {
                 keep[i] = 1;
-                size += fmt->size(ev);
+                size += ngx_http_agent_events_size(sub, ev);
 
             } else if (ngx_http_agent_event_delta(ev->type)) {
                 /* a client that does not keep up: the reply so far later */
@@ -399,7 +401,7 @@ ngx_http_agent_events_copy_locked(ngx_http_agent_events_sub_t *sub,
             sub->offset = 0;
         }
 
-        whole = fmt->size(ev);
+        whole = ngx_http_agent_events_size(sub, ev);
         head = off ? 0 : whole - ev->len;
         need = off ? ev->len - off + 2 : whole;
         room = (sub->limit > sub->queued + size)
@@ -490,6 +492,24 @@ ngx_http_agent_events_copy_locked(ngx_http_agent_events_sub_t *sub,
     *ll = &cl->next;
 
     return NGX_OK;
+}
+
+
+/* at most how many bytes the frame of ev takes in the subscriber's format */
+
+static size_t
+ngx_http_agent_events_size(ngx_http_agent_events_sub_t *sub,
+    ngx_http_agent_event_t *ev)
+{
+    size_t  size;
+
+    size = sub->format->size(ev);
+
+    if (sub->format->more) {
+        size += sub->format->more(sub, ev);
+    }
+
+    return size;
 }
 
 

@@ -12,6 +12,9 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include <yajl/yajl_gen.h>
+#include <yajl/yajl_tree.h>
+
 #include "ngx_http_agent_zone.h"
 
 
@@ -59,7 +62,22 @@ typedef struct {
      */
     ngx_int_t  (*caught_up)(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
                             ngx_http_agent_conv_t *conv);
+
+    /* bytes the frame of ev adds from the subscriber's state (or NULL) */
+    size_t     (*more)(ngx_http_agent_events_sub_t *sub,
+                       ngx_http_agent_event_t *ev);
 } ngx_http_agent_events_format_t;
+
+
+/*
+ * For formats of JSON events (ngx_http_agent_format.c): an event of the
+ * log parsed, and a generated document written as "data: JSON" and a
+ * blank line if it fits (the generator is reset either way).
+ */
+yajl_val ngx_http_agent_format_parse(ngx_http_agent_events_sub_t *sub,
+    ngx_http_agent_event_t *ev);
+ngx_int_t ngx_http_agent_format_data(yajl_gen g, ngx_uint_t failed,
+    ngx_buf_t *b);
 
 
 /* the module's own Server-Sent Events: ngx_http_agent_format_sse.c */
@@ -67,6 +85,9 @@ extern ngx_http_agent_events_format_t  ngx_http_agent_format_sse;
 
 /* the AI SDK's UI message stream: ngx_http_agent_format_aisdk.c */
 extern ngx_http_agent_events_format_t  ngx_http_agent_format_aisdk;
+
+/* AG-UI events: ngx_http_agent_format_agui.c */
+extern ngx_http_agent_events_format_t  ngx_http_agent_format_agui;
 
 
 #endif /* _NGX_HTTP_AGENT_FORMAT_H_INCLUDED_ */

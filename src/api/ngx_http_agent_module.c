@@ -19,6 +19,7 @@
 #include "ngx_http_agent_variables.h"
 #include "ngx_http_agent_events.h"
 #include "ngx_http_agent_aisdk.h"
+#include "ngx_http_agent_agui.h"
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_resolve.h"
@@ -250,6 +251,13 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       ngx_http_agent_aisdk_handler },
+
+    { ngx_string("agent_agui"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_agent_api,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      ngx_http_agent_agui_handler },
 
     { ngx_string("agent_inspect"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
@@ -604,10 +612,14 @@ ngx_http_agent_merge_api(ngx_conf_t *cf, ngx_http_agent_loc_conf_t *conf)
         return NGX_CONF_ERROR;
     }
 
-    /* agent_aisdk takes the chat's id when it has no agent_conversation */
+    /*
+     * agent_aisdk and agent_agui take the chat's or thread's id when
+     * there is no agent_conversation
+     */
 
     if (conf->conversation == NULL
-        && conf->api != ngx_http_agent_aisdk_handler)
+        && conf->api != ngx_http_agent_aisdk_handler
+        && conf->api != ngx_http_agent_agui_handler)
     {
         ngx_http_agent_conf_error(cf, conf->api_file, conf->api_line,
                                   "\"%V\" needs an \"agent_conversation\"",

@@ -503,6 +503,11 @@ ngx_http_agent_resolve_record_locked(ngx_http_request_t *r,
     failed |= ngx_http_agent_json_key(g, "source");
     failed |= ngx_http_agent_json_str(g, &source);
 
+    if (res->source_id.len) {
+        failed |= ngx_http_agent_json_key(g, "source_id");
+        failed |= ngx_http_agent_json_str(g, &res->source_id);
+    }
+
     if (res->approver) {
         failed |= ngx_http_agent_json_key(g, "approver");
         failed |= ngx_http_agent_json_str(g, res->approver);

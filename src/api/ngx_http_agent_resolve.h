@@ -24,6 +24,7 @@ typedef struct {
     ngx_str_t                 reason;
     ngx_str_t                 args;       /* a JSON object */
     ngx_str_t                *approver;   /* agent_approver, or NULL */
+    ngx_str_t                 source_id;  /* the client's message, or "" */
 
     unsigned                  has_result:1;
     unsigned                  approve:1;

@@ -10,6 +10,7 @@
 
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_json.h"
 #include "ngx_http_agent_partial.h"
 
 
@@ -390,4 +391,31 @@ ngx_http_agent_partial_copy(ngx_http_agent_partial_t *p, size_t off,
     }
 
     return b;
+}
+
+
+yajl_val
+ngx_http_agent_partial_parse_locked(ngx_http_agent_conv_t *conv,
+    ngx_log_t *log)
+{
+    char       errbuf[NGX_HTTP_AGENT_JSON_ERR];
+    u_char    *json, *last;
+    yajl_val   root;
+
+    json = ngx_alloc(ngx_http_agent_partial_size_locked(conv) + 3, log);
+    if (json == NULL) {
+        return NULL;
+    }
+
+    json[0] = '{';
+    last = ngx_http_agent_partial_json_locked(conv, json + 1);
+    *last++ = '}';
+    *last = '\0';
+
+    root = ngx_http_agent_json_parse(json, last - json,
+                                     NGX_HTTP_AGENT_JSON_LOG_DEPTH, errbuf,
+                                     sizeof(errbuf));
+    ngx_free(json);
+
+    return root;
 }

@@ -12,6 +12,8 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include <yajl/yajl_tree.h>
+
 #include "ngx_http_agent_zone.h"
 
 
@@ -56,6 +58,10 @@ void ngx_http_agent_partial_drop_locked(ngx_http_agent_zone_t *z,
 size_t ngx_http_agent_partial_size_locked(ngx_http_agent_conv_t *conv);
 u_char *ngx_http_agent_partial_json_locked(ngx_http_agent_conv_t *conv,
     u_char *p);
+
+/* the reply so far as a parsed object, for a format to read */
+yajl_val ngx_http_agent_partial_parse_locked(ngx_http_agent_conv_t *conv,
+    ngx_log_t *log);
 
 
 #endif /* _NGX_HTTP_AGENT_PARTIAL_H_INCLUDED_ */
