@@ -211,18 +211,19 @@ static ngx_int_t
 ngx_http_agent_variable_tokens(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
 {
-    u_char                 *p;
-    uint64_t                tokens;
-    ngx_int_t               rc;
-    ngx_str_t               id;
-    ngx_uint_t              turn;
-    ngx_http_agent_zone_t  *z;
-    ngx_http_agent_conv_t  *conv;
+    u_char                      *p;
+    uint64_t                     tokens;
+    ngx_int_t                    rc;
+    ngx_http_agent_zone_t       *z;
+    ngx_http_agent_conv_t       *conv;
+    ngx_http_agent_turn_mark_t  *mark;
+    ngx_http_agent_main_conf_t  *amcf;
 
-    turn = ngx_http_agent_turn_started(r);
-    z = ngx_http_agent_variable_zone(r, &id);
+    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
+    z = amcf->zone;
+    mark = ngx_http_agent_turn_started(r);
 
-    if (z == NULL || turn == 0) {
+    if (z == NULL || mark == NULL) {
         v->not_found = 1;
         return NGX_OK;
     }
@@ -232,10 +233,10 @@ ngx_http_agent_variable_tokens(ngx_http_request_t *r,
 
     ngx_http_agent_zone_lock(z);
 
-    conv = ngx_http_agent_conv_find_locked(z, &id);
+    conv = ngx_http_agent_conv_find_locked(z, &mark->id);
 
     if (conv) {
-        rc = ngx_http_agent_variable_turn_tokens(conv, turn, &tokens);
+        rc = ngx_http_agent_variable_turn_tokens(conv, mark->turn, &tokens);
     }
 
     ngx_http_agent_zone_unlock(z);

@@ -318,7 +318,7 @@ ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
     c->data = tr;
     t->request = tr;
 
-    if (r && ngx_http_agent_turn_mark(r, turn) != NGX_OK) {
+    if (r && ngx_http_agent_turn_mark(r, id, turn) != NGX_OK) {
         ngx_http_agent_turn_close(t);
         return NGX_ERROR;
     }

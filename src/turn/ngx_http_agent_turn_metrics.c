@@ -211,38 +211,47 @@ ngx_http_agent_turn_call_row(ngx_http_agent_turn_t *t,
  */
 
 ngx_int_t
-ngx_http_agent_turn_mark(ngx_http_request_t *r, ngx_uint_t turn)
+ngx_http_agent_turn_mark(ngx_http_request_t *r, ngx_str_t *id,
+    ngx_uint_t turn)
 {
-    ngx_pool_cleanup_t  *cln;
+    ngx_pool_cleanup_t          *cln;
+    ngx_http_agent_turn_mark_t  *mark;
 
-    cln = ngx_pool_cleanup_add(r->pool, sizeof(ngx_uint_t));
+    cln = ngx_pool_cleanup_add(r->pool, sizeof(ngx_http_agent_turn_mark_t));
     if (cln == NULL) {
         return NGX_ERROR;
     }
 
-    cln->handler = ngx_http_agent_turn_mark_handler;
-    *(ngx_uint_t *) cln->data = turn;
+    mark = cln->data;
+    mark->turn = turn;
+    mark->id.len = id->len;
+    mark->id.data = ngx_pstrdup(r->pool, id);
 
-    return NGX_OK;
+    cln->handler = ngx_http_agent_turn_mark_handler;
+
+    return (mark->id.data == NULL) ? NGX_ERROR : NGX_OK;
 }
 
 
-ngx_uint_t
+ngx_http_agent_turn_mark_t *
 ngx_http_agent_turn_started(ngx_http_request_t *r)
 {
     ngx_pool_cleanup_t  *c;
 
     for (c = r->pool->cleanup; c; c = c->next) {
         if (c->handler == ngx_http_agent_turn_mark_handler) {
-            return *(ngx_uint_t *) c->data;
+            return c->data;
         }
     }
 
-    return 0;
+    return NULL;
 }
 
 
 static void
 ngx_http_agent_turn_mark_handler(void *data)
 {
+    ngx_http_agent_turn_mark_t *mark = data;
+
+    mark->turn = 0;
 }

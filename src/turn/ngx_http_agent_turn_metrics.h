@@ -29,9 +29,18 @@ void ngx_http_agent_turn_call_abort(ngx_http_agent_turn_t *t);
 /* the reply's first piece arrived */
 void ngx_http_agent_turn_first_chunk(ngx_http_agent_turn_t *t);
 
-/* r started the turn; which one it started, 0 for none */
-ngx_int_t ngx_http_agent_turn_mark(ngx_http_request_t *r, ngx_uint_t turn);
-ngx_uint_t ngx_http_agent_turn_started(ngx_http_request_t *r);
+/* the turn a request started, kept with the request */
+typedef struct {
+    ngx_str_t                     id;
+    ngx_uint_t                    turn;
+} ngx_http_agent_turn_mark_t;
+
+ngx_int_t ngx_http_agent_turn_mark(ngx_http_request_t *r, ngx_str_t *id,
+    ngx_uint_t turn);
+
+/* the turn r started, or NULL */
+ngx_http_agent_turn_mark_t *ngx_http_agent_turn_started(
+    ngx_http_request_t *r);
 
 
 #endif /* _NGX_HTTP_AGENT_TURN_METRICS_H_INCLUDED_ */
