@@ -36,7 +36,8 @@ $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
             agent_owner $http_x_user;
             agent_conversation $ocid;
             agent_inspect;
-        }'));
+        }
+        location = /metrics { agent_metrics; }'));
 $t->run;
 
 sub sql { $store->sql(@_) }
@@ -94,6 +95,19 @@ is(sql("SELECT worker FROM model_calls WHERE conversation = 'a1'"
 isnt(sql("SELECT worker FROM model_calls WHERE conversation = 'a1'"
          . " AND call = 5"), $lease, 'the next one another\'s');
 
+# the metrics agree: the lost call ended nowhere, so it is not counted
+
+sub metric {
+    my ($name) = @_;
+    my $body = http_get('/metrics', port => $t->port(8080))->{body} // '';
+    my $sum;
+    $sum += $_ for $body =~ /^\Q$name\E(?:\{[^}]*\})? (\d+)$/mg;
+    return $sum;
+}
+
+is(metric('agent_model_calls_total'), 4, 'four model calls ended');
+is(metric('agent_takeovers_total'), 1, 'one take-over');
+
 # a restart: numbering goes on from the store
 
 $t->stop;
@@ -110,6 +124,20 @@ is(wait_sql($rows, qr/6\|/), "1|1|1|ok\n2|2|1|retry\n3|2|2|ok\n"
    . "4|3|1|lost\n5|3|1|ok\n6|4|1|ok", 'after a restart: 6, no gap');
 is(wait_sql("SELECT call, status FROM model_calls WHERE conversation = 'b1'",
             qr/ok/), '1|ok', 'another conversation numbers its own');
+
+# the store's series, for this nginx: every event since the start
+# written once, in batches, nothing left behind
+
+my $events = sql("SELECT count(*) FROM events WHERE conversation = 'b1'"
+                 . " OR (conversation = 'a1'"
+                 . " AND json_extract(data, '\$.turn') = 4)");
+is($events, 6, 'six events since the start');
+is(metric('agent_store_batch_events_sum'), $events,
+   'the batches wrote them, once');
+cmp_ok(metric('agent_store_batch_events_count'), '>=', 2,
+       'in a batch or more each');
+is(metric('agent_store_lag_events'), 0, 'nothing left to write');
+is(metric('agent_store_errors_total'), 0, 'no error');
 
 # inspect pages through them
 
