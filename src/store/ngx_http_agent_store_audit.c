@@ -232,7 +232,9 @@ ngx_http_agent_store_audit_page(ngx_http_request_t *r, ngx_str_t *conv,
         return NGX_DECLINED;
     }
 
-    pool = ngx_create_pool(4096, r->connection->log);
+    /* the cycle's log: the pool may outlive the request's connection */
+
+    pool = ngx_create_pool(4096, ngx_cycle->log);
     if (pool == NULL) {
         return NGX_ERROR;
     }
