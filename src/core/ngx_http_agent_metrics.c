@@ -84,14 +84,21 @@ static ngx_str_t  ngx_http_agent_metrics_kinds[] = {
 };
 
 
+/*
+ * The smallest zones keep their few pages for the conversations: a
+ * zone under NGX_HTTP_AGENT_METRICS_PAGES pages keeps no metrics
+ */
+
 ngx_http_agent_metrics_sh_t *
 ngx_http_agent_metrics_create(ngx_slab_pool_t *shpool)
 {
-    ngx_http_agent_metrics_sh_t  *m;
+    if ((ngx_uint_t) (shpool->end - shpool->start) / ngx_pagesize
+        < NGX_HTTP_AGENT_METRICS_PAGES)
+    {
+        return NULL;
+    }
 
-    m = ngx_slab_calloc(shpool, sizeof(ngx_http_agent_metrics_sh_t));
-
-    return m;
+    return ngx_slab_calloc(shpool, sizeof(ngx_http_agent_metrics_sh_t));
 }
 
 

@@ -30,6 +30,9 @@
 #define NGX_HTTP_AGENT_METRICS_TOOLS     64
 #define NGX_HTTP_AGENT_METRICS_NAME      64
 
+/* a zone of fewer pages (64 KB of 4 KB pages) keeps no metrics */
+#define NGX_HTTP_AGENT_METRICS_PAGES     16
+
 /* the most bounds a histogram has; one more bucket counts the rest */
 #define NGX_HTTP_AGENT_METRICS_BOUNDS    16
 
