@@ -3,8 +3,9 @@
 # The store's schema is versioned and migrates itself: a version 1 file
 # (the log only) gets the derived tables, filled from its log, when the
 # configuration is loaded, and its conversations are served as before; a
-# version 2 file (no owners) gets its conversations' owner, empty.  A file
-# newer than the module is refused at nginx -t.
+# version 2 file (no owners) gets its conversations' owner, empty; a
+# version 3 file gets the audit of model calls, empty.  A file newer than
+# the module is refused at nginx -t.
 
 use strict;
 use warnings;
@@ -91,7 +92,7 @@ $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
     http => "agent_store $db;"));
 $t->run;
 
-is(sql("SELECT value FROM meta"), '3', 'migrated to version 3');
+is(sql("SELECT value FROM meta"), '4', 'migrated to version 4');
 is(sql("SELECT count(*) FROM events"), scalar @events, 'the log kept');
 is(sql("SELECT id, name, executor, kind, status, deadline FROM tool_calls"),
    'q1|ask_user|human|elicitation|suspended|4102444800000',
@@ -112,6 +113,9 @@ $c = wait_state($t, 'a', 'idle');
 is($c->{messages}[-2]{content}, 'after the migration', 'a new turn');
 is(sql("SELECT max(seq) FROM events WHERE conversation = 'a'"), 6,
    'written after the old log');
+is(sql("SELECT call, turn, attempt, status FROM model_calls"
+       . " WHERE conversation = 'a'"), '1|2|1|ok',
+   'its model call audited, the first of the conversation');
 
 $c = inspect($t, 'b')->{json};
 is($c->{state}, 'awaiting_input', 'the waiting call is back');
@@ -127,24 +131,39 @@ $t->done(more => 1);
 
 # version 2, as the module wrote it: conversations without an owner
 
-sql("ALTER TABLE conversations DROP COLUMN owner;"
+sql("ALTER TABLE conversations DROP COLUMN owner; DROP TABLE model_calls;"
     . "UPDATE meta SET value = '2' WHERE key = 'schema_version'");
 
 my ($rc, $out) = $t->test_config;
 is($rc, 0, 'a version 2 file is taken') or diag($out);
-is(sql("SELECT value FROM meta"), '3', 'migrated to version 3');
-like($t->read_file('error.log'), qr/migrating the schema from version 2 to 3/,
+is(sql("SELECT value FROM meta"), '4', 'migrated to version 4');
+like($t->read_file('error.log'), qr/migrating the schema from version 2 to 4/,
      'migration logged');
 is(sql("SELECT id, owner, state FROM conversations ORDER BY id"),
    "a||idle\nb||idle", 'the conversations kept, owned by no one');
 
+# version 3, as the module wrote it: no audit of model calls
+
+my $nevents = sql("SELECT count(*) FROM events");
+
+sql("DROP TABLE model_calls;"
+    . "UPDATE meta SET value = '3' WHERE key = 'schema_version'");
+
+($rc, $out) = $t->test_config;
+is($rc, 0, 'a version 3 file is taken') or diag($out);
+is(sql("SELECT value FROM meta"), '4', 'migrated to version 4');
+like($t->read_file('error.log'), qr/migrating the schema from version 3 to 4/,
+     'migration logged');
+is(sql("SELECT count(*) FROM model_calls"), 0, 'with an empty audit');
+is(sql("SELECT count(*) FROM events"), $nevents, 'the log kept');
+
 # a newer schema than the module's is refused
 
-sql("UPDATE meta SET value = '4' WHERE key = 'schema_version'");
+sql("UPDATE meta SET value = '5' WHERE key = 'schema_version'");
 
 ($rc, $out) = $t->test_config;
 isnt($rc, 0, 'nginx -t fails on a newer schema');
-like($out, qr/schema version 4, newer than this module's 3/, 'and says why');
+like($out, qr/schema version 5, newer than this module's 4/, 'and says why');
 
 # SQLite writes its WAL files beside the database as the workers' user:
 # a directory they cannot write is refused at once

@@ -90,6 +90,10 @@ ngx_http_agent_inspect_handler(ngx_http_request_t *r)
         return rc;
     }
 
+    if (ngx_http_arg(r, (u_char *) "view", 4, &json) == NGX_OK) {
+        return ngx_http_agent_inspect_view(r, &id, &json, after, limit);
+    }
+
     evs = ngx_palloc(r->pool, limit * sizeof(ngx_http_agent_event_t *));
     if (evs == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;

@@ -16,6 +16,7 @@
 #include "ngx_http_agent_message.h"
 #include "ngx_http_agent_inspect.h"
 #include "ngx_http_agent_zone_status.h"
+#include "ngx_http_agent_prometheus.h"
 #include "ngx_http_agent_variables.h"
 #include "ngx_http_agent_events.h"
 #include "ngx_http_agent_aisdk.h"
@@ -269,6 +270,13 @@ static ngx_command_t  ngx_http_agent_commands[] = {
     { ngx_string("agent_zone_status"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_agent_zone_status,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("agent_metrics"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_agent_prometheus,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
@@ -757,7 +765,9 @@ ngx_http_agent_init_process(ngx_cycle_t *cycle)
         return NGX_OK;
     }
 
-    if (ngx_http_agent_expire_init_process(cycle) != NGX_OK) {
+    if (ngx_http_agent_expire_init_process(cycle) != NGX_OK
+        || ngx_http_agent_prometheus_init_process(cycle) != NGX_OK)
+    {
         return NGX_ERROR;
     }
 

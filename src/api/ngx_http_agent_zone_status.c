@@ -40,14 +40,13 @@ ngx_http_agent_zone_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
-static ngx_int_t
-ngx_http_agent_zone_status_handler(ngx_http_request_t *r)
+/* a GET of a status page: NGX_OK, the zone in *zp, or what to return */
+
+ngx_int_t
+ngx_http_agent_zone_status_request(ngx_http_request_t *r,
+    ngx_http_agent_zone_t **zp)
 {
     ngx_int_t                    rc;
-    ngx_str_t                    json;
-    ngx_uint_t                   pages, free, count, reserve;
-    ngx_slab_pool_t             *shpool;
-    ngx_http_agent_zone_t       *z;
     ngx_http_agent_main_conf_t  *amcf;
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
@@ -60,12 +59,30 @@ ngx_http_agent_zone_status_handler(ngx_http_request_t *r)
     }
 
     amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
-    z = amcf->zone;
+    *zp = amcf->zone;
 
-    if (z == NULL) {
+    if (*zp == NULL) {
         return ngx_http_agent_json_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
                                          "internal_error",
                                          "no agent_zone is configured");
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_agent_zone_status_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                    rc;
+    ngx_str_t                    json;
+    ngx_uint_t                   pages, free, count, reserve;
+    ngx_slab_pool_t             *shpool;
+    ngx_http_agent_zone_t       *z;
+
+    rc = ngx_http_agent_zone_status_request(r, &z);
+    if (rc != NGX_OK) {
+        return rc;
     }
 
     shpool = z->shpool;

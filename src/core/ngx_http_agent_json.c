@@ -553,6 +553,18 @@ ngx_int_t
 ngx_http_agent_json_send(ngx_http_request_t *r, ngx_uint_t status,
     ngx_str_t *json)
 {
+    static ngx_str_t  type = ngx_string("application/json");
+
+    return ngx_http_agent_json_output(r, status, &type, json);
+}
+
+
+/* a whole body of that type, from memory that outlives the request */
+
+ngx_int_t
+ngx_http_agent_json_output(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *type, ngx_str_t *json)
+{
     ngx_int_t     rc;
     ngx_buf_t    *b;
     ngx_chain_t   out;
@@ -560,8 +572,8 @@ ngx_http_agent_json_send(ngx_http_request_t *r, ngx_uint_t status,
     r->headers_out.status = status;
     r->headers_out.content_length_n = json->len;
 
-    ngx_str_set(&r->headers_out.content_type, "application/json");
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type = *type;
+    r->headers_out.content_type_len = type->len;
     r->headers_out.content_type_lowcase = NULL;
 
     rc = ngx_http_send_header(r);

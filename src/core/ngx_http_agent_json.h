@@ -55,6 +55,8 @@ ngx_int_t ngx_http_agent_json_result(yajl_gen g, ngx_uint_t failed,
 
 ngx_int_t ngx_http_agent_json_send(ngx_http_request_t *r, ngx_uint_t status,
     ngx_str_t *json);
+ngx_int_t ngx_http_agent_json_output(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *type, ngx_str_t *json);
 ngx_int_t ngx_http_agent_json_error(ngx_http_request_t *r, ngx_uint_t status,
     char *code, char *message);
 ngx_int_t ngx_http_agent_json_method(ngx_http_request_t *r, char *allow);

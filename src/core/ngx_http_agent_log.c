@@ -16,6 +16,7 @@
 
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_metrics.h"
 #include "ngx_http_agent_partial.h"
 
 
@@ -278,6 +279,8 @@ ngx_http_agent_log_add_locked(ngx_http_agent_zone_t *z,
 
             ngx_http_agent_zone_kick();
         }
+
+        ngx_http_agent_metrics_event_locked(z, conv, type, fields);
 
         return ev;
     }

@@ -11,6 +11,7 @@
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_partial.h"
+#include "ngx_http_agent_metrics.h"
 
 
 static void ngx_http_agent_zone_kick_none(void);
@@ -196,6 +197,7 @@ ngx_http_agent_zone_init(ngx_shm_zone_t *shm_zone, void *data)
 
     z->sh->reserve_size = pages * ngx_pagesize;
     z->sh->reserve = ngx_slab_alloc(z->shpool, z->sh->reserve_size);
+    z->sh->metrics = ngx_http_agent_metrics_create(z->shpool);
 
     return NGX_OK;
 }

@@ -70,6 +70,9 @@ typedef struct {
 /* the reply so far of the model call streaming: ngx_http_agent_partial.c */
 typedef struct ngx_http_agent_partial_s  ngx_http_agent_partial_t;
 
+/* the counters of the metrics: ngx_http_agent_metrics.c */
+typedef struct ngx_http_agent_metrics_sh_s  ngx_http_agent_metrics_sh_t;
+
 
 /* a worker with subscribers of the conversation, to wake */
 typedef struct {
@@ -223,6 +226,8 @@ typedef struct {
     /* pages kept back so that a full zone can still end its turns */
     void                         *reserve;
     size_t                        reserve_size;
+
+    ngx_http_agent_metrics_sh_t  *metrics;
 } ngx_http_agent_sh_t;
 
 

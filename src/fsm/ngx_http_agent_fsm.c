@@ -21,6 +21,7 @@
 #include "ngx_http_agent_conf.h"
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_metrics.h"
 #include "ngx_http_agent_fsm.h"
 #include "ngx_http_agent_partial.h"
 #include "ngx_http_agent_wake.h"
@@ -322,9 +323,11 @@ ngx_http_agent_fsm_locked(ngx_http_agent_zone_t *z,
         if (input == NGX_HTTP_AGENT_FSM_TAKEOVER) {
             fsm->give_up = (++conv->takeovers > NGX_HTTP_AGENT_TAKEOVERS);
             conv->cancel = 0;
+            ngx_http_agent_metrics_takeover(z);
 
         } else if (input == NGX_HTTP_AGENT_FSM_RESTORE_RUNNING) {
             conv->takeovers = 1;
+            ngx_http_agent_metrics_takeover(z);
         }
 
         ngx_http_agent_fsm_lease_locked(z, conv, ngx_pid);

@@ -869,4 +869,10 @@ ngx_http_agent_anthropic_usage(ngx_http_agent_reply_t *reply, yajl_val usage)
     if (YAJL_IS_INTEGER(v) && YAJL_GET_INTEGER(v) >= 0) {
         reply->output_tokens = (ngx_uint_t) YAJL_GET_INTEGER(v);
     }
+
+    v = ngx_http_agent_provider_get(usage, "cache_read_input_tokens");
+
+    if (YAJL_IS_INTEGER(v) && YAJL_GET_INTEGER(v) >= 0) {
+        reply->cached_tokens = (ngx_uint_t) YAJL_GET_INTEGER(v);
+    }
 }

@@ -485,6 +485,11 @@ ngx_http_agent_openai_chat_chunk(ngx_http_agent_openai_chat_ctx_t *ctx,
     ngx_http_agent_openai_chat_count(
         ngx_http_agent_provider_get(v, "completion_tokens"),
         &reply->output_tokens);
+    ngx_http_agent_openai_chat_count(
+        ngx_http_agent_provider_get(
+            ngx_http_agent_provider_get(v, "prompt_tokens_details"),
+            "cached_tokens"),
+        &reply->cached_tokens);
 
     return NGX_OK;
 }

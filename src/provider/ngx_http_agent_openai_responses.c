@@ -709,6 +709,15 @@ ngx_http_agent_openai_responses_completed(
         reply->output_tokens = n;
     }
 
+    n = ngx_http_agent_openai_responses_index(
+            ngx_http_agent_provider_get(
+                ngx_http_agent_provider_get(usage, "input_tokens_details"),
+                "cached_tokens"));
+
+    if (n != -1) {
+        reply->cached_tokens = n;
+    }
+
     reason = ngx_http_agent_provider_get(
                  ngx_http_agent_provider_get(resp, "incomplete_details"),
                  "reason");

@@ -99,6 +99,7 @@ struct ngx_http_agent_reply_s {
 
     ngx_uint_t                    input_tokens;
     ngx_uint_t                    output_tokens;
+    ngx_uint_t                    cached_tokens;  /* of input_tokens */
 
     /*
      * an error reported in the stream (after HTTP 200): its type (never

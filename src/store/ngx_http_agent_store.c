@@ -10,7 +10,9 @@
 
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_metrics.h"
 #include "ngx_http_agent_store.h"
+#include "ngx_http_agent_store_audit.h"
 #include "ngx_http_agent_json.h"
 
 
@@ -242,6 +244,7 @@ ngx_http_agent_store_exit_process(ngx_cycle_t *cycle)
     scf = amcf->store;
 
     scf->store->close();
+    ngx_http_agent_sqlite_audit_close();
 }
 
 
@@ -438,6 +441,7 @@ ngx_http_agent_store_done(ngx_event_t *ev)
     ngx_http_agent_conv_t  *conv;
 
     ngx_http_agent_store_busy = 0;
+    ngx_http_agent_metrics_store(f->zone, f->nevents, f->rc);
 
     if (f->rc != NGX_OK) {
         ngx_log_error(NGX_LOG_ERR, f->log, 0,

@@ -13,6 +13,7 @@
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_store.h"
+#include "ngx_http_agent_store_sqlite.h"
 
 
 /*
@@ -23,7 +24,7 @@
  * conversation's persisted state, which the sweep reads after a restart.
  */
 
-#define NGX_HTTP_AGENT_SQLITE_VERSION  3
+#define NGX_HTTP_AGENT_SQLITE_VERSION  4
 
 
 static ngx_int_t ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log);
@@ -37,8 +38,6 @@ static ngx_int_t ngx_http_agent_sqlite_sweep(ngx_str_t *path, uint64_t now,
 static ngx_int_t ngx_http_agent_sqlite_enqueue(ngx_str_t *path,
     ngx_http_agent_store_read_t *rd, ngx_log_t *log);
 static void ngx_http_agent_sqlite_close(void);
-static sqlite3 *ngx_http_agent_sqlite_connect(ngx_str_t *path,
-    ngx_log_t *log, ngx_uint_t level);
 static ngx_int_t ngx_http_agent_sqlite_text(ngx_pool_t *pool,
     sqlite3_stmt *stmt, int col, ngx_str_t *s);
 
@@ -132,12 +131,32 @@ static sqlite3  *ngx_http_agent_sqlite_db;
     "END;"
 
 
+/*
+ * The audit of model calls: a row per call, numbered in its conversation
+ * by the store (see ngx_http_agent_store_sqlite_audit.c)
+ */
+
+#define NGX_HTTP_AGENT_SQLITE_AUDIT                                          \
+    "CREATE TABLE model_calls ("                                             \
+    "  conversation TEXT NOT NULL, call INTEGER NOT NULL,"                   \
+    "  turn INTEGER NOT NULL, attempt INTEGER NOT NULL,"                     \
+    "  adapter TEXT NOT NULL, model TEXT NOT NULL,"                          \
+    "  status TEXT NOT NULL, error TEXT,"                                    \
+    "  input_tokens INTEGER, output_tokens INTEGER, cached_tokens INTEGER,"  \
+    "  time_to_first_token_ms INTEGER, duration_ms INTEGER,"                 \
+    "  started INTEGER NOT NULL, worker INTEGER NOT NULL,"                   \
+    "  PRIMARY KEY (conversation, call)) WITHOUT ROWID;"                     \
+    "CREATE INDEX model_calls_start ON model_calls"                          \
+    "  (conversation, started, worker);"
+
+
 static char  ngx_http_agent_sqlite_create[] =
     "BEGIN IMMEDIATE;"
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-    "INSERT INTO meta VALUES ('schema_version', '3');"
+    "INSERT INTO meta VALUES ('schema_version', '4');"
     NGX_HTTP_AGENT_SQLITE_TABLES
     NGX_HTTP_AGENT_SQLITE_DERIVED
+    NGX_HTTP_AGENT_SQLITE_AUDIT
     "COMMIT;";
 
 
@@ -169,11 +188,27 @@ static char  ngx_http_agent_sqlite_migrate_2[] =
     "COMMIT;";
 
 
+/* version 3 had no audit of model calls: an empty one */
+
+static char  ngx_http_agent_sqlite_migrate_3[] =
+    "BEGIN IMMEDIATE;"
+    NGX_HTTP_AGENT_SQLITE_AUDIT
+    "UPDATE meta SET value = '4' WHERE key = 'schema_version';"
+    "COMMIT;";
+
+
+static char  *ngx_http_agent_sqlite_migrate[] = {
+    ngx_http_agent_sqlite_migrate_1,
+    ngx_http_agent_sqlite_migrate_2,
+    ngx_http_agent_sqlite_migrate_3
+};
+
+
 static ngx_int_t
 ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
 {
     int         rc;
-    char       *err, *sql[2];
+    char       *err, *sql[3];
     sqlite3    *db;
     ngx_int_t   version;
     ngx_uint_t  i;
@@ -194,6 +229,7 @@ ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
 
     sql[0] = NULL;
     sql[1] = NULL;
+    sql[2] = NULL;
 
     switch (version) {
 
@@ -203,6 +239,7 @@ ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
 
     case 1:
     case 2:
+    case 3:
         ngx_log_error(NGX_LOG_NOTICE, log, 0,
                       "agent store \"%V\": migrating the schema from "
                       "version %i to %d", path, version,
@@ -210,12 +247,8 @@ ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
 
         /* one step at a time, each in its own transaction */
 
-        sql[0] = ngx_http_agent_sqlite_migrate_1;
-        sql[1] = ngx_http_agent_sqlite_migrate_2;
-
-        if (version == 2) {
-            sql[0] = ngx_http_agent_sqlite_migrate_2;
-            sql[1] = NULL;
+        for (i = 0; version + i < NGX_HTTP_AGENT_SQLITE_VERSION; i++) {
+            sql[i] = ngx_http_agent_sqlite_migrate[version + i - 1];
         }
 
         break;
@@ -238,7 +271,7 @@ ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
         return NGX_ERROR;
     }
 
-    for (i = 0; i < 2 && sql[i]; i++) {
+    for (i = 0; i < 3 && sql[i]; i++) {
         rc = sqlite3_exec(db, sql[i], NULL, NULL, &err);
 
         if (rc != SQLITE_OK) {
@@ -300,7 +333,7 @@ ngx_http_agent_sqlite_version(sqlite3 *db)
 }
 
 
-static sqlite3 *
+sqlite3 *
 ngx_http_agent_sqlite_connect(ngx_str_t *path, ngx_log_t *log,
     ngx_uint_t level)
 {

@@ -13,6 +13,7 @@
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_turn.h"
+#include "ngx_http_agent_turn_metrics.h"
 #include "ngx_http_agent_revive.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_provider.h"
@@ -317,6 +318,11 @@ ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
     c->data = tr;
     t->request = tr;
 
+    if (r && ngx_http_agent_turn_mark(r, id, turn) != NGX_OK) {
+        ngx_http_agent_turn_close(t);
+        return NGX_ERROR;
+    }
+
     tr->logged = 1;
     tr->read_event_handler = ngx_http_block_reading;
     tr->write_event_handler = ngx_http_request_empty_handler;
@@ -478,6 +484,8 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
                    "agent turn \"%V\": model call %ui, attempt %ui, to "
                    "\"%V\", %uz bytes", &t->id, t->model_calls, t->attempt,
                    &t->agent->provider_location, body.len);
+
+    ngx_http_agent_turn_call_start(t);
 
     t->deadline.handler = ngx_http_agent_turn_deadline;
     t->deadline.data = t;
@@ -800,6 +808,7 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
     ngx_http_agent_turn_delta_flush(t);
 
     outcome = ngx_http_agent_turn_outcome(t, &reason);
+    ngx_http_agent_turn_call_end(t, outcome, &reason);
 
     if (outcome == NGX_HTTP_AGENT_CALL_RETRY
         && t->attempt < t->agent->retry_attempts)
@@ -1005,6 +1014,8 @@ ngx_http_agent_turn_close(ngx_http_agent_turn_t *t)
     ngx_pool_t          *pool;
     ngx_connection_t    *c;
     ngx_http_request_t  *r;
+
+    ngx_http_agent_turn_call_abort(t);
 
     if (t->event.timer_set) {
         ngx_del_timer(&t->event);

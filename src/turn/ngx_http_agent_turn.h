@@ -72,6 +72,11 @@ struct ngx_http_agent_turn_s {
     unsigned                      parse_error:1;
     unsigned                      sr_done:1;
 
+    /* the call's start, first chunk (ngx_current_msec) and start, wall */
+    ngx_msec_t                    call_start;
+    ngx_msec_t                    first_chunk;
+    uint64_t                      call_started;
+
     /* the call's model_timeout: keep-alive comments do not extend it */
     ngx_event_t                   deadline;
     unsigned                      timed_out:1;

@@ -19,6 +19,7 @@
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_turn.h"
+#include "ngx_http_agent_turn_metrics.h"
 #include "ngx_http_agent_provider.h"
 
 
@@ -53,6 +54,8 @@ ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply, ngx_uint_t kind,
     ngx_uint_t index, ngx_str_t *s)
 {
     ngx_http_agent_turn_t *t = reply->data;
+
+    ngx_http_agent_turn_first_chunk(t);
 
     if (t->delta.len
         && (kind != t->delta_kind || index != t->delta_index

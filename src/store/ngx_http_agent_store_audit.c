@@ -1,0 +1,305 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+/*
+ * The audit of model calls, written behind on the store's thread pool
+ * as the log is: rows queue in the worker, one task at a time writes
+ * what queued meanwhile in one transaction, on a connection of its own.
+ * A row that cannot be written is logged and dropped: the audit never
+ * holds a turn back.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_store.h"
+#include "ngx_http_agent_store_audit.h"
+
+
+typedef struct {
+    ngx_http_agent_store_conf_t  *conf;
+    ngx_pool_t                   *pool;
+    ngx_array_t                  *rows;
+    ngx_int_t                     rc;
+} ngx_http_agent_audit_task_t;
+
+
+typedef struct {
+    ngx_http_agent_store_conf_t  *conf;
+    ngx_pool_t                   *pool;
+    ngx_http_request_t           *request;
+    ngx_http_agent_audit_page_pt  handler;
+    ngx_http_agent_audit_page_t   page;
+    ngx_int_t                     rc;
+} ngx_http_agent_audit_read_t;
+
+
+static ngx_int_t ngx_http_agent_store_audit_copy(ngx_pool_t *pool,
+    ngx_str_t *s);
+static void ngx_http_agent_store_audit_flush(ngx_event_t *ev);
+static void ngx_http_agent_store_audit_thread(void *data, ngx_log_t *log);
+static void ngx_http_agent_store_audit_done(ngx_event_t *ev);
+static void ngx_http_agent_store_audit_read_thread(void *data,
+    ngx_log_t *log);
+static void ngx_http_agent_store_audit_read_done(ngx_event_t *ev);
+
+
+/* the rows queued, in a pool that goes with the task that writes them */
+static ngx_pool_t    *ngx_http_agent_audit_pool;
+static ngx_array_t   *ngx_http_agent_audit_rows;
+static ngx_uint_t     ngx_http_agent_audit_busy;
+static ngx_event_t    ngx_http_agent_audit_event;
+
+
+ngx_int_t
+ngx_http_agent_store_audit(ngx_http_agent_audit_row_t *row)
+{
+    ngx_pool_t                  *pool;
+    ngx_http_agent_audit_row_t  *r;
+    ngx_http_agent_main_conf_t  *amcf;
+
+    amcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_agent_module);
+
+    if (amcf == NULL || amcf->store == NULL) {
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_agent_audit_rows == NULL) {
+        pool = ngx_create_pool(4096, ngx_cycle->log);
+        if (pool == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_http_agent_audit_rows = ngx_array_create(pool, 8,
+                                          sizeof(ngx_http_agent_audit_row_t));
+        if (ngx_http_agent_audit_rows == NULL) {
+            ngx_destroy_pool(pool);
+            return NGX_ERROR;
+        }
+
+        ngx_http_agent_audit_pool = pool;
+    }
+
+    pool = ngx_http_agent_audit_pool;
+
+    r = ngx_array_push(ngx_http_agent_audit_rows);
+    if (r == NULL) {
+        return NGX_ERROR;
+    }
+
+    *r = *row;
+
+    if (ngx_http_agent_store_audit_copy(pool, &r->conv) != NGX_OK
+        || ngx_http_agent_store_audit_copy(pool, &r->adapter) != NGX_OK
+        || ngx_http_agent_store_audit_copy(pool, &r->model) != NGX_OK
+        || ngx_http_agent_store_audit_copy(pool, &r->error) != NGX_OK)
+    {
+        ngx_http_agent_audit_rows->nelts--;
+        return NGX_ERROR;
+    }
+
+    if (!ngx_http_agent_audit_busy && !ngx_http_agent_audit_event.posted) {
+        ngx_http_agent_audit_event.handler = ngx_http_agent_store_audit_flush;
+        ngx_http_agent_audit_event.log = ngx_cycle->log;
+        ngx_http_agent_audit_event.data = amcf->store;
+
+        ngx_post_event(&ngx_http_agent_audit_event, &ngx_posted_events);
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_agent_store_audit_copy(ngx_pool_t *pool, ngx_str_t *s)
+{
+    u_char  *p;
+
+    if (s->len == 0) {
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(pool, s->len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(p, s->data, s->len);
+    s->data = p;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_agent_store_audit_flush(ngx_event_t *ev)
+{
+    ngx_thread_task_t            *task;
+    ngx_http_agent_audit_task_t  *at;
+    ngx_http_agent_store_conf_t  *scf;
+
+    scf = ev->data;
+
+    if (ngx_http_agent_audit_busy || ngx_http_agent_audit_rows == NULL) {
+        return;
+    }
+
+    task = ngx_thread_task_alloc(ngx_http_agent_audit_pool,
+                                 sizeof(ngx_http_agent_audit_task_t));
+    if (task == NULL) {
+        return;
+    }
+
+    at = task->ctx;
+    at->conf = scf;
+    at->pool = ngx_http_agent_audit_pool;
+    at->rows = ngx_http_agent_audit_rows;
+
+    /* what queues from now on goes with the next task */
+    ngx_http_agent_audit_pool = NULL;
+    ngx_http_agent_audit_rows = NULL;
+
+    task->handler = ngx_http_agent_store_audit_thread;
+    task->event.handler = ngx_http_agent_store_audit_done;
+    task->event.data = at;
+
+    if (ngx_thread_task_post(scf->thread_pool, task) != NGX_OK) {
+        at->rc = NGX_ERROR;
+        ngx_http_agent_store_audit_done(&task->event);
+        return;
+    }
+
+    ngx_http_agent_audit_busy = 1;
+}
+
+
+static void
+ngx_http_agent_store_audit_thread(void *data, ngx_log_t *log)
+{
+    ngx_http_agent_audit_task_t *at = data;
+
+    at->rc = ngx_http_agent_sqlite_audit_write(&at->conf->path,
+                                               at->rows->elts,
+                                               at->rows->nelts, log);
+}
+
+
+static void
+ngx_http_agent_store_audit_done(ngx_event_t *ev)
+{
+    ngx_http_agent_audit_task_t *at = ev->data;
+
+    ngx_event_t  *next;
+
+    ngx_http_agent_audit_busy = 0;
+
+    if (at->rc != NGX_OK) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "agent store could not write %ui model call rows",
+                      at->rows->nelts);
+    }
+
+    /* the task and its rows go with the pool */
+    ngx_destroy_pool(at->pool);
+
+    next = &ngx_http_agent_audit_event;
+
+    if (ngx_http_agent_audit_rows && !next->posted) {
+        ngx_post_event(next, &ngx_posted_events);
+    }
+}
+
+
+ngx_int_t
+ngx_http_agent_store_audit_page(ngx_http_request_t *r, ngx_str_t *conv,
+    uint64_t after, ngx_uint_t limit, ngx_http_agent_audit_page_pt handler)
+{
+    ngx_pool_t                   *pool;
+    ngx_thread_task_t            *task;
+    ngx_http_agent_audit_read_t  *rd;
+    ngx_http_agent_main_conf_t   *amcf;
+
+    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
+
+    if (amcf->store == NULL) {
+        return NGX_DECLINED;
+    }
+
+    /* the cycle's log: the pool may outlive the request's connection */
+
+    pool = ngx_create_pool(4096, ngx_cycle->log);
+    if (pool == NULL) {
+        return NGX_ERROR;
+    }
+
+    task = ngx_thread_task_alloc(pool, sizeof(ngx_http_agent_audit_read_t));
+    if (task == NULL) {
+        ngx_destroy_pool(pool);
+        return NGX_ERROR;
+    }
+
+    rd = task->ctx;
+    rd->conf = amcf->store;
+    rd->pool = pool;
+    rd->request = r;
+    rd->handler = handler;
+    rd->page.conv = *conv;
+    rd->page.after = after;
+    rd->page.limit = limit;
+
+    if (ngx_http_agent_store_audit_copy(pool, &rd->page.conv) != NGX_OK) {
+        ngx_destroy_pool(pool);
+        return NGX_ERROR;
+    }
+
+    task->handler = ngx_http_agent_store_audit_read_thread;
+    task->event.handler = ngx_http_agent_store_audit_read_done;
+    task->event.data = rd;
+
+    if (ngx_thread_task_post(rd->conf->thread_pool, task) != NGX_OK) {
+        ngx_destroy_pool(pool);
+        return NGX_ERROR;
+    }
+
+    /* the request stays until the page is answered */
+    r->main->count++;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_agent_store_audit_read_thread(void *data, ngx_log_t *log)
+{
+    ngx_http_agent_audit_read_t *rd = data;
+
+    rd->rc = ngx_http_agent_sqlite_audit_page(&rd->conf->path, &rd->page,
+                                              rd->pool, log);
+}
+
+
+static void
+ngx_http_agent_store_audit_read_done(ngx_event_t *ev)
+{
+    ngx_http_agent_audit_read_t *rd = ev->data;
+
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    r = rd->request;
+    c = r->connection;
+
+    /* the handler copies what it sends: the page goes with the pool */
+    rd->handler(r, &rd->page, rd->rc);
+
+    ngx_destroy_pool(rd->pool);
+
+    ngx_http_run_posted_requests(c);
+}

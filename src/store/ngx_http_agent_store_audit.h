@@ -1,0 +1,74 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#ifndef _NGX_HTTP_AGENT_STORE_AUDIT_H_INCLUDED_
+#define _NGX_HTTP_AGENT_STORE_AUDIT_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+
+/*
+ * A model call in the model_calls table: a row written when the call
+ * starts ("running"), and its end, which finds the row by conversation,
+ * start time and worker.  The row's number in its conversation is given
+ * by the store as it is written, so it holds across workers and
+ * restarts.
+ */
+
+typedef struct {
+    ngx_str_t                     conv;
+    ngx_str_t                     adapter;
+    ngx_str_t                     model;
+    ngx_str_t                     status;
+    ngx_str_t                     error;      /* a JSON object, or empty */
+    ngx_uint_t                    turn;
+    ngx_uint_t                    attempt;
+    ngx_uint_t                    input;
+    ngx_uint_t                    output;
+    ngx_uint_t                    cached;
+    ngx_int_t                     first;      /* ms, -1: no chunk came */
+    ngx_msec_t                    duration;
+    uint64_t                      started;    /* ms since the epoch */
+    ngx_pid_t                     worker;
+    ngx_uint_t                    end;
+} ngx_http_agent_audit_row_t;
+
+
+/* a page of a conversation's model calls, after a call's number */
+typedef struct {
+    ngx_str_t                     conv;
+    uint64_t                      after;
+    ngx_uint_t                    limit;
+
+    ngx_str_t                     json;       /* [row, ...] */
+    uint64_t                      last;       /* the last call in it */
+    ngx_uint_t                    more;
+} ngx_http_agent_audit_page_t;
+
+
+/* the SQL of it: ngx_http_agent_store_sqlite_audit.c, on pool threads */
+ngx_int_t ngx_http_agent_sqlite_audit_write(ngx_str_t *path,
+    ngx_http_agent_audit_row_t *rows, ngx_uint_t n, ngx_log_t *log);
+ngx_int_t ngx_http_agent_sqlite_audit_page(ngx_str_t *path,
+    ngx_http_agent_audit_page_t *page, ngx_pool_t *pool, ngx_log_t *log);
+void ngx_http_agent_sqlite_audit_close(void);
+
+/* queued in the worker and written behind; NGX_DECLINED: no store */
+ngx_int_t ngx_http_agent_store_audit(ngx_http_agent_audit_row_t *row);
+
+typedef void (*ngx_http_agent_audit_page_pt)(ngx_http_request_t *r,
+    ngx_http_agent_audit_page_t *page, ngx_int_t rc);
+
+/* reads a page on the pool for r, which is held until the handler ran */
+ngx_int_t ngx_http_agent_store_audit_page(ngx_http_request_t *r,
+    ngx_str_t *conv, uint64_t after, ngx_uint_t limit,
+    ngx_http_agent_audit_page_pt handler);
+
+
+#endif /* _NGX_HTTP_AGENT_STORE_AUDIT_H_INCLUDED_ */

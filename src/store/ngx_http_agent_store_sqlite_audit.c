@@ -1,0 +1,366 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+/*
+ * The model_calls table, on pool threads.  A call's number is the
+ * conversation's largest so far plus one, given in the transaction that
+ * writes the row: SQLite serialises the writers, so numbers are gapless
+ * and unique whichever worker (or nginx) made the call.  At most one
+ * model call of a conversation runs at a time: a row still "running"
+ * when the next call starts was cut off (its worker died, or nginx
+ * stopped) and is marked "lost".  A call's end finds its row by start
+ * time and worker, so an end written after the next start still lands.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_bytes.h"
+#include "ngx_http_agent_store_sqlite.h"
+#include "ngx_http_agent_store_audit.h"
+
+
+static ngx_int_t ngx_http_agent_sqlite_audit_row(sqlite3_stmt **stmt,
+    ngx_http_agent_audit_row_t *row);
+static void ngx_http_agent_sqlite_audit_end(sqlite3_stmt *s,
+    ngx_http_agent_audit_row_t *row);
+static ngx_int_t ngx_http_agent_sqlite_audit_json(ngx_pool_t *pool,
+    ngx_http_agent_bytes_t *b, sqlite3_stmt *stmt);
+
+
+/* a worker's connection for the audit, used by one task at a time */
+static sqlite3  *ngx_http_agent_sqlite_audit_db;
+
+
+static char  *ngx_http_agent_sqlite_audit_sql[] = {
+
+    "UPDATE model_calls SET status = 'lost'"
+    " WHERE conversation = ?1 AND status = 'running'"
+    " AND (started != ?2 OR worker != ?3)",
+
+    "INSERT INTO model_calls (conversation, call, started, worker, turn,"
+    " attempt, adapter, model, status)"
+    " SELECT ?1, coalesce(max(call), 0) + 1, ?2, ?3, ?4, ?5, ?6, ?7,"
+    " 'running' FROM model_calls WHERE conversation = ?1",
+
+    "UPDATE model_calls SET status = ?4, error = ?5, input_tokens = ?6,"
+    " output_tokens = ?7, cached_tokens = ?8, time_to_first_token_ms = ?9,"
+    " duration_ms = ?10"
+    " WHERE conversation = ?1 AND started = ?2 AND worker = ?3"
+};
+
+
+ngx_int_t
+ngx_http_agent_sqlite_audit_write(ngx_str_t *path,
+    ngx_http_agent_audit_row_t *rows, ngx_uint_t n, ngx_log_t *log)
+{
+    int            rc;
+    sqlite3       *db;
+    ngx_uint_t     i;
+    sqlite3_stmt  *stmt[3];
+
+    ngx_memzero(stmt, sizeof(stmt));
+
+    db = ngx_http_agent_sqlite_audit_db;
+
+    if (db == NULL) {
+        db = ngx_http_agent_sqlite_connect(path, log, NGX_LOG_ERR);
+        if (db == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_http_agent_sqlite_audit_db = db;
+    }
+
+    rc = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    if (rc != SQLITE_OK) {
+        goto failed;
+    }
+
+    for (i = 0; i < 3; i++) {
+        rc = sqlite3_prepare_v2(db, ngx_http_agent_sqlite_audit_sql[i], -1,
+                                &stmt[i], NULL);
+        if (rc != SQLITE_OK) {
+            goto failed;
+        }
+    }
+
+    for (i = 0; i < n; i++) {
+        if (ngx_http_agent_sqlite_audit_row(stmt, &rows[i]) != NGX_OK) {
+            goto failed;
+        }
+    }
+
+    for (i = 0; i < 3; i++) {
+        sqlite3_finalize(stmt[i]);
+    }
+
+    rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+    if (rc != SQLITE_OK) {
+        (void) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+
+failed:
+
+    ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\": %s", path,
+                  sqlite3_errmsg(db));
+
+    for (i = 0; i < 3; i++) {
+        sqlite3_finalize(stmt[i]);
+    }
+
+    (void) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+
+    return NGX_ERROR;
+}
+
+
+/*
+ * A start marks what still runs of the conversation lost, then inserts;
+ * an end updates.  Each statement is keyed by ?1, ?2, ?3: conversation,
+ * start and worker.
+ */
+
+static ngx_int_t
+ngx_http_agent_sqlite_audit_row(sqlite3_stmt **stmt,
+    ngx_http_agent_audit_row_t *row)
+{
+    int            rc;
+    ngx_uint_t     i, first, last;
+    sqlite3_stmt  *s;
+
+    first = row->end ? 2 : 0;
+    last = row->end ? 2 : 1;
+
+    for (i = first; i <= last; i++) {
+        s = stmt[i];
+
+        sqlite3_bind_text(s, 1, (char *) row->conv.data, row->conv.len,
+                          SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, row->started);
+        sqlite3_bind_int64(s, 3, row->worker);
+
+        if (i == 1) {
+            sqlite3_bind_int64(s, 4, row->turn);
+            sqlite3_bind_int64(s, 5, row->attempt);
+            sqlite3_bind_text(s, 6, (char *) row->adapter.data,
+                              row->adapter.len, SQLITE_STATIC);
+            sqlite3_bind_text(s, 7, (char *) row->model.data, row->model.len,
+                              SQLITE_STATIC);
+
+        } else if (i == 2) {
+            ngx_http_agent_sqlite_audit_end(s, row);
+        }
+
+        rc = sqlite3_step(s);
+        sqlite3_reset(s);
+        sqlite3_clear_bindings(s);
+
+        if (rc != SQLITE_DONE) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_agent_sqlite_audit_end(sqlite3_stmt *s,
+    ngx_http_agent_audit_row_t *row)
+{
+    sqlite3_bind_text(s, 4, (char *) row->status.data, row->status.len,
+                      SQLITE_STATIC);
+
+    if (row->error.len) {
+        sqlite3_bind_text(s, 5, (char *) row->error.data, row->error.len,
+                          SQLITE_STATIC);
+    }
+
+    sqlite3_bind_int64(s, 6, row->input);
+    sqlite3_bind_int64(s, 7, row->output);
+    sqlite3_bind_int64(s, 8, row->cached);
+
+    if (row->first >= 0) {
+        sqlite3_bind_int64(s, 9, row->first);
+    }
+
+    sqlite3_bind_int64(s, 10, row->duration);
+}
+
+
+/* on a pool thread, with a connection of its own (a read beside a write) */
+
+ngx_int_t
+ngx_http_agent_sqlite_audit_page(ngx_str_t *path,
+    ngx_http_agent_audit_page_t *page, ngx_pool_t *pool, ngx_log_t *log)
+{
+    int                     rc;
+    sqlite3                *db;
+    ngx_uint_t              n;
+    sqlite3_stmt           *stmt;
+    ngx_http_agent_bytes_t  b;
+
+    stmt = NULL;
+    ngx_memzero(&b, sizeof(ngx_http_agent_bytes_t));
+
+    db = ngx_http_agent_sqlite_connect(path, log, NGX_LOG_ERR);
+    if (db == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = sqlite3_prepare_v2(db,
+             "SELECT call, turn, attempt, adapter, model, status, error,"
+             " input_tokens, output_tokens, cached_tokens,"
+             " time_to_first_token_ms, duration_ms, started, worker"
+             " FROM model_calls WHERE conversation = ?1 AND call > ?2"
+             " ORDER BY call LIMIT ?3", -1, &stmt, NULL);
+    if (rc != SQLITE_OK) {
+        goto failed;
+    }
+
+    sqlite3_bind_text(stmt, 1, (char *) page->conv.data, page->conv.len,
+                      SQLITE_STATIC);
+    sqlite3_bind_int64(stmt, 2, page->after);
+    sqlite3_bind_int64(stmt, 3, page->limit + 1);
+
+    if (ngx_http_agent_bytes_append(pool, &b, (u_char *) "[", 1) != NGX_OK) {
+        goto failed;
+    }
+
+    for (n = 0; (rc = sqlite3_step(stmt)) == SQLITE_ROW; n++) {
+
+        if (n == page->limit) {
+            page->more = 1;
+            break;
+        }
+
+        if ((n && ngx_http_agent_bytes_append(pool, &b, (u_char *) ",", 1)
+                  != NGX_OK)
+            || ngx_http_agent_sqlite_audit_json(pool, &b, stmt) != NGX_OK)
+        {
+            goto failed;
+        }
+
+        page->last = sqlite3_column_int64(stmt, 0);
+    }
+
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        goto failed;
+    }
+
+    if (ngx_http_agent_bytes_append(pool, &b, (u_char *) "]", 1) != NGX_OK) {
+        goto failed;
+    }
+
+    page->json.data = b.data;
+    page->json.len = b.len;
+
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+
+    return NGX_OK;
+
+failed:
+
+    ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\" cannot read the "
+                  "model calls of \"%V\": %s", path, &page->conv,
+                  sqlite3_errmsg(db));
+
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+
+    return NGX_ERROR;
+}
+
+
+/*
+ * A row as JSON: numbers as they are, the texts escaped, the error (a
+ * turn_failed reason the module wrote) as the JSON object it is
+ */
+
+static ngx_int_t
+ngx_http_agent_sqlite_audit_json(ngx_pool_t *pool, ngx_http_agent_bytes_t *b,
+    sqlite3_stmt *stmt)
+{
+    int           i, type;
+    u_char       *p, *last;
+    size_t        len;
+    const u_char *text;
+
+    static char  *keys[] = {
+        "call", "turn", "attempt", "adapter", "model", "status", "error",
+        "input_tokens", "output_tokens", "cached_tokens",
+        "time_to_first_token_ms", "duration_ms", "started", "worker"
+    };
+
+    len = 2;
+
+    for (i = 0; i < 14; i++) {
+        len += ngx_strlen(keys[i]) + 4 + NGX_INT64_LEN
+               + 6 * sqlite3_column_bytes(stmt, i);
+    }
+
+    p = ngx_pnalloc(pool, len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    last = p;
+    *last++ = '{';
+
+    for (i = 0; i < 14; i++) {
+        last = ngx_sprintf(last, "%s\"%s\":", i ? "," : "", keys[i]);
+
+        type = sqlite3_column_type(stmt, i);
+
+        if (type == SQLITE_NULL) {
+            last = ngx_cpymem(last, "null", 4);
+            continue;
+        }
+
+        if (type == SQLITE_INTEGER) {
+            last = ngx_sprintf(last, "%L", sqlite3_column_int64(stmt, i));
+            continue;
+        }
+
+        text = sqlite3_column_text(stmt, i);
+
+        if (text == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (i == 6) {
+            last = ngx_cpymem(last, text, sqlite3_column_bytes(stmt, i));
+            continue;
+        }
+
+        *last++ = '"';
+        last = (u_char *) ngx_escape_json(last, (u_char *) text,
+                                          sqlite3_column_bytes(stmt, i));
+        *last++ = '"';
+    }
+
+    *last++ = '}';
+
+    return ngx_http_agent_bytes_append(pool, b, p, last - p);
+}
+
+
+void
+ngx_http_agent_sqlite_audit_close(void)
+{
+    if (ngx_http_agent_sqlite_audit_db) {
+        sqlite3_close(ngx_http_agent_sqlite_audit_db);
+        ngx_http_agent_sqlite_audit_db = NULL;
+    }
+}
