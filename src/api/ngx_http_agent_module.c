@@ -27,6 +27,7 @@
 #include "ngx_http_agent_store.h"
 #include "ngx_http_agent_revive.h"
 #include "ngx_http_agent_fsm.h"
+#include "ngx_http_agent_budget.h"
 
 
 static void *ngx_http_agent_create_main_conf(ngx_conf_t *cf);
@@ -258,6 +259,20 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       0,
       ngx_http_agent_inspect_handler },
 
+    { ngx_string("agent_budget_zone"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_2MORE,
+      ngx_http_agent_budget_zone_directive,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("agent_budget"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_agent_budget_directive,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_agent_loc_conf_t, budgets),
+      NULL },
+
     { ngx_string("agent_zone_status"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_agent_zone_status,
@@ -450,6 +465,12 @@ ngx_http_agent_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     ngx_conf_merge_size_value(conf->events_buffer, prev->events_buffer,
                               1024 * 1024);
+
+    if (ngx_http_agent_budget_merge(cf, &prev->budgets, &conf->budgets)
+        != NGX_CONF_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
 
     if (conf->api && ngx_http_agent_merge_api(cf, conf) != NGX_CONF_OK) {
         return NGX_CONF_ERROR;

@@ -141,6 +141,9 @@ typedef struct {
     /* at rest this long, a conversation leaves the zone (with a store) */
     ngx_msec_t                    evict_idle;
     ngx_msec_t                    evict_awaiting;
+
+    /* agent_budget_zone: ngx_http_agent_budget_zone_t *, or NULL */
+    ngx_array_t                  *budgets;
 } ngx_http_agent_main_conf_t;
 
 
@@ -171,6 +174,9 @@ typedef struct {
 
     /* output an event stream may queue for a client that does not read */
     size_t                        events_buffer;
+
+    /* agent_budget: ngx_http_agent_budget_ref_t, or NULL */
+    ngx_array_t                  *budgets;
 
     u_char                       *agent_file;
     ngx_uint_t                    agent_line;

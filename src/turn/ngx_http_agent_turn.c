@@ -17,6 +17,7 @@
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_provider.h"
 #include "ngx_http_agent_tools.h"
+#include "ngx_http_agent_budget.h"
 
 #include <yajl/yajl_tree.h>
 
@@ -463,6 +464,11 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
         goto failed;
     }
 
+    if (ngx_http_agent_budget_spend(&t->id, t->pool, &body) != NGX_OK) {
+        ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_FAIL, &body);
+        return;
+    }
+
     t->sub.kind = NGX_HTTP_AGENT_SUB_PROVIDER;
 
     if (ngx_http_agent_turn_subrequest(t, &t->sub,
@@ -798,6 +804,9 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
 
     /* the reply's last pieces go out before anything is logged */
     ngx_http_agent_turn_delta_flush(t);
+
+    ngx_http_agent_budget_charge(&t->id, t->reply->input_tokens
+                                         + t->reply->output_tokens);
 
     outcome = ngx_http_agent_turn_outcome(t, &reason);
 
