@@ -28,6 +28,7 @@
 #include "ngx_http_agent_revive.h"
 #include "ngx_http_agent_fsm.h"
 #include "ngx_http_agent_budget.h"
+#include "ngx_http_agent_notify.h"
 
 
 static void *ngx_http_agent_create_main_conf(ngx_conf_t *cf);
@@ -271,6 +272,13 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       ngx_http_agent_budget_directive,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_agent_loc_conf_t, budgets),
+      NULL },
+
+    { ngx_string("agent_notify"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_agent_main_conf_t, notify),
       NULL },
 
     { ngx_string("agent_zone_status"),
@@ -659,6 +667,10 @@ ngx_http_agent_postconfiguration(ngx_conf_t *cf)
     ngx_http_agent_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_agent_error_filter;
 
+    if (ngx_http_agent_notify_init_filters(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     /* the lower layers' hooks into the ones above */
 
     ngx_http_agent_zone_kick = ngx_http_agent_store_kick;
@@ -771,6 +783,10 @@ ngx_http_agent_init_process(ngx_cycle_t *cycle)
     }
 
     if (amcf->store && ngx_http_agent_store_init_process(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_agent_notify_init_process(cycle) != NGX_OK) {
         return NGX_ERROR;
     }
 

@@ -219,6 +219,9 @@ typedef struct {
     /* pages kept back so that a full zone can still end its turns */
     void                         *reserve;
     size_t                        reserve_size;
+
+    /* notifications owed for waiting calls (ngx_http_agent_notify.c) */
+    void                         *notify;
 } ngx_http_agent_sh_t;
 
 
