@@ -29,6 +29,7 @@
 #include "ngx_http_agent_fsm.h"
 #include "ngx_http_agent_budget.h"
 #include "ngx_http_agent_notify.h"
+#include "ngx_http_agent_list.h"
 
 
 static void *ngx_http_agent_create_main_conf(ngx_conf_t *cf);
@@ -279,6 +280,13 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       ngx_conf_set_str_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_agent_main_conf_t, notify),
+      NULL },
+
+    { ngx_string("agent_list"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_agent_list,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
       NULL },
 
     { ngx_string("agent_zone_status"),
@@ -636,7 +644,8 @@ ngx_http_agent_merge_api(ngx_conf_t *cf, ngx_http_agent_loc_conf_t *conf)
     /* agent_aisdk takes the chat's id when it has no agent_conversation */
 
     if (conf->conversation == NULL
-        && conf->api != ngx_http_agent_aisdk_handler)
+        && conf->api != ngx_http_agent_aisdk_handler
+        && conf->api != ngx_http_agent_list_handler)
     {
         ngx_http_agent_conf_error(cf, conf->api_file, conf->api_line,
                                   "\"%V\" needs an \"agent_conversation\"",
