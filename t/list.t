@@ -152,7 +152,9 @@ $r = req(undef, 'GET', '/all?limit=100');
 is(join(' ', map { $_->{id} } @{$r->{json}{conversations}}),
    'a1 a2 a3 a4 a5 a6 b1 b2', 'without agent_owner: every owner\'s');
 
-is(list('alice', 'cursor=../x')->{status}, 400, 'a bad cursor: 400');
+$r = list('alice', 'cursor=../x');
+is($r->{status}, 400, 'a bad cursor: 400');
+is($r->{json}{error}{code}, 'invalid_argument', 'invalid_argument');
 is(list('alice', 'limit=0')->{status}, 400, 'a bad limit: 400');
 is(req('alice', 'POST', '/list', '{}')->{status}, 405, 'POST: 405');
 
