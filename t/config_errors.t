@@ -666,6 +666,75 @@ EOF
         error => 'agent "bot": retry base=10000ms is greater than '
             . 'cap=8000ms',
     },
+
+    # budgets
+
+    {
+        name => 'budget zone without key',
+        conf => "    agent_budget_zone zone=b:1m tokens=10/d;  #!\n",
+        error => '"agent_budget_zone" must have "key=" parameter',
+    },
+    {
+        name => 'budget zone without zone',
+        conf => "    agent_budget_zone key=\$remote_user tokens=10/d;  #!\n",
+        error => '"agent_budget_zone" must have "zone=" parameter',
+    },
+    {
+        name => 'budget zone without limit',
+        conf => "    agent_budget_zone key=\$remote_user zone=b:1m;  #!\n",
+        error => '"agent_budget_zone" must have "tokens=" or "requests="',
+    },
+    {
+        name => 'budget with a bad period',
+        conf => "    agent_budget_zone key=\$remote_user zone=b:1m "
+            . "tokens=10/fortnight;  #!\n",
+        error => 'invalid period in "tokens=10/fortnight", it must be a '
+            . 'time such as s, m, h, d or 12h',
+    },
+    {
+        name => 'budget without a period',
+        conf => "    agent_budget_zone key=\$remote_user zone=b:1m "
+            . "requests=10;  #!\n",
+        error => 'invalid limit "requests=10", it must be N/period, '
+            . 'e.g. 100000/d',
+    },
+    {
+        name => 'budget of zero',
+        conf => "    agent_budget_zone key=\$remote_user zone=b:1m "
+            . "requests=0/m;  #!\n",
+        error => 'invalid limit "requests=0/m", it must be a positive '
+            . 'number per period',
+    },
+    {
+        name => 'budget zone with an unknown parameter',
+        conf => "    agent_budget_zone key=\$remote_user zone=b:1m "
+            . "requests=1/m burst=5;  #!\n",
+        error => 'invalid parameter "burst=5"',
+    },
+    {
+        name => 'duplicate budget zone',
+        conf => "    agent_budget_zone key=\$remote_user zone=b:1m "
+            . "requests=1/m;\n    agent_budget_zone key=\$remote_user "
+            . "zone=b:1m tokens=1/m;  #!\n",
+        error => 'duplicate budget zone "b"',
+    },
+    {
+        name => 'unknown budget zone',
+        conf => <<'EOF',
+    server {
+        location / {
+            agent_budget zone=nope;  #!
+        }
+    }
+EOF
+        error => 'unknown budget zone "nope" (no "agent_budget_zone" '
+            . 'declares it)',
+    },
+    {
+        name => 'agent_budget without zone=',
+        conf => "    agent_budget nope;  #!\n",
+        error => 'invalid parameter "nope", it must be zone=name',
+    },
 );
 
 # the base alone is legal, so each case fails for its own lines

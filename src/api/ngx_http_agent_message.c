@@ -19,6 +19,7 @@
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_message.h"
 #include "ngx_http_agent_store.h"
+#include "ngx_http_agent_budget.h"
 
 
 #define NGX_HTTP_AGENT_SOURCE_ID_LEN  128
@@ -469,6 +470,7 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
 {
     uint32_t                     hash;
     uint64_t                     seq;
+    ngx_int_t                    rc;
     ngx_str_t                   *owner;
     ngx_uint_t                   i, turn;
     ngx_http_agent_zone_t       *z;
@@ -487,6 +489,12 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
 
     if (ngx_http_agent_api_owner(r, &owner) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_agent_budget_request(r);
+
+    if (rc != NGX_DECLINED) {
+        return rc;
     }
 
     ngx_http_agent_zone_lock(z);
@@ -582,6 +590,7 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
     ngx_http_agent_zone_unlock(z);
 
     ngx_http_agent_wake(id, fsm.pids, fsm.npids);
+    ngx_http_agent_budget_bind(r, id);
 
     if (ngx_http_agent_turn_start(r, alcf->agent, z, id, turn, 0) != NGX_OK) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,

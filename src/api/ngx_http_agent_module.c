@@ -29,6 +29,9 @@
 #include "ngx_http_agent_store.h"
 #include "ngx_http_agent_revive.h"
 #include "ngx_http_agent_fsm.h"
+#include "ngx_http_agent_budget.h"
+#include "ngx_http_agent_notify.h"
+#include "ngx_http_agent_list.h"
 
 
 static void *ngx_http_agent_create_main_conf(ngx_conf_t *cf);
@@ -267,6 +270,34 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       0,
       ngx_http_agent_inspect_handler },
 
+    { ngx_string("agent_budget_zone"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_2MORE,
+      ngx_http_agent_budget_zone_directive,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("agent_budget"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_agent_budget_directive,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_agent_loc_conf_t, budgets),
+      NULL },
+
+    { ngx_string("agent_notify"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_agent_main_conf_t, notify),
+      NULL },
+
+    { ngx_string("agent_list"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_agent_list,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("agent_zone_status"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_agent_zone_status,
@@ -467,6 +498,12 @@ ngx_http_agent_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_size_value(conf->events_buffer, prev->events_buffer,
                               1024 * 1024);
 
+    if (ngx_http_agent_budget_merge(cf, &prev->budgets, &conf->budgets)
+        != NGX_CONF_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
     if (conf->api && ngx_http_agent_merge_api(cf, conf) != NGX_CONF_OK) {
         return NGX_CONF_ERROR;
     }
@@ -627,7 +664,8 @@ ngx_http_agent_merge_api(ngx_conf_t *cf, ngx_http_agent_loc_conf_t *conf)
 
     if (conf->conversation == NULL
         && conf->api != ngx_http_agent_aisdk_handler
-        && conf->api != ngx_http_agent_agui_handler)
+        && conf->api != ngx_http_agent_agui_handler
+        && conf->api != ngx_http_agent_list_handler)
     {
         ngx_http_agent_conf_error(cf, conf->api_file, conf->api_line,
                                   "\"%V\" needs an \"agent_conversation\"",
@@ -657,6 +695,10 @@ ngx_http_agent_postconfiguration(ngx_conf_t *cf)
 
     ngx_http_agent_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_agent_error_filter;
+
+    if (ngx_http_agent_notify_init_filters(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     /* the lower layers' hooks into the ones above */
 
@@ -772,6 +814,10 @@ ngx_http_agent_init_process(ngx_cycle_t *cycle)
     }
 
     if (amcf->store && ngx_http_agent_store_init_process(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_agent_notify_init_process(cycle) != NGX_OK) {
         return NGX_ERROR;
     }
 

@@ -162,6 +162,13 @@ static ngx_command_t  ngx_http_agent_block_commands[] = {
       0,
       NULL },
 
+    { ngx_string("notify"),
+      NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      0,
+      offsetof(ngx_http_agent_t, notify),
+      NULL },
+
       ngx_null_command
 };
 

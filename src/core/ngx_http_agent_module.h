@@ -117,6 +117,9 @@ typedef struct {
     ngx_msec_t                    retry_base;
     ngx_msec_t                    retry_cap;
 
+    /* where a call waiting for a person is announced, or empty */
+    ngx_str_t                     notify;
+
     /* the configuration of a location that serves the agent: where a
        turn started by the module itself (not by a request) runs */
     ngx_http_conf_ctx_t          *conf_ctx;
@@ -141,6 +144,12 @@ typedef struct {
     /* at rest this long, a conversation leaves the zone (with a store) */
     ngx_msec_t                    evict_idle;
     ngx_msec_t                    evict_awaiting;
+
+    /* agent_budget_zone: ngx_http_agent_budget_zone_t *, or NULL */
+    ngx_array_t                  *budgets;
+
+    /* agent_notify: for agents without a notify of their own */
+    ngx_str_t                     notify;
 } ngx_http_agent_main_conf_t;
 
 
@@ -171,6 +180,9 @@ typedef struct {
 
     /* output an event stream may queue for a client that does not read */
     size_t                        events_buffer;
+
+    /* agent_budget: ngx_http_agent_budget_ref_t, or NULL */
+    ngx_array_t                  *budgets;
 
     u_char                       *agent_file;
     ngx_uint_t                    agent_line;

@@ -228,6 +228,9 @@ typedef struct {
     size_t                        reserve_size;
 
     ngx_http_agent_metrics_sh_t  *metrics;
+
+    /* notifications owed for waiting calls (ngx_http_agent_notify.c) */
+    void                         *notify;
 } ngx_http_agent_sh_t;
 
 

@@ -18,6 +18,8 @@
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_provider.h"
 #include "ngx_http_agent_tools.h"
+#include "ngx_http_agent_budget.h"
+#include "ngx_http_agent_detached.h"
 
 #include <yajl/yajl_tree.h>
 
@@ -40,9 +42,6 @@ static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
 static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 
 
-static ngx_str_t  ngx_http_agent_post_method = ngx_string("POST");
-static ngx_str_t  ngx_http_agent_content_type =
-    ngx_string("application/json");
 
 
 /* the turns this worker runs, for a cancel to find */
@@ -200,12 +199,9 @@ ngx_http_agent_turn_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
 
 /*
- * A fake connection (no socket) and a request on it, as njs's
- * js_periodic builds them, with the configuration of the request that
- * started the turn, or of the agent's location when the module starts it
- * (r == NULL).  fd -1 would make nginx try socket calls, so
- * the events are marked active (nothing to register), and tcp_nodelay
- * is marked as already handled.
+ * A turn runs on a detached request (ngx_http_agent_detached.c) with the
+ * configuration of the request that started it, or of the agent's
+ * location when the module starts it (r == NULL).
  */
 
 ngx_int_t
@@ -214,11 +210,7 @@ ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
     ngx_uint_t resume)
 {
     ngx_pool_t              *pool;
-    ngx_connection_t        *c;
-    ngx_http_request_t      *tr;
-    ngx_http_connection_t   *hc;
     ngx_http_conf_ctx_t     *ctx;
-    struct sockaddr_in      *sin;
     ngx_http_agent_turn_t   *t;
 
     pool = ngx_create_pool(4096, ngx_cycle->log);
@@ -227,11 +219,9 @@ ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
     }
 
     t = ngx_pcalloc(pool, sizeof(ngx_http_agent_turn_t));
-    hc = ngx_pcalloc(pool, sizeof(ngx_http_connection_t));
     ctx = ngx_pcalloc(pool, sizeof(ngx_http_conf_ctx_t));
-    sin = ngx_pcalloc(pool, sizeof(struct sockaddr_in));
 
-    if (t == NULL || hc == NULL || ctx == NULL || sin == NULL) {
+    if (t == NULL || ctx == NULL) {
         ngx_destroy_pool(pool);
         return NGX_ERROR;
     }
@@ -249,50 +239,6 @@ ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
     t->log.action = NULL;
     pool->log = &t->log;
 
-    c = ngx_get_connection(0, &t->log);
-    if (c == NULL) {
-        ngx_destroy_pool(pool);
-        return NGX_ERROR;
-    }
-
-    t->log_ctx.connection = c;
-
-    c->fd = (ngx_socket_t) -1;
-    c->pool = pool;
-    c->log = &t->log;
-    c->log_error = NGX_ERROR_INFO;
-    c->number = ngx_atomic_fetch_add(ngx_connection_counter, 1);
-    c->tcp_nodelay = NGX_TCP_NODELAY_DISABLED;
-
-    /*
-     * the turn is the module's own, not the sender's, whose connection may
-     * be gone long before the turn ends: it comes from the loopback
-     */
-
-    sin->sin_family = AF_INET;
-    sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-
-    c->sockaddr = (struct sockaddr *) sin;
-    c->socklen = sizeof(struct sockaddr_in);
-    c->local_sockaddr = (struct sockaddr *) sin;
-    c->local_socklen = sizeof(struct sockaddr_in);
-    ngx_str_set(&c->addr_text, "127.0.0.1");
-
-    c->read->log = &t->log;
-    c->write->log = &t->log;
-
-    /*
-     * nothing reads from the connection, but nginx times it: a provider
-     * subrequest (its discard_body set) that goes on after its handler
-     * returned arms lingering_timeout on the read event, which a model
-     * call longer than that lets fire
-     */
-    c->read->handler = ngx_http_empty_handler;
-
-    c->read->active = 1;
-    c->write->active = 1;
-    c->write->ready = 1;
-
     if (r) {
         ctx->main_conf = r->main_conf;
         ctx->srv_conf = r->srv_conf;
@@ -302,42 +248,14 @@ ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
         *ctx = *agent->conf_ctx;
     }
 
-    hc->conf_ctx = ctx;
-
-    c->data = hc;
-
-    tr = ngx_http_create_request(c);
-    if (tr == NULL) {
-        c->fd = 0;
-        ngx_free_connection(c);
-        c->fd = (ngx_socket_t) -1;
+    t->request = ngx_http_agent_detached_create(pool, &t->log, &t->log_ctx,
+                                                ctx);
+    if (t->request == NULL) {
         ngx_destroy_pool(pool);
         return NGX_ERROR;
     }
 
-    c->data = tr;
-    t->request = tr;
-
     if (r && ngx_http_agent_turn_mark(r, id, turn) != NGX_OK) {
-        ngx_http_agent_turn_close(t);
-        return NGX_ERROR;
-    }
-
-    tr->logged = 1;
-    tr->read_event_handler = ngx_http_block_reading;
-    tr->write_event_handler = ngx_http_request_empty_handler;
-    tr->method = NGX_HTTP_POST;
-    tr->method_name = ngx_http_agent_post_method;
-    ngx_str_set(&tr->uri, "/");
-    ngx_str_set(&tr->unparsed_uri, "/");
-    ngx_str_set(&tr->http_protocol, "HTTP/1.1");
-    tr->http_version = NGX_HTTP_VERSION_11;
-    tr->headers_in.content_length_n = 0;
-
-    if (ngx_list_init(&tr->headers_in.headers, tr->pool, 1,
-                      sizeof(ngx_table_elt_t))
-        != NGX_OK)
-    {
         ngx_http_agent_turn_close(t);
         return NGX_ERROR;
     }
@@ -469,6 +387,11 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
         goto failed;
     }
 
+    if (ngx_http_agent_budget_spend(&t->id, t->pool, &body) != NGX_OK) {
+        ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_FAIL, &body);
+        return;
+    }
+
     t->sub.kind = NGX_HTTP_AGENT_SUB_PROVIDER;
 
     if (ngx_http_agent_turn_subrequest(t, &t->sub,
@@ -592,13 +515,7 @@ ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t,
     ngx_keyval_t *headers, ngx_uint_t nheaders,
     ngx_http_post_subrequest_pt handler, void *data)
 {
-    ngx_buf_t                    *b;
-    ngx_uint_t                    i;
-    ngx_chain_t                  *cl;
-    ngx_table_elt_t              *h;
     ngx_http_request_t           *sr;
-    ngx_http_request_body_t      *rb;
-    ngx_http_core_main_conf_t    *cmcf;
     ngx_http_post_subrequest_t   *ps;
 
     ps = ngx_palloc(t->request->pool, sizeof(ngx_http_post_subrequest_t));
@@ -609,59 +526,12 @@ ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t,
     ps->handler = handler;
     ps->data = data;
 
-    if (ngx_http_subrequest(t->request, uri, NULL, &sr, ps,
-                            NGX_HTTP_SUBREQUEST_BACKGROUND)
+    if (ngx_http_agent_detached_subrequest(t->request, uri, body, headers,
+                                           nheaders, ps, &sr)
         != NGX_OK)
     {
         return NGX_ERROR;
     }
-
-    b = ngx_calloc_buf(t->request->pool);
-    cl = ngx_alloc_chain_link(t->request->pool);
-    rb = ngx_pcalloc(t->request->pool, sizeof(ngx_http_request_body_t));
-
-    if (b == NULL || cl == NULL || rb == NULL) {
-        return NGX_ERROR;
-    }
-
-    b->pos = body->data;
-    b->last = body->data + body->len;
-    b->start = b->pos;
-    b->end = b->last;
-    b->memory = 1;
-    b->last_buf = 1;
-
-    cl->buf = b;
-    cl->next = NULL;
-    rb->bufs = cl;
-
-    sr->request_body = rb;
-    sr->method = NGX_HTTP_POST;
-    sr->method_name = ngx_http_agent_post_method;
-    sr->header_only = 0;
-
-    if (ngx_list_init(&sr->headers_in.headers, t->request->pool,
-                      nheaders + 1, sizeof(ngx_table_elt_t))
-        != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    h = ngx_list_push(&sr->headers_in.headers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    ngx_memzero(h, sizeof(ngx_table_elt_t));
-
-    h->hash = 1;
-    ngx_str_set(&h->key, "Content-Type");
-    h->value = ngx_http_agent_content_type;
-    h->lowcase_key = (u_char *) "content-type";
-
-    sr->headers_in.content_type = h;
-    sr->headers_in.content_length_n = body->len;
-    sr->headers_in.content_length = NULL;
 
     if (sub->kind == NGX_HTTP_AGENT_SUB_PROVIDER) {
         /*
@@ -671,41 +541,6 @@ ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t,
          * changes)
          */
         sr->discard_body = 1;
-    }
-
-    for (i = 0; i < nheaders; i++) {
-        h = ngx_list_push(&sr->headers_in.headers);
-        if (h == NULL) {
-            return NGX_ERROR;
-        }
-
-        ngx_memzero(h, sizeof(ngx_table_elt_t));
-
-        h->hash = 1;
-        h->key = headers[i].key;
-        h->value = headers[i].value;
-
-        h->lowcase_key = ngx_pnalloc(t->request->pool, h->key.len);
-        if (h->lowcase_key == NULL) {
-            return NGX_ERROR;
-        }
-
-        ngx_strlow(h->lowcase_key, h->key.data, h->key.len);
-    }
-
-    /*
-     * variables of its own: a subrequest shares its parent's cache, and
-     * calls running side by side must not see each other's $http_... or
-     * $request_body
-     */
-
-    cmcf = ngx_http_get_module_main_conf(sr, ngx_http_core_module);
-
-    sr->variables = ngx_pcalloc(t->request->pool,
-                                cmcf->variables.nelts
-                                * sizeof(ngx_http_variable_value_t));
-    if (sr->variables == NULL) {
-        return NGX_ERROR;
     }
 
     sub->sr = sr;
@@ -806,6 +641,9 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
 
     /* the reply's last pieces go out before anything is logged */
     ngx_http_agent_turn_delta_flush(t);
+
+    ngx_http_agent_budget_charge(&t->id, t->reply->input_tokens
+                                         + t->reply->output_tokens);
 
     outcome = ngx_http_agent_turn_outcome(t, &reason);
     ngx_http_agent_turn_call_end(t, outcome, &reason);
@@ -1011,10 +849,6 @@ ngx_http_agent_turn_cancel_check(void)
 void
 ngx_http_agent_turn_close(ngx_http_agent_turn_t *t)
 {
-    ngx_pool_t          *pool;
-    ngx_connection_t    *c;
-    ngx_http_request_t  *r;
-
     ngx_http_agent_turn_call_abort(t);
 
     if (t->event.timer_set) {
@@ -1043,46 +877,7 @@ ngx_http_agent_turn_close(ngx_http_agent_turn_t *t)
         t->queue.next = NULL;
     }
 
-    r = t->request;
-    c = r->connection;
-    pool = c->pool;
-
-    /*
-     * a subrequest still running is torn down by its cleanup as the
-     * request is freed; its end must not free the request again
-     */
-    r->count++;
-
-    ngx_http_free_request(r, 0);
-
-    /*
-     * as ngx_close_connection() would: a timer nginx left on the fake
-     * connection (a subrequest's lingering discard sets one on its read
-     * event) must not outlive it in the timer tree
-     */
-
-    if (c->read->timer_set) {
-        ngx_del_timer(c->read);
-    }
-
-    if (c->write->timer_set) {
-        ngx_del_timer(c->write);
-    }
-
-    if (c->read->posted) {
-        ngx_delete_posted_event(c->read);
-    }
-
-    if (c->write->posted) {
-        ngx_delete_posted_event(c->write);
-    }
-
-    c->destroyed = 1;
-    c->fd = 0;
-    ngx_free_connection(c);
-    c->fd = (ngx_socket_t) -1;
-
-    ngx_destroy_pool(pool);
+    ngx_http_agent_detached_close(t->request);
 }
 
 
