@@ -219,6 +219,9 @@ typedef struct {
     /* pages kept back so that a full zone can still end its turns */
     void                         *reserve;
     size_t                        reserve_size;
+
+    /* MCP servers' sessions and tool lists (ngx_http_agent_mcp_sh_t) */
+    void                         *mcp;
 } ngx_http_agent_sh_t;
 
 
