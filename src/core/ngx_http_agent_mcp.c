@@ -123,6 +123,39 @@ ngx_http_agent_mcp_session_valid(ngx_str_t *session)
 }
 
 
+/* the value of a response header of the server (the session id) */
+
+ngx_str_t *
+ngx_http_agent_mcp_header(ngx_list_t *headers, ngx_str_t *name)
+{
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    part = &headers->part;
+    h = part->elts;
+
+    for (i = 0; /* void */ ; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                return NULL;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].hash != 0 && h[i].key.len == name->len
+            && ngx_strncasecmp(h[i].key.data, name->data, name->len) == 0)
+        {
+            return &h[i].value;
+        }
+    }
+}
+
+
 uint64_t
 ngx_http_agent_mcp_now(void)
 {

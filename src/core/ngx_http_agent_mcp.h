@@ -91,6 +91,7 @@ ngx_int_t ngx_http_agent_mcp_tools_locked(ngx_http_agent_zone_t *z,
 /* a session id may go into a header: visible ASCII only */
 ngx_int_t ngx_http_agent_mcp_session_valid(ngx_str_t *session);
 
+ngx_str_t *ngx_http_agent_mcp_header(ngx_list_t *headers, ngx_str_t *name);
 uint64_t ngx_http_agent_mcp_now(void);
 
 
