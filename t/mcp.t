@@ -23,7 +23,7 @@ use Test::Agent::Engine;
 use Test::Agent::HTTP;
 use Test::Agent::MockProvider;
 use Test::Agent::MockMCP;
-use Test::Agent::SSE;
+use Test::Agent::Calls;
 
 my $t = Test::Agent->new;
 my $mock = Test::Agent::MockProvider->new;
@@ -56,17 +56,6 @@ $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
 $t->run;
 
 my $port = $t->port(8080);
-
-sub call {
-    my ($id, $name, $args) = @_;
-    return { id => $id, name => $name, arguments => $args };
-}
-
-sub results {
-    my ($c) = @_;
-    return { map { $_->{tool_call_id} => $_ }
-             grep { $_->{type} eq 'tool_result' } @{$c->{messages}} };
-}
 
 sub json_of { my $d = eval { decode_json($_[0]{data} // '') }; $d // {} }
 
@@ -132,15 +121,16 @@ is(scalar @{$mock->requests->[0]{json}{tools} // []}, 8,
 # calls: JSON answers, the call id passed through
 
 $mock->reset;
-$mock->script({ tool_calls => [call('m1', 'add', '{"a":2,"b":3}'),
-                               call('m2', 'files_echo', '{"text":"hi"}'),
-                               call('m3', 'echo', '{"n":7}')] },
+$mock->script({ tool_calls => [
+                    tool_call('m1', 'add', '{"a":2,"b":3}'),
+                    tool_call('m2', 'files_echo', '{"text":"hi"}'),
+                    tool_call('m3', 'echo', '{"n":7}')] },
               { text => 'Done.' });
 
 send_message($t, 'c1', 'add and echo');
 $c = wait_state($t, 'c1', 'idle');
 
-my $res = results($c);
+my $res = tool_results($c);
 is(scalar keys %$res, 3, 'three results');
 is_deeply($res->{m1}{result}, { sum => 5 }, 'structuredContent as result');
 is_deeply($res->{m2}{result}{args}, { text => 'hi' },
@@ -161,16 +151,12 @@ is_deeply($back->{m1}, { ok => JSON::PP::true, result => { sum => 5 } },
 # a streamed call: progress notifications become tool_progress
 
 $mock->reset;
-$mock->script({ tool_calls => [call('p1', 'count', '{"n":3}')] },
+$mock->script({ tool_calls => [tool_call('p1', 'count', '{"n":3}')] },
               { text => 'Counted.' });
 
 send_message($t, 's1', 'count');
 
-my $sse = Test::Agent::SSE->new(http_stream(events_request('s1'),
-                                            port => $port));
-my @seen = grep { defined $_->{event} } $sse->events_until(
-    sub { ($_[0]{event} // '') eq 'turn_completed' }, 15);
-$sse->stream->close;
+my @seen = turn_events($port, 's1');
 
 my @progress = grep { $_->{event} eq 'tool_progress' } @seen;
 my ($result) = grep { $_->{event} eq 'tool_result' } @seen;
@@ -184,19 +170,19 @@ is(json_of($progress[0])->{tool_call_id}, 'p1', 'naming the call');
 ok($result && $progress[0]{t} < $result->{t} - 0.4,
    'the first progress well before the result');
 $c = wait_state($t, 's1', 'idle');
-is(results($c)->{p1}{result}, 'counted to 3', 'the streamed result');
+is(tool_results($c)->{p1}{result}, 'counted to 3', 'the streamed result');
 
 # errors: isError, a JSON-RPC error, a tool the server does not list
 
 $mock->reset;
-$mock->script({ tool_calls => [call('e1', 'fail', '{}'),
-                               call('e2', 'broken', '{}'),
-                               call('e3', 'secret', '{}')] },
+$mock->script({ tool_calls => [tool_call('e1', 'fail', '{}'),
+                               tool_call('e2', 'broken', '{}'),
+                               tool_call('e3', 'secret', '{}')] },
               { text => 'Failed.' });
 
 send_message($t, 'e1', 'fail');
 $c = wait_state($t, 'e1', 'idle');
-$res = results($c);
+$res = tool_results($c);
 
 is($res->{e1}{ok}, JSON::PP::false, 'isError: an error result');
 is($res->{e1}{error}, 'disk full', 'with the tool\'s text');
@@ -210,7 +196,8 @@ ok(!grep({ ($_->{message}{params}{name} // '') eq 'secret' }
 # approval: the call waits, and is sent once approved
 
 $mock->reset;
-$mock->script({ tool_calls => [call('a1', 'remove', '{"path":"/tmp/x"}')] },
+$mock->script({ tool_calls => [
+                    tool_call('a1', 'remove', '{"path":"/tmp/x"}')] },
               { text => 'Removed.' });
 
 send_message($t, 'a1', 'remove it');
@@ -222,7 +209,7 @@ ok(!grep({ ($_->{message}{params}{name} // '') eq 'remove' }
 is(resolve($t, 'a1', 'a1', { decision => 'approve' })->{status}, 200,
    'approved');
 $c = wait_state($t, 'a1', 'idle');
-is(results($c)->{a1}{result}, 'removed /tmp/x', 'then sent');
+is(tool_results($c)->{a1}{result}, 'removed /tmp/x', 'then sent');
 
 # the server restarted: its sessions are gone (404), a new one is made
 
@@ -230,13 +217,14 @@ my $before = scalar $mcp->calls('initialize');
 $mcp->restart;
 
 $mock->reset;
-$mock->script({ tool_calls => [call('r1', 'files_echo', '{"text":"back"}')] },
+$mock->script({ tool_calls => [
+                    tool_call('r1', 'files_echo', '{"text":"back"}')] },
               { text => 'Back.' });
 
 send_message($t, 'r1', 'after restart');
 $c = wait_state($t, 'r1', 'idle');
 
-is_deeply(results($c)->{r1}{result}{args}, { text => 'back' },
+is_deeply(tool_results($c)->{r1}{result}{args}, { text => 'back' },
           'the call went through');
 is(scalar $mcp->calls('initialize'), $before + 1, 'after a new initialize');
 my @echo = grep { ($_->{message}{params}{arguments}{text} // '') eq 'back' }
@@ -248,7 +236,7 @@ isnt($echo[0]{session}, $echo[1]{session}, 'in a new session');
 # a worker killed mid-call: another sends the call again, with its id
 
 $mock->reset;
-$mock->script({ tool_calls => [call('k1', 'hang', '{}')] },
+$mock->script({ tool_calls => [tool_call('k1', 'hang', '{}')] },
               { text => 'Woke.' });
 
 send_message($t, 'k1', 'hang');
@@ -268,7 +256,7 @@ ok($lease, 'the call runs');
 $t->kill_worker($lease);
 
 $c = wait_state($t, 'k1', 'idle', 15);
-is(results($c)->{k1}{result}, 'woke up', 'the call was sent again');
+is(tool_results($c)->{k1}{result}, 'woke up', 'the call was sent again');
 my @hang = grep { ($_->{message}{params}{name} // '') eq 'hang' }
            $mcp->calls('tools/call');
 is(scalar @hang, 2, 'twice');

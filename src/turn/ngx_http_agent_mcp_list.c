@@ -55,6 +55,8 @@ static ngx_int_t ngx_http_agent_mcp_list_make(ngx_pool_t *pool,
     ngx_http_agent_t *agent, ngx_str_t *lists, ngx_array_t *tools);
 static ngx_int_t ngx_http_agent_mcp_list_add(ngx_pool_t *pool,
     ngx_http_agent_mcp_t *server, yajl_val v, ngx_array_t *tools);
+static ngx_uint_t ngx_http_agent_mcp_list_describe_tool(yajl_gen g,
+    ngx_http_agent_tool_t *tool);
 static ngx_int_t ngx_http_agent_mcp_list_copy(ngx_pool_t *pool,
     ngx_http_agent_zone_t *z, ngx_http_agent_t *agent, ngx_str_t *lists,
     ngx_uint_t *gens);
@@ -712,21 +714,7 @@ ngx_http_agent_mcp_list_describe(yajl_gen g, ngx_pool_t *pool,
                 continue;
             }
 
-            failed |= yajl_gen_map_open(g);
-            failed |= ngx_http_agent_json_key(g, "name");
-            failed |= ngx_http_agent_json_str(g, &all[k]->name);
-            failed |= ngx_http_agent_json_key(g, "mcp_name");
-            failed |= ngx_http_agent_json_str(g, &all[k]->mcp_name);
-            failed |= ngx_http_agent_json_key(g, "description");
-            failed |= ngx_http_agent_json_str_or_null(g,
-                                                      &all[k]->description);
-            failed |= ngx_http_agent_json_key(g, "approval");
-            failed |= ngx_http_agent_json_str(g,
-                               &ngx_http_agent_approvals[all[k]->approval].name);
-            failed |= ngx_http_agent_json_key(g, "parameters");
-            failed |= ngx_http_agent_json_verbatim(g,
-                                    ngx_http_agent_provider_parameters(all[k]));
-            failed |= yajl_gen_map_close(g);
+            failed |= ngx_http_agent_mcp_list_describe_tool(g, all[k]);
         }
 
         failed |= yajl_gen_array_close(g);
@@ -734,4 +722,27 @@ ngx_http_agent_mcp_list_describe(yajl_gen g, ngx_pool_t *pool,
     }
 
     return failed | yajl_gen_array_close(g);
+}
+
+
+static ngx_uint_t
+ngx_http_agent_mcp_list_describe_tool(yajl_gen g, ngx_http_agent_tool_t *tool)
+{
+    ngx_uint_t  failed;
+
+    failed = yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "name");
+    failed |= ngx_http_agent_json_str(g, &tool->name);
+    failed |= ngx_http_agent_json_key(g, "mcp_name");
+    failed |= ngx_http_agent_json_str(g, &tool->mcp_name);
+    failed |= ngx_http_agent_json_key(g, "description");
+    failed |= ngx_http_agent_json_str_or_null(g, &tool->description);
+    failed |= ngx_http_agent_json_key(g, "approval");
+    failed |= ngx_http_agent_json_str(g,
+                                &ngx_http_agent_approvals[tool->approval].name);
+    failed |= ngx_http_agent_json_key(g, "parameters");
+    failed |= ngx_http_agent_json_verbatim(g,
+                                      ngx_http_agent_provider_parameters(tool));
+
+    return failed | yajl_gen_map_close(g);
 }

@@ -237,7 +237,7 @@ sub serve {
         return $reply->(200, 'application/json', $JSON->encode({
             jsonrpc => '2.0', id => $msg->{id},
             result => { protocolVersion => '2025-06-18',
-                        capabilities => { tools => { listChanged => JSON::PP::false } },
+                        capabilities => { tools => {} },
                         serverInfo => { name => 'mock', version => '1' } } }),
             "Mcp-Session-Id: $sid");
     }
