@@ -95,6 +95,7 @@ ngx_http_agent_mcp_call_run(ngx_http_agent_call_t *call,
         return NGX_ERROR;
     }
 
+    rpc->key = call->id;
     ngx_str_set(&rpc->method, "tools/call");
 
     rpc->headers = ngx_palloc(t->pool, nheaders * sizeof(ngx_keyval_t));

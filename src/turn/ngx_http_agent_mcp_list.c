@@ -172,6 +172,7 @@ ngx_http_agent_mcp_list_fetch(ngx_http_agent_turn_t *t, ngx_uint_t i)
 
     ngx_str_set(&rpc->method, "tools/list");
     ngx_str_set(&rpc->id, "\"tools-list\"");
+    ngx_str_set(&rpc->key, "tools-list");
     rpc->done = ngx_http_agent_mcp_list_page;
     rpc->data = t;
 

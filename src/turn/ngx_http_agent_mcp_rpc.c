@@ -56,7 +56,7 @@ static ngx_str_t  ngx_http_agent_mcp_session_header =
     ngx_string("Mcp-Session-Id");
 
 static ngx_str_t  ngx_http_agent_mcp_initialize_id =
-    ngx_string("\"initialize\"");
+    ngx_string("initialize");
 
 static ngx_str_t  ngx_http_agent_mcp_notify_initialized = ngx_string(
     "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
@@ -402,10 +402,10 @@ ngx_http_agent_mcp_rpc_message(ngx_http_agent_mcp_rpc_t *rpc, yajl_val v)
     if (method == NULL && YAJL_IS_STRING(id) && rpc->answer == NULL) {
 
         want = (rpc->step == NGX_HTTP_AGENT_MCP_REQUEST)
-               ? rpc->id : ngx_http_agent_mcp_initialize_id;
+               ? rpc->key : ngx_http_agent_mcp_initialize_id;
 
-        if (want.len == ngx_strlen(id->u.string) + 2
-            && ngx_strncmp(want.data + 1, id->u.string, want.len - 2) == 0)
+        if (want.len == ngx_strlen(id->u.string)
+            && ngx_strncmp(want.data, id->u.string, want.len) == 0)
         {
             rpc->answer = v;
             return;

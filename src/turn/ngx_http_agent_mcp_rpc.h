@@ -49,6 +49,7 @@ struct ngx_http_agent_mcp_rpc_s {
     ngx_str_t                      method;
     ngx_str_t                      params;    /* JSON object, or empty */
     ngx_str_t                      id;        /* a JSON string, quoted */
+    ngx_str_t                      key;       /* the same, unquoted */
     ngx_keyval_t                  *headers;   /* more headers to send */
     ngx_uint_t                     nheaders;
 
