@@ -114,15 +114,15 @@ ngx_http_agent_describe_agent(yajl_gen g, ngx_http_request_t *r,
 
     failed |= yajl_gen_array_close(g);
 
-    failed |= ngx_http_agent_json_key(g, "provider_tools");
-    failed |= ngx_http_agent_json_verbatim(g, &agent->provider_tools);
-
     /* MCP servers, with the tools the zone has listed */
 
     amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
 
     failed |= ngx_http_agent_json_key(g, "mcp");
     failed |= ngx_http_agent_mcp_list_describe(g, r->pool, amcf->zone, agent);
+
+    failed |= ngx_http_agent_json_key(g, "provider_tools");
+    failed |= ngx_http_agent_json_verbatim(g, &agent->provider_tools);
 
     failed |= yajl_gen_map_close(g);
 
