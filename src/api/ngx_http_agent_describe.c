@@ -12,6 +12,7 @@
 #include "ngx_http_agent_describe.h"
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_provider.h"
+#include "ngx_http_agent_mcp_rpc.h"
 
 
 /*
@@ -21,7 +22,7 @@
 
 
 static ngx_uint_t ngx_http_agent_describe_agent(yajl_gen g,
-    ngx_http_agent_t *agent);
+    ngx_http_request_t *r, ngx_http_agent_t *agent);
 static ngx_uint_t ngx_http_agent_describe_tool(yajl_gen g,
     ngx_http_agent_t *agent, ngx_http_agent_tool_t *tool);
 static ngx_uint_t ngx_http_agent_describe_bound(yajl_gen g,
@@ -54,7 +55,7 @@ ngx_http_agent_describe_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    failed = ngx_http_agent_describe_agent(g, alcf->agent);
+    failed = ngx_http_agent_describe_agent(g, r, alcf->agent);
 
     if (ngx_http_agent_json_result(g, failed, &json) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -65,10 +66,12 @@ ngx_http_agent_describe_handler(ngx_http_request_t *r)
 
 
 static ngx_uint_t
-ngx_http_agent_describe_agent(yajl_gen g, ngx_http_agent_t *agent)
+ngx_http_agent_describe_agent(yajl_gen g, ngx_http_request_t *r,
+    ngx_http_agent_t *agent)
 {
-    ngx_uint_t                  i, failed;
-    ngx_http_agent_tool_ref_t  *ref;
+    ngx_uint_t                   i, failed;
+    ngx_http_agent_tool_ref_t   *ref;
+    ngx_http_agent_main_conf_t  *amcf;
 
     failed = yajl_gen_map_open(g);
 
@@ -110,6 +113,13 @@ ngx_http_agent_describe_agent(yajl_gen g, ngx_http_agent_t *agent)
     }
 
     failed |= yajl_gen_array_close(g);
+
+    /* MCP servers, with the tools the zone has listed */
+
+    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
+
+    failed |= ngx_http_agent_json_key(g, "mcp");
+    failed |= ngx_http_agent_mcp_list_describe(g, r->pool, amcf->zone, agent);
 
     failed |= ngx_http_agent_json_key(g, "provider_tools");
     failed |= ngx_http_agent_json_verbatim(g, &agent->provider_tools);

@@ -116,6 +116,13 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       0,
       NULL },
 
+    { ngx_string("agent_mcp"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_2MORE,
+      ngx_http_agent_conf_mcp,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("agent"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_BLOCK|NGX_CONF_TAKE1,
       ngx_http_agent_conf_agent_block,

@@ -278,6 +278,13 @@ ngx_http_agent_conf_resolve(ngx_conf_t *cf, ngx_http_agent_main_conf_t *amcf)
     agents = amcf->agents.elts;
 
     for (i = 0; i < amcf->agents.nelts; i++) {
+
+        if (ngx_http_agent_conf_mcp_bind(cf, amcf, agents[i])
+            != NGX_CONF_OK)
+        {
+            return NGX_CONF_ERROR;
+        }
+
         ref = agents[i]->tools.elts;
 
         for (j = 0; j < agents[i]->tools.nelts; j++) {

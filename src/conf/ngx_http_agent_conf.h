@@ -12,6 +12,7 @@
 #include <ngx_http.h>
 
 #include "ngx_http_agent_module.h"
+#include "ngx_http_agent_mcp.h"
 
 
 char *ngx_http_agent_conf_tool_block(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -44,6 +45,18 @@ ngx_http_agent_t *ngx_http_agent_conf_find(ngx_http_agent_main_conf_t *amcf,
     ngx_str_t *name);
 ngx_uint_t ngx_http_agent_conf_pending_kind(ngx_http_agent_tool_t *tool,
     ngx_uint_t phase);
+
+/* MCP servers: ngx_http_agent_conf_mcp.c */
+char *ngx_http_agent_conf_mcp(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_agent_conf_mcp_bind(ngx_conf_t *cf,
+    ngx_http_agent_main_conf_t *amcf, ngx_http_agent_t *agent);
+ngx_http_agent_mcp_t *ngx_http_agent_conf_mcp_find(
+    ngx_http_agent_main_conf_t *amcf, ngx_str_t *name);
+ngx_int_t ngx_http_agent_conf_mcp_allowed(ngx_http_agent_mcp_t *mcp,
+    ngx_str_t *name);
+ngx_uint_t ngx_http_agent_conf_mcp_approval(ngx_http_agent_mcp_t *mcp,
+    ngx_str_t *name);
 
 
 extern ngx_conf_enum_t  ngx_http_agent_executors[];

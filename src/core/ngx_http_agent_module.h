@@ -74,6 +74,10 @@ typedef struct {
     /* provider tools: ngx_http_agent_tool_def_t, one per adapter */
     ngx_array_t                  *definitions;
 
+    /* a tool of an MCP server: the server, and the tool's name there */
+    void                         *mcp;
+    ngx_str_t                     mcp_name;
+
     u_char                       *file;
     ngx_uint_t                    line;
     ngx_uint_t                    approval_line;
@@ -99,6 +103,9 @@ typedef struct {
     ngx_str_t                     system;
 
     ngx_array_t                   tools;      /* ngx_http_agent_tool_ref_t */
+
+    /* MCP servers whose tools it may use (ngx_http_agent_mcp_t *) */
+    ngx_array_t                  *mcp;
 
     /* the tool list in the adapter's format, rendered once */
     ngx_str_t                     provider_tools;
@@ -135,6 +142,7 @@ typedef struct ngx_http_agent_zone_s  ngx_http_agent_zone_t;
 typedef struct {
     ngx_array_t                   tools;      /* ngx_http_agent_tool_t * */
     ngx_array_t                   agents;     /* ngx_http_agent_t * */
+    ngx_array_t                  *mcp;        /* ngx_http_agent_mcp_t * */
 
     ngx_http_agent_zone_t        *zone;
     void                         *store;      /* store conf, or NULL */

@@ -231,6 +231,9 @@ typedef struct {
 
     /* notifications owed for waiting calls (ngx_http_agent_notify.c) */
     void                         *notify;
+
+    /* MCP servers' sessions and tool lists (ngx_http_agent_mcp_sh_t) */
+    void                         *mcp;
 } ngx_http_agent_sh_t;
 
 

@@ -15,6 +15,7 @@
 #include "ngx_http_agent_tools.h"
 #include "ngx_http_agent_tools_call.h"
 #include "ngx_http_agent_wake.h"
+#include "ngx_http_agent_mcp_rpc.h"
 
 #include <yajl/yajl_tree.h>
 
@@ -58,6 +59,10 @@ ngx_http_agent_tools_dispatch(ngx_http_agent_turn_t *t)
         call->arguments.len = rc[i].arguments.len;
 
         call->tool = ngx_http_agent_tools_find(t->agent, &call->name);
+
+        if (call->tool == NULL) {
+            call->tool = ngx_http_agent_mcp_list_tool(t, &call->name);
+        }
 
         if (call->tool == NULL) {
             p = ngx_pnalloc(t->pool, call->name.len + 32);
@@ -234,6 +239,10 @@ ngx_http_agent_tools_run_call(ngx_http_agent_turn_t *t, ngx_str_t *id,
 
     call->tool = ngx_http_agent_tools_find(t->agent, name);
 
+    if (call->tool == NULL) {
+        call->tool = ngx_http_agent_mcp_list_tool(t, name);
+    }
+
     if (call->tool == NULL
         || call->tool->executor != NGX_HTTP_AGENT_EXECUTOR_SERVER)
     {
@@ -298,6 +307,10 @@ ngx_http_agent_tools_run(ngx_http_agent_call_t *call)
     }
 
     *cp = call;
+
+    if (call->tool->mcp) {
+        return ngx_http_agent_mcp_call_run(call, headers, n);
+    }
 
     rc = ngx_http_agent_turn_subrequest(t, &call->sub, &call->tool->location,
                                         &call->arguments, headers, n,

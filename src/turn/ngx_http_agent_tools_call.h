@@ -13,6 +13,7 @@
 #include <ngx_http.h>
 
 #include <yajl/yajl_gen.h>
+#include <yajl/yajl_tree.h>
 
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_turn.h"
@@ -69,6 +70,10 @@ ngx_int_t ngx_http_agent_tools_result(ngx_http_agent_call_t *call,
 
 ngx_int_t ngx_http_agent_tools_stream(ngx_http_agent_call_t *call,
     ngx_chain_t *in);
+
+/* a tool_progress live event of the call */
+ngx_int_t ngx_http_agent_tools_progress(ngx_http_agent_call_t *call,
+    yajl_val progress);
 void ngx_http_agent_tools_stream_end(ngx_http_agent_call_t *call);
 
 

@@ -26,8 +26,6 @@
 
 
 static ngx_int_t ngx_http_agent_tools_line(ngx_http_agent_call_t *call);
-static ngx_int_t ngx_http_agent_tools_progress(ngx_http_agent_call_t *call,
-    yajl_val progress);
 static ngx_int_t ngx_http_agent_tools_outcome(ngx_http_agent_call_t *call,
     yajl_val result, yajl_val error);
 static yajl_gen ngx_http_agent_tools_gen(ngx_http_agent_call_t *call);
@@ -215,7 +213,7 @@ ngx_http_agent_tools_line(ngx_http_agent_call_t *call)
 
 /* {"tool_call_id":ID,"name":NAME,"progress":ANY}, a live event */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_agent_tools_progress(ngx_http_agent_call_t *call, yajl_val progress)
 {
     yajl_gen                g;

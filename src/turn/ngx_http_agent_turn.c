@@ -20,6 +20,7 @@
 #include "ngx_http_agent_tools.h"
 #include "ngx_http_agent_budget.h"
 #include "ngx_http_agent_detached.h"
+#include "ngx_http_agent_mcp_rpc.h"
 
 #include <yajl/yajl_tree.h>
 
@@ -89,6 +90,10 @@ ngx_http_agent_turn_header_filter(ngx_http_request_t *r)
         return ngx_http_agent_tools_header(r, sub);
     }
 
+    if (sub->kind == NGX_HTTP_AGENT_SUB_MCP) {
+        return ngx_http_agent_mcp_rpc_header(r, sub);
+    }
+
     t = (ngx_http_agent_turn_t *) sub;
     t->status = r->headers_out.status;
 
@@ -149,6 +154,10 @@ ngx_http_agent_turn_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     if (sub->kind == NGX_HTTP_AGENT_SUB_TOOL) {
         return ngx_http_agent_tools_body(r, sub, in);
+    }
+
+    if (sub->kind == NGX_HTTP_AGENT_SUB_MCP) {
+        return ngx_http_agent_mcp_rpc_body(r, sub, in);
     }
 
     t = (ngx_http_agent_turn_t *) sub;
@@ -324,6 +333,15 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
         goto failed;
     }
 
+    /* the tool lists of MCP servers that are due, first */
+
+    rc = ngx_http_agent_mcp_list_discover(t);
+
+    if (rc == NGX_AGAIN) {
+        ngx_http_run_posted_requests(t->request->connection);
+        return;
+    }
+
     reply = ngx_pcalloc(t->pool, sizeof(ngx_http_agent_reply_t));
     if (reply == NULL) {
         goto failed;
@@ -443,6 +461,7 @@ ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t, ngx_str_t *body)
     ngx_uint_t                i;
     ngx_http_agent_fsm_t      fsm;
     ngx_queue_t              *q;
+    ngx_http_agent_t         *agent;
     ngx_http_agent_conv_t    *conv;
     ngx_http_agent_event_t   *ev;
 
@@ -498,8 +517,12 @@ ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t, ngx_str_t *body)
 
     ngx_http_agent_wake(&t->id, fsm.pids, fsm.npids);
 
-    return t->agent->provider->build_request(t->pool, t->agent, events, i,
-                                             body);
+    agent = ngx_http_agent_mcp_list_agent(t);
+    if (agent == NULL) {
+        return NGX_ERROR;
+    }
+
+    return t->agent->provider->build_request(t->pool, agent, events, i, body);
 }
 
 

@@ -114,6 +114,9 @@ struct ngx_http_agent_turn_s {
     /* taken over from a worker that died: its running calls run again */
     unsigned                      takeover:1;
 
+    /* the tools of the agent's MCP servers, as this turn knows them */
+    void                         *mcp;
+
     /* nginx takes a request's log data for an ngx_http_log_ctx_t */
     ngx_http_log_ctx_t            log_ctx;
 };

@@ -16,6 +16,7 @@
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_tools.h"
+#include "ngx_http_agent_mcp_rpc.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_provider.h"
 
@@ -352,6 +353,10 @@ ngx_http_agent_turn_batch(ngx_http_agent_turn_t *t, ngx_str_t *events,
             }
 
             tool = ngx_http_agent_tools_find(t->agent, &name);
+
+            if (tool == NULL) {
+                tool = ngx_http_agent_mcp_list_tool(t, &name);
+            }
 
             if (tool != NULL
                 && !(tool->executor == NGX_HTTP_AGENT_EXECUTOR_SERVER

@@ -1,0 +1,113 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#ifndef _NGX_HTTP_AGENT_MCP_RPC_H_INCLUDED_
+#define _NGX_HTTP_AGENT_MCP_RPC_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <yajl/yajl_tree.h>
+#include <yajl/yajl_gen.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_mcp.h"
+#include "ngx_http_agent_sse.h"
+#include "ngx_http_agent_turn.h"
+#include "ngx_http_agent_tools_call.h"
+
+
+/*
+ * One JSON-RPC request of a turn to an MCP server, over Streamable HTTP:
+ * a POST subrequest to the server's location, answered by JSON or by an
+ * SSE stream.  It initializes a session first when the zone holds none,
+ * and again, once, when the server no longer knows the session (404).
+ */
+
+typedef struct ngx_http_agent_mcp_rpc_s  ngx_http_agent_mcp_rpc_t;
+
+/* a notification of the server during the request (progress...) */
+typedef void (*ngx_http_agent_mcp_notify_pt)(ngx_http_agent_mcp_rpc_t *rpc,
+    yajl_val msg);
+
+/* the request ended: rpc->answer, or rpc->failure says why not */
+typedef void (*ngx_http_agent_mcp_done_pt)(ngx_http_agent_mcp_rpc_t *rpc);
+
+
+struct ngx_http_agent_mcp_rpc_s {
+    ngx_http_agent_sub_t           sub;       /* first: the filters' view */
+
+    ngx_http_agent_turn_t         *turn;
+    ngx_http_agent_mcp_t          *server;
+    ngx_pool_t                    *pool;
+
+    ngx_str_t                      method;
+    ngx_str_t                      params;    /* JSON object, or empty */
+    ngx_str_t                      id;        /* a JSON string, quoted */
+    ngx_str_t                      key;       /* the same, unquoted */
+    ngx_keyval_t                  *headers;   /* more headers to send */
+    ngx_uint_t                     nheaders;
+
+    ngx_uint_t                     step;
+    ngx_str_t                      session;   /* as sent */
+    ngx_str_t                      version;
+
+    /* the response of the current step */
+    ngx_uint_t                     status;
+    ngx_str_t                      new_session;
+    ngx_http_agent_bytes_t         body;
+    ngx_http_agent_sse_t          *sse;
+    yajl_val                       answer;    /* the message with our id */
+
+    char                          *failure;
+
+    ngx_http_agent_mcp_notify_pt   notify;
+    ngx_http_agent_mcp_done_pt     done;
+    void                          *data;
+
+    /* the call this request runs, if any: its sub.sr follows ours */
+    ngx_http_agent_call_t         *call;
+
+    ngx_event_t                    event;
+
+    unsigned                       is_sse:1;
+    unsigned                       too_large:1;
+    unsigned                       reinit:1;
+    unsigned                       finished:1;
+};
+
+
+#define NGX_HTTP_AGENT_SUB_MCP  2
+
+
+ngx_int_t ngx_http_agent_mcp_rpc_start(ngx_http_agent_mcp_rpc_t *rpc);
+ngx_int_t ngx_http_agent_mcp_rpc_init(ngx_http_agent_mcp_rpc_t *rpc,
+    ngx_http_agent_turn_t *t, ngx_http_agent_mcp_t *server,
+    ngx_pool_t *pool);
+void ngx_http_agent_mcp_rpc_free(ngx_http_agent_mcp_rpc_t *rpc);
+
+/* the output of an MCP subrequest, from the turn's filters */
+ngx_int_t ngx_http_agent_mcp_rpc_header(ngx_http_request_t *r,
+    ngx_http_agent_sub_t *sub);
+ngx_int_t ngx_http_agent_mcp_rpc_body(ngx_http_request_t *r,
+    ngx_http_agent_sub_t *sub, ngx_chain_t *in);
+
+/* discovery and the tools of a turn: ngx_http_agent_mcp_list.c */
+ngx_int_t ngx_http_agent_mcp_list_discover(ngx_http_agent_turn_t *t);
+ngx_http_agent_t *ngx_http_agent_mcp_list_agent(ngx_http_agent_turn_t *t);
+ngx_http_agent_tool_t *ngx_http_agent_mcp_list_tool(ngx_http_agent_turn_t *t,
+    ngx_str_t *name);
+ngx_uint_t ngx_http_agent_mcp_list_describe(yajl_gen g, ngx_pool_t *pool,
+    ngx_http_agent_zone_t *z, ngx_http_agent_t *agent);
+
+/* a tools/call: ngx_http_agent_mcp_call.c */
+ngx_int_t ngx_http_agent_mcp_call_run(ngx_http_agent_call_t *call,
+    ngx_keyval_t *headers, ngx_uint_t nheaders);
+
+
+#endif /* _NGX_HTTP_AGENT_MCP_RPC_H_INCLUDED_ */

@@ -1,0 +1,270 @@
+#!/usr/bin/perl
+
+# Tools of an MCP server reached through an nginx location (agent_mcp),
+# against a mock server speaking Streamable HTTP: the tool list fetched
+# (two pages) and given to the model with the declared tools, a name
+# both have prefixed with the server's name; calls answered by JSON and
+# by an SSE stream with progress; isError and JSON-RPC errors; a tool
+# that waits for approval; a server that forgot its session; a worker
+# killed mid-call, whose call is sent again with the same id.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use JSON::PP;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+use Test::Agent;
+use Test::Agent::Engine;
+use Test::Agent::HTTP;
+use Test::Agent::MockProvider;
+use Test::Agent::MockMCP;
+use Test::Agent::Calls;
+
+my $t = Test::Agent->new;
+my $mock = Test::Agent::MockProvider->new;
+my $mcp = Test::Agent::MockMCP->new;
+my $mcp_port = $mcp->port;
+
+my $tools = $ECHO_TOOL . <<'EOF';
+    agent_mcp files location=/mcp/files
+              tools=echo,add,count,fail,broken,remove,hang
+              approval=remove timeout=1h;
+EOF
+
+my $server = $ECHO_LOCATION . <<"EOF";
+        location = /mcp/files {
+            internal;
+            proxy_pass http://127.0.0.1:$mcp_port/mcp;
+            proxy_http_version 1.1;
+            proxy_buffering off;
+            proxy_read_timeout 90s;
+        }
+
+        location = /describe {
+            agent chat;
+            agent_describe;
+        }
+EOF
+
+$t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
+    tools => $tools, agent => 'tools echo files;', server => $server));
+$t->run;
+
+my $port = $t->port(8080);
+
+sub json_of { my $d = eval { decode_json($_[0]{data} // '') }; $d // {} }
+
+# discovery: the first model call gets the server's tools
+
+$mock->script({ text => 'Hello.' });
+
+send_message($t, 'd1', 'hi');
+my $c = wait_state($t, 'd1', 'idle');
+
+is(log_types($c), 'user_msg assistant_msg turn_completed', 'a plain turn');
+
+my $sent = $mock->requests->[0]{json}{tools} // [];
+my %sent = map { $_->{function}{name} => $_->{function} } @$sent;
+
+is_deeply([sort keys %sent],
+          [sort qw(echo files_echo add count fail broken remove hang)],
+          'declared and MCP tools, both pages, "secret" left out, '
+          . 'the clashing name prefixed');
+is_deeply($sent{add}{parameters},
+          { type => 'object', properties => { a => { type => 'number' },
+                                              b => { type => 'number' } } },
+          'an MCP tool\'s schema as the server gave it');
+is($sent{add}{description}, 'Adds two numbers', 'and its description');
+is($sent{echo}{description}, 'Echoes what it got',
+   'the declared tool keeps its name');
+
+my @init = $mcp->calls('initialize');
+my @list = $mcp->calls('tools/list');
+is(scalar @init, 1, 'one initialize');
+is($init[0]{message}{params}{protocolVersion}, '2025-06-18',
+   'asking for revision 2025-06-18');
+like($init[0]{accept}, qr{application/json.*text/event-stream},
+     'accepting JSON and SSE');
+is(scalar $mcp->calls('notifications/initialized'), 1,
+   'initialized notified');
+is(scalar @list, 2, 'tools/list in two pages');
+is($list[1]{message}{params}{cursor}, 'page-2', 'the second with the cursor');
+ok($list[0]{session} && $list[0]{session} eq $list[1]{session},
+   'in the session initialize gave');
+is($list[0]{version}, '2025-06-18', 'with MCP-Protocol-Version');
+
+my $d = http_get('/describe', port => $port);
+my $desc = eval { decode_json($d->{body}) } // {};
+my ($files) = @{$desc->{mcp} // []};
+is($files && $files->{server}, 'files', 'describe: the server');
+is_deeply([sort map { $_->{name} } @{$files->{tools} // []}],
+          [sort qw(files_echo add count fail broken remove hang)],
+          'describe: its tools');
+my ($rm) = grep { $_->{name} eq 'remove' } @{$files->{tools} // []};
+is($rm && $rm->{approval}, 'requires_approval', 'describe: approval');
+
+# a second turn in the same minute: no new discovery
+
+$mock->reset;
+$mock->script({ text => 'Again.' });
+send_message($t, 'd2', 'hi again');
+wait_state($t, 'd2', 'idle');
+is(scalar $mcp->calls('tools/list'), 2, 'the list is kept in the zone');
+is(scalar @{$mock->requests->[0]{json}{tools} // []}, 8,
+   'and given to the model');
+
+# calls: JSON answers, the call id passed through
+
+$mock->reset;
+$mock->script({ tool_calls => [
+                    tool_call('m1', 'add', '{"a":2,"b":3}'),
+                    tool_call('m2', 'files_echo', '{"text":"hi"}'),
+                    tool_call('m3', 'echo', '{"n":7}')] },
+              { text => 'Done.' });
+
+send_message($t, 'c1', 'add and echo');
+$c = wait_state($t, 'c1', 'idle');
+
+my $res = tool_results($c);
+is(scalar keys %$res, 3, 'three results');
+is_deeply($res->{m1}{result}, { sum => 5 }, 'structuredContent as result');
+is_deeply($res->{m2}{result}{args}, { text => 'hi' },
+          'the prefixed tool reached the server by its own name');
+is($res->{m2}{result}{rpc_id}, 'm2', 'the JSON-RPC id is the call\'s id');
+is($res->{m2}{result}{meta}{'agent/tool_call_id'}, 'm2', 'and in _meta');
+is($res->{m2}{result}{meta}{progressToken}, 'm2', 'and the progress token');
+is($res->{m2}{result}{key}, 'm2', 'Idempotency-Key');
+is_deeply($res->{m3}{result}{args}, { n => 7 },
+          'the declared echo went to its location');
+
+my $back = { map { $_->{tool_call_id} => decode_json($_->{content}) }
+             grep { $_->{role} eq 'tool' }
+             @{$mock->requests->[1]{json}{messages}} };
+is_deeply($back->{m1}, { ok => JSON::PP::true, result => { sum => 5 } },
+          'the model got the result');
+
+# a streamed call: progress notifications become tool_progress
+
+$mock->reset;
+$mock->script({ tool_calls => [tool_call('p1', 'count', '{"n":3}')] },
+              { text => 'Counted.' });
+
+send_message($t, 's1', 'count');
+
+my @seen = turn_events($port, 's1');
+
+my @progress = grep { $_->{event} eq 'tool_progress' } @seen;
+my ($result) = grep { $_->{event} eq 'tool_result' } @seen;
+
+is(scalar @progress, 3, 'three progress events');
+is_deeply([map { json_of($_)->{progress}{progress} } @progress], [1, 2, 3],
+          'in order');
+is(json_of($progress[0])->{progress}{message}, 'step 1 of 3',
+   'with the server\'s message');
+is(json_of($progress[0])->{tool_call_id}, 'p1', 'naming the call');
+ok($result && $progress[0]{t} < $result->{t} - 0.4,
+   'the first progress well before the result');
+$c = wait_state($t, 's1', 'idle');
+is(tool_results($c)->{p1}{result}, 'counted to 3', 'the streamed result');
+
+# errors: isError, a JSON-RPC error, a tool the server does not list
+
+$mock->reset;
+$mock->script({ tool_calls => [tool_call('e1', 'fail', '{}'),
+                               tool_call('e2', 'broken', '{}'),
+                               tool_call('e3', 'secret', '{}')] },
+              { text => 'Failed.' });
+
+send_message($t, 'e1', 'fail');
+$c = wait_state($t, 'e1', 'idle');
+$res = tool_results($c);
+
+is($res->{e1}{ok}, JSON::PP::false, 'isError: an error result');
+is($res->{e1}{error}, 'disk full', 'with the tool\'s text');
+is($res->{e2}{error}, 'the MCP server answered error -32000: '
+   . 'backend exploded', 'a JSON-RPC error');
+like($res->{e3}{error}, qr/unknown tool "secret"/,
+     'a tool left out by tools= is unknown');
+ok(!grep({ ($_->{message}{params}{name} // '') eq 'secret' }
+         $mcp->calls('tools/call')), 'and never sent');
+
+# approval: the call waits, and is sent once approved
+
+$mock->reset;
+$mock->script({ tool_calls => [
+                    tool_call('a1', 'remove', '{"path":"/tmp/x"}')] },
+              { text => 'Removed.' });
+
+send_message($t, 'a1', 'remove it');
+$c = wait_state($t, 'a1', 'awaiting_input');
+is($c->{pending}[0]{kind}, 'approval', 'waiting for approval');
+ok(!grep({ ($_->{message}{params}{name} // '') eq 'remove' }
+         $mcp->calls('tools/call')), 'not sent yet');
+
+is(resolve($t, 'a1', 'a1', { decision => 'approve' })->{status}, 200,
+   'approved');
+$c = wait_state($t, 'a1', 'idle');
+is(tool_results($c)->{a1}{result}, 'removed /tmp/x', 'then sent');
+
+# the server restarted: its sessions are gone (404), a new one is made
+
+my $before = scalar $mcp->calls('initialize');
+$mcp->restart;
+
+$mock->reset;
+$mock->script({ tool_calls => [
+                    tool_call('r1', 'files_echo', '{"text":"back"}')] },
+              { text => 'Back.' });
+
+send_message($t, 'r1', 'after restart');
+$c = wait_state($t, 'r1', 'idle');
+
+is_deeply(tool_results($c)->{r1}{result}{args}, { text => 'back' },
+          'the call went through');
+is(scalar $mcp->calls('initialize'), $before + 1, 'after a new initialize');
+my @echo = grep { ($_->{message}{params}{arguments}{text} // '') eq 'back' }
+           $mcp->calls('tools/call');
+is_deeply([map { $_->{status} } @echo], [404, 200],
+          'the old session got 404, the new one the call');
+isnt($echo[0]{session}, $echo[1]{session}, 'in a new session');
+
+# a worker killed mid-call: another sends the call again, with its id
+
+$mock->reset;
+$mock->script({ tool_calls => [tool_call('k1', 'hang', '{}')] },
+              { text => 'Woke.' });
+
+send_message($t, 'k1', 'hang');
+
+my $deadline = time + 10;
+sleep 0.05 while time < $deadline
+                 && !grep { ($_->{message}{params}{name} // '') eq 'hang' }
+                          $mcp->calls('tools/call');
+
+my $lease;
+for (1 .. 100) {
+    $lease = inspect($t, 'k1')->{json}{lease} and last;
+    sleep 0.02;
+}
+
+ok($lease, 'the call runs');
+$t->kill_worker($lease);
+
+$c = wait_state($t, 'k1', 'idle', 15);
+is(tool_results($c)->{k1}{result}, 'woke up', 'the call was sent again');
+my @hang = grep { ($_->{message}{params}{name} // '') eq 'hang' }
+           $mcp->calls('tools/call');
+is(scalar @hang, 2, 'twice');
+is_deeply([map { $_->{message}{id} } @hang], ['k1', 'k1'],
+          'with the same id');
+is(log_types($c), 'user_msg assistant_msg tool_call tool_result '
+   . 'assistant_msg turn_completed', 'one result in the log');
+
+$t->allow_alert(qr/worker process \d+ exited on signal 9/);
+
+$t->done;

@@ -1,0 +1,148 @@
+#!/usr/bin/perl
+
+# agent_mcp against a server made with the official MCP TypeScript SDK
+# (@modelcontextprotocol/sdk, pinned in t/js/package-lock.json) over its
+# Streamable HTTP transport, which answers every request by an SSE
+# stream: discovery, a call, a call with progress, an error, and the
+# server restarted (its sessions gone: the module initializes again).
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use IO::Socket::INET;
+use JSON::PP;
+use POSIX ();
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+use Test::Agent;
+use Test::Agent::Engine;
+use Test::Agent::HTTP;
+use Test::Agent::MockProvider;
+use Test::Agent::Calls;
+
+my $js = "$FindBin::Bin/js";
+
+plan(skip_all => 'no node 18 or later (apt-get install nodejs npm)')
+    unless (`node --version 2>/dev/null` // '') =~ /^v(\d+)/ && $1 >= 18;
+
+unless (-d "$js/node_modules/\@modelcontextprotocol/sdk") {
+    system("cd $js && npm ci --no-audit --no-fund --loglevel=error >&2")
+        == 0 or plan(skip_all => 'npm ci failed in t/js');
+}
+
+my $t = Test::Agent->new;
+my $mock = Test::Agent::MockProvider->new;
+my $sdk_port = $t->port('mcp');
+
+$t->write_file_expand('nginx.conf', engine_conf($mock,
+    tools => "    agent_mcp sdk location=/mcp/sdk approval=none;\n",
+    agent => 'tools sdk;',
+    server => <<"EOF"));
+        location = /mcp/sdk {
+            internal;
+            proxy_pass http://127.0.0.1:$sdk_port/mcp;
+            proxy_http_version 1.1;
+            proxy_buffering off;
+        }
+EOF
+$t->run;
+
+my $port = $t->port(8080);
+my $node;
+
+sub start_sdk {
+    $node = fork // die "fork: $!";
+
+    if ($node == 0) {
+        open STDOUT, '>', '/dev/null';
+        chdir $js;
+        exec('node', 'mcp_server.mjs', $sdk_port) or POSIX::_exit(127);
+    }
+
+    my $deadline = time + 15;
+    while (time < $deadline) {
+        return 1 if IO::Socket::INET->new(PeerAddr => "127.0.0.1:$sdk_port");
+        sleep 0.1;
+    }
+
+    return 0;
+}
+
+sub stop_sdk {
+    return unless $node;
+    kill 'TERM', $node;
+    waitpid($node, 0);
+    undef $node;
+}
+
+END { stop_sdk() }
+
+ok(start_sdk(), 'the SDK server listens');
+
+# discovery and a call in the first turn
+
+$mock->script({ tool_calls => [tool_call('s1', 'add', '{"a":20,"b":22}'),
+                               tool_call('s2', 'fail', '{}')] },
+              { text => 'Done.' });
+
+send_message($t, 'k1', 'add');
+my $c = wait_state($t, 'k1', 'idle', 15);
+
+my %sent = map { $_->{function}{name} => $_->{function} }
+           @{$mock->requests->[0]{json}{tools} // []};
+
+is_deeply([sort keys %sent], [qw(add count fail)], 'the SDK server\'s tools');
+is_deeply($sent{add}{parameters},
+          { type => 'object',
+            properties => { a => { type => 'number' },
+                            b => { type => 'number' } },
+            required => ['a', 'b'] }, 'with their schemas');
+
+my $res = tool_results($c);
+is_deeply($res->{s1}{result}, { sum => 42 }, 'a call');
+is($res->{s2}{ok}, JSON::PP::false, 'isError is an error result');
+is($res->{s2}{error}, 'the disk is full', 'with the tool\'s text');
+
+# progress
+
+$mock->reset;
+$mock->script({ tool_calls => [tool_call('p1', 'count', '{"n":3}')] },
+              { text => 'Counted.' });
+
+send_message($t, 'k2', 'count');
+
+my @seen = turn_events($port, 'k2');
+
+my @progress = map { decode_json($_->{data})->{progress} }
+               grep { $_->{event} eq 'tool_progress' } @seen;
+
+is_deeply([map { $_->{progress} } @progress], [1, 2, 3],
+          'progress notifications as tool_progress');
+is($progress[0]{message}, 'step 1', 'with their message');
+
+$c = wait_state($t, 'k2', 'idle');
+is(tool_results($c)->{p1}{result}, 'counted to 3', 'the streamed result');
+
+# the server restarted: the old session is unknown to it
+
+stop_sdk();
+ok(start_sdk(), 'the SDK server restarted');
+
+$mock->reset;
+$mock->script({ tool_calls => [tool_call('r1', 'add', '{"a":1,"b":2}')] },
+              { text => 'Again.' });
+
+send_message($t, 'k3', 'add again');
+$c = wait_state($t, 'k3', 'idle', 15);
+is_deeply(tool_results($c)->{r1}{result}, { sum => 3 },
+          'a call after the restart');
+like($t->read_file('error.log'), qr/agent mcp "sdk": session "[^"]+" is gone/,
+     'in a new session');
+
+stop_sdk();
+
+$t->done;
