@@ -82,9 +82,6 @@ struct ngx_http_agent_mcp_rpc_s {
 };
 
 
-#define NGX_HTTP_AGENT_SUB_MCP  2
-
-
 ngx_int_t ngx_http_agent_mcp_rpc_start(ngx_http_agent_mcp_rpc_t *rpc);
 ngx_int_t ngx_http_agent_mcp_rpc_init(ngx_http_agent_mcp_rpc_t *rpc,
     ngx_http_agent_turn_t *t, ngx_http_agent_mcp_t *server,

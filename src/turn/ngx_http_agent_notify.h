@@ -13,10 +13,6 @@
 #include <ngx_http.h>
 
 
-/* a notification's subrequest, as the turn's filters tell its kind */
-#define NGX_HTTP_AGENT_SUB_NOTIFY  2
-
-
 ngx_int_t ngx_http_agent_notify_init_filters(ngx_conf_t *cf);
 ngx_int_t ngx_http_agent_notify_init_process(ngx_cycle_t *cycle);
 

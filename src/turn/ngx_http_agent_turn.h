@@ -20,8 +20,11 @@
 #include "ngx_http_agent_partial.h"
 
 
+/* the kinds of subrequest the turn's filters tell apart, each its own */
 #define NGX_HTTP_AGENT_SUB_PROVIDER  0
 #define NGX_HTTP_AGENT_SUB_TOOL      1
+#define NGX_HTTP_AGENT_SUB_NOTIFY    2
+#define NGX_HTTP_AGENT_SUB_MCP       3
 
 
 /* the ctx of a turn's subrequest, first in what it belongs to */
