@@ -243,6 +243,7 @@ ngx_http_agent_store_exit_process(ngx_cycle_t *cycle)
     amcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_agent_module);
     scf = amcf->store;
 
+    ngx_http_agent_store_audit_exit(&scf->path);
     scf->store->close();
     ngx_http_agent_sqlite_audit_close();
 }

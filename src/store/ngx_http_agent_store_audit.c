@@ -54,6 +54,7 @@ static void ngx_http_agent_store_audit_read_done(ngx_event_t *ev);
 static ngx_pool_t    *ngx_http_agent_audit_pool;
 static ngx_array_t   *ngx_http_agent_audit_rows;
 static ngx_uint_t     ngx_http_agent_audit_busy;
+static ngx_pool_t    *ngx_http_agent_audit_inflight;
 static ngx_event_t    ngx_http_agent_audit_event;
 
 
@@ -177,6 +178,7 @@ ngx_http_agent_store_audit_flush(ngx_event_t *ev)
     }
 
     ngx_http_agent_audit_busy = 1;
+    ngx_http_agent_audit_inflight = at->pool;
 }
 
 
@@ -199,6 +201,7 @@ ngx_http_agent_store_audit_done(ngx_event_t *ev)
     ngx_event_t  *next;
 
     ngx_http_agent_audit_busy = 0;
+    ngx_http_agent_audit_inflight = NULL;
 
     if (at->rc != NGX_OK) {
         ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
@@ -214,6 +217,34 @@ ngx_http_agent_store_audit_done(ngx_event_t *ev)
     if (ngx_http_agent_audit_rows && !next->posted) {
         ngx_post_event(next, &ngx_posted_events);
     }
+}
+
+
+/*
+ * A worker exits after its pool's threads: the task in flight has run,
+ * its completion never will; the rows queued since are written here.
+ */
+
+void
+ngx_http_agent_store_audit_exit(ngx_str_t *path)
+{
+    if (ngx_http_agent_audit_inflight) {
+        ngx_destroy_pool(ngx_http_agent_audit_inflight);
+        ngx_http_agent_audit_inflight = NULL;
+    }
+
+    if (ngx_http_agent_audit_rows == NULL) {
+        return;
+    }
+
+    (void) ngx_http_agent_sqlite_audit_write(path,
+                                             ngx_http_agent_audit_rows->elts,
+                                             ngx_http_agent_audit_rows->nelts,
+                                             ngx_cycle->log);
+
+    ngx_destroy_pool(ngx_http_agent_audit_pool);
+    ngx_http_agent_audit_pool = NULL;
+    ngx_http_agent_audit_rows = NULL;
 }
 
 

@@ -61,6 +61,7 @@ void ngx_http_agent_sqlite_audit_close(void);
 
 /* queued in the worker and written behind; NGX_DECLINED: no store */
 ngx_int_t ngx_http_agent_store_audit(ngx_http_agent_audit_row_t *row);
+void ngx_http_agent_store_audit_exit(ngx_str_t *path);
 
 typedef void (*ngx_http_agent_audit_page_pt)(ngx_http_request_t *r,
     ngx_http_agent_audit_page_t *page, ngx_int_t rc);
