@@ -30,10 +30,8 @@ my $js = "$FindBin::Bin/js";
 plan(skip_all => 'no node 18 or later (apt-get install nodejs npm)')
     unless (`node --version 2>/dev/null` // '') =~ /^v(\d+)/ && $1 >= 18;
 
-unless (-d "$js/node_modules/ai" && -d "$js/node_modules/\@ag-ui/client") {
-    system("cd $js && npm ci --no-audit --no-fund --loglevel=error >&2")
-        == 0 or plan(skip_all => 'npm ci failed in t/js');
-}
+Test::Agent->npm_ci($js, 'ai', '@ag-ui/client')
+    or plan(skip_all => 'npm ci failed in t/js');
 
 my $t = Test::Agent->new;
 my $mock = Test::Agent::MockProvider->new;

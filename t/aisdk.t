@@ -30,12 +30,8 @@ my $js = "$FindBin::Bin/js";
 plan(skip_all => 'no node 18 or later (apt-get install nodejs npm)')
     unless (`node --version 2>/dev/null` // '') =~ /^v(\d+)/ && $1 >= 18;
 
-unless (-d "$js/node_modules/ai" && -d "$js/node_modules/ai6"
-        && -d "$js/node_modules/ai7")
-{
-    system("cd $js && npm ci --no-audit --no-fund --loglevel=error >&2")
-        == 0 or plan(skip_all => 'npm ci failed in t/js');
-}
+Test::Agent->npm_ci($js, 'ai', 'ai6', 'ai7')
+    or plan(skip_all => 'npm ci failed in t/js');
 
 my $t = Test::Agent->new;
 my $mock = Test::Agent::MockProvider->new;

@@ -22,6 +22,7 @@ use strict;
 use warnings;
 
 use Cwd qw(abs_path);
+use Fcntl qw(:flock);
 use File::Basename qw(dirname);
 use File::Temp qw(tempdir);
 use IO::Socket::INET;
@@ -51,6 +52,26 @@ sub new {
 }
 
 sub root { $ROOT }
+
+# The npm packages a test needs, installed in $dir from its lock file when
+# one of @modules is missing; tests run side by side take turns, so that
+# one "npm ci" does not remove what another uses.  False when npm failed
+# (with CI set, that is fatal rather than a skip).
+
+sub npm_ci {
+    my ($class, $dir, @modules) = @_;
+
+    open my $lock, '>>', "$dir/.npm-ci.lock" or die "$dir: $!\n";
+    flock($lock, LOCK_EX) or die "flock: $!\n";
+
+    return 1 unless grep { !-d "$dir/node_modules/$_" } @modules;
+
+    my $ok = system("cd '$dir' && npm ci --no-audit --no-fund "
+                    . "--loglevel=error >&2") == 0;
+
+    die "npm ci failed in $dir\n" if !$ok && $ENV{CI};
+    return $ok;
+}
 sub testdir { $_[0]{dir} }
 sub binary { abs_path($ENV{TEST_NGINX_BINARY} || '/usr/sbin/nginx') }
 
