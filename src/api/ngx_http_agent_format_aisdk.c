@@ -148,7 +148,6 @@ static ngx_int_t
 ngx_http_agent_aisdk_frame(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
     ngx_http_agent_event_t *ev, size_t off, size_t len, ngx_uint_t last)
 {
-    char       errbuf[NGX_HTTP_AGENT_JSON_ERR];
     ngx_int_t  rc;
     yajl_val   root;
 
@@ -156,13 +155,8 @@ ngx_http_agent_aisdk_frame(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
         return NGX_OK;
     }
 
-    root = ngx_http_agent_json_parse(ev->data, ev->len,
-                                     NGX_HTTP_AGENT_JSON_LOG_DEPTH, errbuf,
-                                     sizeof(errbuf));
+    root = ngx_http_agent_format_parse(sub, ev);
     if (root == NULL) {
-        ngx_log_error(NGX_LOG_ALERT, sub->request->connection->log, 0,
-                      "agent events: an event of \"%V\" does not parse: %s",
-                      &sub->id, errbuf);
         return NGX_ERROR;
     }
 
