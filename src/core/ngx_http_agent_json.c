@@ -190,8 +190,9 @@ ngx_http_agent_json_start_array(void *ctx)
 
 /*
  * The one door for JSON from outside: provider events, tool results,
- * client bodies and resolutions, and the log read back.  The text must
- * be NUL-terminated at len.  Before yajl builds a tree (which it frees
+ * client bodies and resolutions, and the log read back.  yajl's tree
+ * parser reads up to a NUL, so it is given a NUL-terminated copy: the
+ * text is read up to len, never past it.  Before yajl builds a tree (which it frees
  * recursively) the nesting is checked against NGX_HTTP_AGENT_JSON_DEPTH,
  * (NGX_HTTP_AGENT_JSON_LOG_DEPTH for the log, whose events wrap what
  * came from outside), and a NUL, raw or escaped, is refused: the tree's
@@ -204,7 +205,7 @@ yajl_val
 ngx_http_agent_json_parse(u_char *json, size_t len, ngx_uint_t depth,
     char *err, size_t size)
 {
-    char      *reason, *lf, msg[NGX_HTTP_AGENT_JSON_ERR];
+    char      *reason, *lf, *copy, msg[NGX_HTTP_AGENT_JSON_ERR];
     u_char    *p;
     yajl_val   v;
 
@@ -213,9 +214,20 @@ ngx_http_agent_json_parse(u_char *json, size_t len, ngx_uint_t depth,
         return NULL;
     }
 
+    copy = ngx_alloc(len + 1, ngx_cycle->log);
+    if (copy == NULL) {
+        ngx_cpystrn((u_char *) err, (u_char *) "could not be copied", size);
+        return NULL;
+    }
+
+    ngx_memcpy(copy, json, len);
+    copy[len] = '\0';
+
     msg[0] = '\0';
 
-    v = yajl_tree_parse((char *) json, msg, sizeof(msg));
+    v = yajl_tree_parse(copy, msg, sizeof(msg));
+
+    ngx_free(copy);
 
     if (v == NULL) {
         /* yajl's message goes on with an excerpt on lines of its own */

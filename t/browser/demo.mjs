@@ -90,8 +90,11 @@ async function send(text) {
 async function waitIdle() {
     await page.waitForFunction(after => {
         const c = window.conversation;
+        /* and the page shows it: it renders on the next frame */
         return c && c.turn > after && c.state === 'idle'
-               && c.streaming === null;
+               && c.streaming === null
+               && document.body.dataset.state === 'idle'
+               && document.body.dataset.lastSeq === String(c.lastSeq);
     }, sentAfter);
 }
 
