@@ -5,14 +5,16 @@
 
 
 /*
- * The model_calls table, on pool threads.  A call's number is the
- * conversation's largest so far plus one, given in the transaction that
- * writes the row: SQLite serialises the writers, so numbers are gapless
- * and unique whichever worker (or nginx) made the call.  At most one
- * model call of a conversation runs at a time: a row still "running"
- * when the next call starts was cut off (its worker died, or nginx
- * stopped) and is marked "lost".  A call's end finds its row by start
- * time and worker, so an end written after the next start still lands.
+ * The model_calls table, on pool threads.  A call's number is its place
+ * among the conversation's calls in the order they started (by start
+ * time, then worker): each worker writes its rows when it can, so a row
+ * can come after a later call's, and then the later ones move up by one.
+ * Numbers are gapless and unique whichever worker (or nginx) made the
+ * call.  At most one model call of a conversation runs at a time: a row
+ * still "running" when a later call starts was cut off (its worker died,
+ * or nginx stopped) and is marked "lost".  A call's end finds its row by
+ * start time and worker, so an end written after the next start still
+ * lands.
  */
 
 
@@ -38,16 +40,31 @@ static ngx_int_t ngx_http_agent_sqlite_audit_json(ngx_pool_t *pool,
 static sqlite3  *ngx_http_agent_sqlite_audit_db;
 
 
+#define NGX_HTTP_AGENT_AUDIT_LATER                                           \
+    " WHERE conversation = ?1"                                               \
+    " AND (started > ?2 OR (started = ?2 AND worker > ?3))"
+
+#define NGX_HTTP_AGENT_AUDIT_STMTS  5
+#define NGX_HTTP_AGENT_AUDIT_END    4
+
+
 static char  *ngx_http_agent_sqlite_audit_sql[] = {
 
     "UPDATE model_calls SET status = 'lost'"
     " WHERE conversation = ?1 AND status = 'running'"
-    " AND (started != ?2 OR worker != ?3)",
+    " AND (started < ?2 OR (started = ?2 AND worker < ?3))",
+
+    /* the later calls up by one, through negative numbers: no clash */
+    "UPDATE model_calls SET call = -call - 1" NGX_HTTP_AGENT_AUDIT_LATER,
+
+    "UPDATE model_calls SET call = -call"
+    " WHERE conversation = ?1 AND call < 0",
 
     "INSERT INTO model_calls (conversation, call, started, worker, turn,"
     " attempt, adapter, model, status)"
-    " SELECT ?1, coalesce(max(call), 0) + 1, ?2, ?3, ?4, ?5, ?6, ?7,"
-    " 'running' FROM model_calls WHERE conversation = ?1",
+    " SELECT ?1, count(*) + 1, ?2, ?3, ?4, ?5, ?6, ?7, 'running'"
+    " FROM model_calls WHERE conversation = ?1"
+    " AND (started < ?2 OR (started = ?2 AND worker < ?3))",
 
     "UPDATE model_calls SET status = ?4, error = ?5, input_tokens = ?6,"
     " output_tokens = ?7, cached_tokens = ?8, time_to_first_token_ms = ?9,"
@@ -63,7 +80,7 @@ ngx_http_agent_sqlite_audit_write(ngx_str_t *path,
     int            rc;
     sqlite3       *db;
     ngx_uint_t     i;
-    sqlite3_stmt  *stmt[3];
+    sqlite3_stmt  *stmt[NGX_HTTP_AGENT_AUDIT_STMTS];
 
     ngx_memzero(stmt, sizeof(stmt));
 
@@ -83,7 +100,7 @@ ngx_http_agent_sqlite_audit_write(ngx_str_t *path,
         goto failed;
     }
 
-    for (i = 0; i < 3; i++) {
+    for (i = 0; i < NGX_HTTP_AGENT_AUDIT_STMTS; i++) {
         rc = sqlite3_prepare_v2(db, ngx_http_agent_sqlite_audit_sql[i], -1,
                                 &stmt[i], NULL);
         if (rc != SQLITE_OK) {
@@ -97,7 +114,7 @@ ngx_http_agent_sqlite_audit_write(ngx_str_t *path,
         }
     }
 
-    for (i = 0; i < 3; i++) {
+    for (i = 0; i < NGX_HTTP_AGENT_AUDIT_STMTS; i++) {
         sqlite3_finalize(stmt[i]);
     }
 
@@ -114,7 +131,7 @@ failed:
     ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\": %s", path,
                   sqlite3_errmsg(db));
 
-    for (i = 0; i < 3; i++) {
+    for (i = 0; i < NGX_HTTP_AGENT_AUDIT_STMTS; i++) {
         sqlite3_finalize(stmt[i]);
     }
 
@@ -125,8 +142,8 @@ failed:
 
 
 /*
- * A start marks what still runs of the conversation lost, then inserts;
- * an end updates.  Each statement is keyed by ?1, ?2, ?3: conversation,
+ * A start marks what still runs of the conversation's earlier calls
+ * lost, moves the later ones up and inserts; an end updates.  Each statement is keyed by ?1, ?2, ?3: conversation,
  * start and worker.
  */
 
@@ -138,8 +155,9 @@ ngx_http_agent_sqlite_audit_row(sqlite3_stmt **stmt,
     ngx_uint_t     i, first, last;
     sqlite3_stmt  *s;
 
-    first = row->end ? 2 : 0;
-    last = row->end ? 2 : 1;
+    first = row->end ? NGX_HTTP_AGENT_AUDIT_END : 0;
+    last = row->end ? NGX_HTTP_AGENT_AUDIT_END
+                    : NGX_HTTP_AGENT_AUDIT_END - 1;
 
     for (i = first; i <= last; i++) {
         s = stmt[i];
@@ -149,7 +167,7 @@ ngx_http_agent_sqlite_audit_row(sqlite3_stmt **stmt,
         sqlite3_bind_int64(s, 2, row->started);
         sqlite3_bind_int64(s, 3, row->worker);
 
-        if (i == 1) {
+        if (i == NGX_HTTP_AGENT_AUDIT_END - 1) {
             sqlite3_bind_int64(s, 4, row->turn);
             sqlite3_bind_int64(s, 5, row->attempt);
             sqlite3_bind_text(s, 6, (char *) row->adapter.data,
@@ -157,7 +175,7 @@ ngx_http_agent_sqlite_audit_row(sqlite3_stmt **stmt,
             sqlite3_bind_text(s, 7, (char *) row->model.data, row->model.len,
                               SQLITE_STATIC);
 
-        } else if (i == 2) {
+        } else if (i == NGX_HTTP_AGENT_AUDIT_END) {
             ngx_http_agent_sqlite_audit_end(s, row);
         }
 
