@@ -1,7 +1,9 @@
 #!/usr/bin/perl
 
-# A full zone answers 503 and names itself in the error log; what it
-# already holds stays intact, and the refused message leaves no trace.
+# A full zone with keep_idle answers 503 and names itself in the error
+# log; what it already holds stays intact, and the refused message leaves
+# no trace.  Without keep_idle (and with no store) the oldest
+# conversations at rest make room instead.
 
 use strict;
 use warnings;
@@ -12,6 +14,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 
 use Test::Agent;
+use Test::Agent::HTTP;
 use Test::Agent::Engine;
 use Test::Agent::MockProvider;
 
@@ -20,8 +23,8 @@ my $mock = Test::Agent::MockProvider->new(default => sub {
     return { text => 'noted' };
 });
 
-$t->write_file_expand('nginx.conf', engine_conf($mock, zone => '32k',
-    http => 'client_body_buffer_size 16k;'));
+$t->write_file_expand('nginx.conf', engine_conf($mock,
+    zone => '32k keep_idle', http => 'client_body_buffer_size 16k;'));
 $t->run;
 
 my $big = 'x' x 3000;
@@ -86,4 +89,45 @@ for my $i (1 .. 16) {
 }
 
 $mock2->stop;
-$t2->done;
+$t2->done(more => 1);
+
+# no store, no keep_idle: finished conversations never keep new ones out;
+# the least recently used at rest leaves
+
+my $t3 = Test::Agent->new;
+my $mock3 = Test::Agent::MockProvider->new(default => sub {
+    return { text => 'noted' };
+});
+
+$t3->write_file_expand('nginx.conf', engine_conf($mock3, zone => '128k',
+    http => 'client_body_buffer_size 16k;',
+    server => 'location = /metrics { agent_metrics; }'));
+$t3->run;
+
+my @refused;
+
+for my $i (1 .. 80) {
+    my $r = send_message($t3, "d$i", $big);
+    push @refused, $i unless $r->{status} == 202;
+    wait_state($t3, "d$i", 'idle') if $r->{status} == 202;
+}
+
+is("@refused", '', 'no message refused: conversations at rest gave way');
+is(inspect($t3, 'd1')->{status}, 404, 'the oldest was dropped');
+
+my $last = inspect($t3, 'd80')->{json};
+is(log_types($last), 'user_msg assistant_msg turn_completed',
+   'the newest is whole');
+is($last->{messages}[0]{content}, $big, 'its content intact');
+
+like($t3->read_file('error.log'),
+     qr/agent zone "agents" is full: conversation "d1" at rest dropped/,
+     'each drop is logged');
+
+my $m = http_get('/metrics', port => $t3->port(8080))->{body};
+my ($dropped) = $m =~ /^agent_zone_dropped_total\{zone="agents"\} (\d+)$/m;
+ok(defined $dropped && $dropped > 0 && $dropped < 80,
+   'and counted: ' . ($dropped // 'none'));
+
+$mock3->stop;
+$t3->done;

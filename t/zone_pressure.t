@@ -90,8 +90,9 @@ EOF
         }
 EOF
 
-$t->write_file_expand('nginx.conf', engine_conf($mock, zone => '128k',
-    tools => $tools, agent => 'tools work big;', server => $server,
+$t->write_file_expand('nginx.conf', engine_conf($mock,
+    zone => '128k keep_idle', tools => $tools, agent => 'tools work big;',
+    server => $server,
     http => 'client_body_buffer_size 16k;'));
 $t->run;
 

@@ -145,7 +145,7 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       NULL },
 
     { ngx_string("agent_zone"),
-      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE12,
       ngx_http_agent_zone_directive,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,

@@ -469,6 +469,12 @@ ngx_http_agent_prom_zone(ngx_http_agent_prom_t *p, ngx_http_agent_zone_t *z,
     ngx_http_agent_prom_print(p, "agent_zone_conversations{zone=\"%V\"} "
                               "%ui\n", name, count);
 
+    ngx_http_agent_prom_head(p, "agent_zone_dropped_total", "counter",
+                             "Conversations at rest dropped from a full "
+                             "zone with no store.");
+    ngx_http_agent_prom_print(p, "agent_zone_dropped_total{zone=\"%V\"} "
+                              "%ui\n", name, z->sh->dropped);
+
     ngx_http_agent_prom_head(p, "agent_subscribers", "gauge",
                              "Event streams open, in all workers.");
     ngx_http_agent_prom_print(p, "agent_subscribers %ui\n", subs);

@@ -130,13 +130,28 @@ ngx_http_agent_conv_delete_locked(ngx_http_agent_zone_t *z,
 ngx_int_t
 ngx_http_agent_conv_evictable_locked(ngx_http_agent_conv_t *conv)
 {
-    ngx_uint_t  i;
-
     if ((conv->state != NGX_HTTP_AGENT_IDLE
          && conv->state != NGX_HTTP_AGENT_AWAITING_INPUT)
-        || conv->lease || conv->nqueued || conv->cancel
-        || conv->flushing || conv->flushed < conv->seq || conv->seq == 0)
+        || conv->flushing || conv->flushed < conv->seq)
     {
+        return 0;
+    }
+
+    return ngx_http_agent_conv_at_rest_locked(conv);
+}
+
+
+/*
+ * Nothing runs, is queued or watches: no worker, message, cancel or
+ * subscriber would miss the conversation if it left the zone.
+ */
+
+ngx_int_t
+ngx_http_agent_conv_at_rest_locked(ngx_http_agent_conv_t *conv)
+{
+    ngx_uint_t  i;
+
+    if (conv->lease || conv->nqueued || conv->cancel || conv->seq == 0) {
         return 0;
     }
 

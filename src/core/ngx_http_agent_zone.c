@@ -58,7 +58,7 @@ ngx_str_t  ngx_http_agent_state_names[] = {
 void  (*ngx_http_agent_zone_kick)(void) = ngx_http_agent_zone_kick_none;
 
 
-/* agent_zone zone=name:size; */
+/* agent_zone zone=name:size [keep_idle]; */
 
 char *
 ngx_http_agent_zone_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
@@ -81,6 +81,14 @@ ngx_http_agent_zone_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid parameter \"%V\", it must be "
                            "\"zone=name:size\"", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    if (cf->args->nelts == 3
+        && ngx_strcmp(value[2].data, "keep_idle") != 0)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid parameter \"%V\"", &value[2]);
         return NGX_CONF_ERROR;
     }
 
@@ -132,6 +140,7 @@ ngx_http_agent_zone_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     shm_zone->data = z;
 
     z->shm_zone = shm_zone;
+    z->keep_idle = (cf->args->nelts == 3);
     amcf->zone = z;
 
     return NGX_CONF_OK;
@@ -361,7 +370,39 @@ ngx_http_agent_expire_locked(ngx_http_agent_zone_t *z,
         }
     }
 
-    return freed;
+    if (freed || z->store || z->keep_idle) {
+        return freed;
+    }
+
+    /*
+     * without a store, the zone is all there is of a conversation: the
+     * least recently used idle one, with nothing waiting for a person,
+     * goes with its history, so that finished conversations never keep
+     * new ones out
+     */
+
+    for (q = ngx_queue_head(&z->sh->lru);
+         q != ngx_queue_sentinel(&z->sh->lru);
+         q = ngx_queue_next(q))
+    {
+        conv = ngx_queue_data(q, ngx_http_agent_conv_t, lru);
+
+        if (conv != pinned && conv->state == NGX_HTTP_AGENT_IDLE
+            && conv->npending == 0
+            && ngx_http_agent_conv_at_rest_locked(conv))
+        {
+            ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                          "agent zone \"%V\" is full: conversation \"%*s\" "
+                          "at rest dropped", &z->shm_zone->shm.name,
+                          conv->id_len, conv->id);
+
+            z->sh->dropped++;
+            ngx_http_agent_conv_evict_locked(z, conv);
+            return 1;
+        }
+    }
+
+    return 0;
 }
 
 

@@ -217,6 +217,9 @@ typedef struct {
     /* conversations that left the zone, ever: a revival checks it */
     ngx_uint_t                    evicted;
 
+    /* of those, dropped with no store to come back from */
+    ngx_uint_t                    dropped;
+
     /* the last sweep of the store, ms */
     uint64_t                      swept;
 
@@ -244,6 +247,9 @@ struct ngx_http_agent_zone_s {
 
     /* canonical events are written to a store */
     ngx_uint_t                    store;
+
+    /* without a store, a full zone does not drop conversations at rest */
+    ngx_uint_t                    keep_idle;
 };
 
 
@@ -306,6 +312,7 @@ ngx_http_agent_conv_t *ngx_http_agent_conv_create_locked(
 void ngx_http_agent_conv_delete_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
 ngx_int_t ngx_http_agent_conv_evictable_locked(ngx_http_agent_conv_t *conv);
+ngx_int_t ngx_http_agent_conv_at_rest_locked(ngx_http_agent_conv_t *conv);
 ngx_int_t ngx_http_agent_conv_bound_locked(ngx_http_agent_conv_t *conv,
     ngx_str_t *agent, ngx_str_t *owner);
 void ngx_http_agent_conv_bind_locked(ngx_http_agent_conv_t *conv,
