@@ -735,6 +735,11 @@ EOF
         conf => "    agent_budget nope;  #!\n",
         error => 'invalid parameter "nope", it must be zone=name',
     },
+    {
+        name => 'agent_zone with an unknown parameter',
+        conf => "    agent_zone zone=z:1m keep_everything;  #!\n",
+        error => 'invalid parameter "keep_everything"',
+    },
 );
 
 # the base alone is legal, so each case fails for its own lines
