@@ -83,6 +83,7 @@ ngx_http_agent_output_find(ngx_pool_t *pool, ngx_str_t *events,
             rc = NGX_ERROR;
 
         } else {
+            out->name.data = (u_char *) name->u.string;
             out->name.len = ngx_strlen(name->u.string);
             out->name.data = ngx_pstrdup(pool, &out->name);
 
