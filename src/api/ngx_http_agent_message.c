@@ -20,6 +20,8 @@
 #include "ngx_http_agent_message.h"
 #include "ngx_http_agent_store.h"
 #include "ngx_http_agent_budget.h"
+#include "ngx_http_agent_conf.h"
+#include "ngx_http_agent_provider.h"
 
 
 #define NGX_HTTP_AGENT_SOURCE_ID_LEN  128
@@ -28,6 +30,8 @@
 static void ngx_http_agent_message_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_agent_message_parse(ngx_http_request_t *r,
     ngx_str_t *body, ngx_http_agent_message_t *msg, char **err);
+static ngx_int_t ngx_http_agent_message_output(ngx_http_request_t *r,
+    yajl_val output, ngx_http_agent_message_t *msg, char **err);
 static ngx_int_t ngx_http_agent_message_answer(ngx_http_request_t *r,
     ngx_uint_t status, ngx_str_t *id, ngx_uint_t turn, uint64_t seq,
     ngx_uint_t duplicate);
@@ -42,7 +46,7 @@ static ngx_int_t ngx_http_agent_message_busy_locked(ngx_http_request_t *r,
     ngx_http_agent_message_t *msg, uint32_t hash);
 
 
-/* POST {"content": "...", "source_id": "..."} */
+/* POST {"content": "...", "source_id": "...", "output": {...}} */
 
 ngx_int_t
 ngx_http_agent_message_handler(ngx_http_request_t *r)
@@ -151,6 +155,7 @@ ngx_http_agent_message_parse(ngx_http_request_t *r, ngx_str_t *body,
     yajl_val      root, v;
     const char   *content_path[] = { "content", NULL };
     const char   *source_path[] = { "source_id", NULL };
+    const char   *output_path[] = { "output", NULL };
 
     root = ngx_http_agent_json_parse(body->data, body->len,
                                      NGX_HTTP_AGENT_JSON_DEPTH, errbuf,
@@ -190,6 +195,17 @@ ngx_http_agent_message_parse(ngx_http_request_t *r, ngx_str_t *body,
         msg->source_id.len = ngx_strlen(msg->source_id.data);
     }
 
+    v = yajl_tree_get(root, output_path, yajl_t_any);
+
+    if (v != NULL) {
+        rc = ngx_http_agent_message_output(r, v, msg, err);
+
+        if (rc != NGX_OK) {
+            yajl_tree_free(root);
+            return rc;
+        }
+    }
+
     rc = ngx_http_agent_message_fields(r->pool, msg);
 
     /* the parsed strings go with the tree: keep only what was generated */
@@ -215,7 +231,81 @@ declined:
 }
 
 
-/* the user_msg's fields: {"content": ..., "source_id": ...} */
+/*
+ * "output": {"name": NAME, "schema": {"type": "object", ...}}, the JSON
+ * object the reply must be.  Every API takes the name as a tool's or a
+ * format's (letters, digits, "_" and "-") and wants an object at the
+ * schema's root; a name of one of the agent's tools would be ambiguous.
+ */
+
+static ngx_int_t
+ngx_http_agent_message_output(ngx_http_request_t *r, yajl_val output,
+    ngx_http_agent_message_t *msg, char **err)
+{
+    yajl_gen                    g;
+    yajl_val                    name, schema;
+    ngx_str_t                   s;
+    ngx_uint_t                  i, failed;
+    ngx_http_agent_tool_ref_t  *refs;
+    ngx_http_agent_loc_conf_t  *alcf;
+
+    name = ngx_http_agent_provider_get(output, "name");
+    schema = ngx_http_agent_provider_get(output, "schema");
+
+    if (!YAJL_IS_OBJECT(output) || output->u.object.len != 2
+        || name == NULL || schema == NULL)
+    {
+        *err = "\"output\" must be an object of \"name\" and \"schema\"";
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_agent_provider_string(name, &s) != NGX_OK
+        || ngx_http_agent_conf_name(&s) != NGX_OK)
+    {
+        *err = "\"output\" \"name\" must be 1 to 64 letters, digits, "
+               "\"_\" or \"-\"";
+        return NGX_DECLINED;
+    }
+
+    if (!ngx_http_agent_provider_is(ngx_http_agent_provider_get(schema,
+                                                                "type"),
+                                    "object"))
+    {
+        *err = "\"output\" \"schema\" must be a JSON Schema of an object "
+               "(\"type\": \"object\")";
+        return NGX_DECLINED;
+    }
+
+    alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
+    refs = alcf->agent->tools.elts;
+
+    for (i = 0; i < alcf->agent->tools.nelts; i++) {
+        if (refs[i].name.len == s.len
+            && ngx_strncmp(refs[i].name.data, s.data, s.len) == 0)
+        {
+            *err = "\"output\" \"name\" is the name of one of the "
+                   "agent's tools";
+            return NGX_DECLINED;
+        }
+    }
+
+    g = ngx_http_agent_json_gen(r->pool);
+    if (g == NULL) {
+        return NGX_ERROR;
+    }
+
+    failed = yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "name");
+    failed |= ngx_http_agent_json_str(g, &s);
+    failed |= ngx_http_agent_json_key(g, "schema");
+    failed |= ngx_http_agent_provider_value(g, schema);
+    failed |= yajl_gen_map_close(g);
+
+    return ngx_http_agent_json_result(g, failed, &msg->output);
+}
+
+
+/* the user_msg's fields: {"content": ..., "source_id": ..., "output": ...} */
 
 ngx_int_t
 ngx_http_agent_message_fields(ngx_pool_t *pool,
@@ -236,6 +326,11 @@ ngx_http_agent_message_fields(ngx_pool_t *pool,
     if (msg->source_id.data) {
         failed |= ngx_http_agent_json_key(g, "source_id");
         failed |= ngx_http_agent_json_str(g, &msg->source_id);
+    }
+
+    if (msg->output.len) {
+        failed |= ngx_http_agent_json_key(g, "output");
+        failed |= ngx_http_agent_json_verbatim(g, &msg->output);
     }
 
     failed |= yajl_gen_map_close(g);

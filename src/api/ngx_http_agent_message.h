@@ -29,6 +29,8 @@ typedef struct {
     ngx_str_t                          content;
     ngx_str_t                          source_id;
     ngx_str_t                          fields;
+    /* {"name","schema"}: the structured output asked for, or empty */
+    ngx_str_t                          output;
     ngx_http_agent_message_answer_pt   answer;   /* NULL: JSON */
 } ngx_http_agent_message_t;
 

@@ -85,6 +85,14 @@ ngx_conf_post_t  ngx_http_agent_conf_utf8_post =
 static ngx_conf_post_t  ngx_http_agent_conf_positive_post =
     { ngx_http_agent_conf_positive };
 
+/* OpenAI's APIs cache prompt prefixes by themselves: Anthropic only */
+static ngx_conf_bitmask_t  ngx_http_agent_cache_points[] = {
+    { ngx_string("system"), NGX_HTTP_AGENT_CACHE_SYSTEM },
+    { ngx_string("tools"), NGX_HTTP_AGENT_CACHE_TOOLS },
+    { ngx_null_string, 0 }
+};
+
+
 static ngx_conf_num_bounds_t  ngx_http_agent_max_model_calls_bounds = {
     ngx_conf_check_num_bounds, 1, -1
 };
@@ -168,6 +176,13 @@ static ngx_command_t  ngx_http_agent_block_commands[] = {
       0,
       offsetof(ngx_http_agent_t, notify),
       NULL },
+
+    { ngx_string("cache"),
+      NGX_CONF_1MORE,
+      ngx_conf_set_bitmask_slot,
+      0,
+      offsetof(ngx_http_agent_t, cache),
+      &ngx_http_agent_cache_points },
 
       ngx_null_command
 };

@@ -19,6 +19,10 @@
 #define NGX_HTTP_AGENT_EXECUTOR_PROVIDER     3
 
 /* whether a call waits for a human's confirmation before it runs */
+/* the prompt cache breakpoints of an agent ("cache"), a bitmask */
+#define NGX_HTTP_AGENT_CACHE_SYSTEM          0x0002
+#define NGX_HTTP_AGENT_CACHE_TOOLS           0x0004
+
 #define NGX_HTTP_AGENT_APPROVAL_AUTO         0
 #define NGX_HTTP_AGENT_APPROVAL_REQUIRED     1
 
@@ -123,6 +127,9 @@ typedef struct {
     ngx_uint_t                    retry_attempts;
     ngx_msec_t                    retry_base;
     ngx_msec_t                    retry_cap;
+
+    /* prompt cache breakpoints, NGX_HTTP_AGENT_CACHE_* (Anthropic only) */
+    ngx_uint_t                    cache;
 
     /* where a call waiting for a person is announced, or empty */
     ngx_str_t                     notify;

@@ -44,6 +44,8 @@
 static ngx_int_t ngx_http_agent_anthropic_render_tools(yajl_gen g,
     ngx_http_agent_t *agent);
 
+static ngx_uint_t ngx_http_agent_anthropic_cached(yajl_gen g, ngx_str_t *def);
+
 static ngx_int_t ngx_http_agent_anthropic_init(ngx_http_agent_reply_t *reply);
 static ngx_int_t ngx_http_agent_anthropic_feed(ngx_http_agent_reply_t *reply,
     u_char *p, u_char *last);
@@ -132,7 +134,7 @@ static ngx_int_t
 ngx_http_agent_anthropic_render_tools(yajl_gen g, ngx_http_agent_t *agent)
 {
     ngx_str_t                  *def;
-    ngx_uint_t                  i, failed;
+    ngx_uint_t                  i, failed, cache;
     ngx_http_agent_tool_t      *tool;
     ngx_http_agent_tool_ref_t  *ref;
 
@@ -143,6 +145,10 @@ ngx_http_agent_anthropic_render_tools(yajl_gen g, ngx_http_agent_t *agent)
     for (i = 0; i < agent->tools.nelts; i++) {
         tool = ref[i].tool;
 
+        /* a cache breakpoint on the last tool caches the whole list */
+        cache = (i == agent->tools.nelts - 1
+                 && (agent->cache & NGX_HTTP_AGENT_CACHE_TOOLS));
+
         if (tool->executor == NGX_HTTP_AGENT_EXECUTOR_PROVIDER) {
             def = ngx_http_agent_provider_definition(tool,
                                             &ngx_http_agent_anthropic_messages);
@@ -150,7 +156,13 @@ ngx_http_agent_anthropic_render_tools(yajl_gen g, ngx_http_agent_t *agent)
                 return NGX_ERROR;
             }
 
-            failed |= ngx_http_agent_json_verbatim(g, def);
+            if (cache) {
+                failed |= ngx_http_agent_anthropic_cached(g, def);
+
+            } else {
+                failed |= ngx_http_agent_json_verbatim(g, def);
+            }
+
             continue;
         }
 
@@ -159,12 +171,54 @@ ngx_http_agent_anthropic_render_tools(yajl_gen g, ngx_http_agent_t *agent)
         failed |= ngx_http_agent_provider_function(g, tool,
                                             &ngx_http_agent_anthropic_schema);
 
+        if (cache) {
+            failed |= ngx_http_agent_anthropic_cache_control(g);
+        }
+
         failed |= yajl_gen_map_close(g);
     }
 
     failed |= yajl_gen_array_close(g);
 
     return failed ? NGX_ERROR : NGX_OK;
+}
+
+
+/* a hosted tool's definition, with a cache breakpoint */
+
+static ngx_uint_t
+ngx_http_agent_anthropic_cached(yajl_gen g, ngx_str_t *def)
+{
+    char        err[NGX_HTTP_AGENT_JSON_ERR];
+    size_t      i;
+    yajl_val    v;
+    ngx_uint_t  failed;
+
+    v = ngx_http_agent_json_parse(def->data, def->len,
+                                  NGX_HTTP_AGENT_JSON_DEPTH, err,
+                                  sizeof(err));
+    if (!YAJL_IS_OBJECT(v)) {
+        if (v) {
+            yajl_tree_free(v);
+        }
+
+        return 1;
+    }
+
+    failed = yajl_gen_map_open(g);
+
+    for (i = 0; i < v->u.object.len; i++) {
+        failed |= yajl_gen_string(g, (u_char *) v->u.object.keys[i],
+                                  ngx_strlen(v->u.object.keys[i]));
+        failed |= ngx_http_agent_provider_value(g, v->u.object.values[i]);
+    }
+
+    failed |= ngx_http_agent_anthropic_cache_control(g);
+    failed |= yajl_gen_map_close(g);
+
+    yajl_tree_free(v);
+
+    return failed;
 }
 
 
@@ -874,5 +928,11 @@ ngx_http_agent_anthropic_usage(ngx_http_agent_reply_t *reply, yajl_val usage)
 
     if (YAJL_IS_INTEGER(v) && YAJL_GET_INTEGER(v) >= 0) {
         reply->cached_tokens = (ngx_uint_t) YAJL_GET_INTEGER(v);
+    }
+
+    v = ngx_http_agent_provider_get(usage, "cache_creation_input_tokens");
+
+    if (YAJL_IS_INTEGER(v) && YAJL_GET_INTEGER(v) >= 0) {
+        reply->cache_creation_tokens = (ngx_uint_t) YAJL_GET_INTEGER(v);
     }
 }

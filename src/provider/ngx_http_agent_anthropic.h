@@ -24,6 +24,7 @@ ngx_int_t ngx_http_agent_anthropic_build_request(ngx_pool_t *pool,
 
 /* shared by the request and the stream halves */
 ngx_uint_t ngx_http_agent_anthropic_input(yajl_gen g, u_char *json);
+ngx_uint_t ngx_http_agent_anthropic_cache_control(yajl_gen g);
 
 
 #endif /* _NGX_HTTP_AGENT_ANTHROPIC_H_INCLUDED_ */

@@ -40,6 +40,10 @@ static ngx_uint_t ngx_http_agent_anthropic_tool_use(
     ngx_http_agent_request_t *r, yajl_val call);
 static ngx_uint_t ngx_http_agent_anthropic_tool_result(
     ngx_http_agent_request_t *r);
+static ngx_uint_t ngx_http_agent_anthropic_tool_list(
+    ngx_http_agent_request_t *r);
+static ngx_uint_t ngx_http_agent_anthropic_structured(
+    ngx_http_agent_request_t *r);
 
 
 /*
@@ -57,6 +61,8 @@ static ngx_http_agent_request_format_t  ngx_http_agent_anthropic_format = {
     ngx_http_agent_anthropic_tool_use,
     ngx_http_agent_anthropic_open,
     ngx_http_agent_anthropic_close,
+    ngx_http_agent_anthropic_tool_list,
+    ngx_http_agent_anthropic_structured,
     0,
     0
 };
@@ -97,7 +103,20 @@ ngx_http_agent_anthropic_head(ngx_http_agent_request_t *r)
     failed |= ngx_http_agent_json_key(g, "stream");
     failed |= yajl_gen_bool(g, 1);
 
-    if (agent->system.len) {
+    if (agent->system.len && (agent->cache & NGX_HTTP_AGENT_CACHE_SYSTEM)) {
+        /* a breakpoint: the prompt up to its end is cached */
+        failed |= ngx_http_agent_json_key(g, "system");
+        failed |= yajl_gen_array_open(g);
+        failed |= yajl_gen_map_open(g);
+        failed |= ngx_http_agent_json_key(g, "type");
+        failed |= ngx_http_agent_json_key(g, "text");
+        failed |= ngx_http_agent_json_key(g, "text");
+        failed |= ngx_http_agent_json_str(g, &agent->system);
+        failed |= ngx_http_agent_anthropic_cache_control(g);
+        failed |= yajl_gen_map_close(g);
+        failed |= yajl_gen_array_close(g);
+
+    } else if (agent->system.len) {
         failed |= ngx_http_agent_json_key(g, "system");
         failed |= ngx_http_agent_json_str(g, &agent->system);
     }
@@ -291,6 +310,97 @@ ngx_http_agent_anthropic_tool_result(ngx_http_agent_request_t *r)
     failed |= yajl_gen_bool(r->g,
                   !YAJL_IS_TRUE(ngx_http_agent_provider_get(event, "ok")));
     failed |= yajl_gen_map_close(r->g);
+
+    return failed;
+}
+
+
+/*
+ * The agent's tools, as rendered once; a turn that asks for structured
+ * output adds a tool named after the output, with its schema as the
+ * input schema, after them (a cache breakpoint on the agent's last tool
+ * still covers them).
+ */
+
+static ngx_uint_t
+ngx_http_agent_anthropic_tool_list(ngx_http_agent_request_t *r)
+{
+    yajl_gen    g;
+    ngx_str_t   tools;
+    ngx_uint_t  failed;
+
+    g = r->g;
+    tools = r->agent->provider_tools;
+
+    if (r->output.name.len == 0) {
+        if (r->agent->tools.nelts == 0) {
+            return 0;
+        }
+
+        failed = ngx_http_agent_json_key(g, "tools");
+        return failed | ngx_http_agent_json_verbatim(g, &tools);
+    }
+
+    failed = ngx_http_agent_json_key(g, "tools");
+    failed |= yajl_gen_array_open(g);
+
+    if (r->agent->tools.nelts && tools.len > 2) {
+        /* the elements of the rendered array, spliced in as they are */
+        tools.data++;
+        tools.len -= 2;
+        failed |= ngx_http_agent_json_verbatim(g, &tools);
+    }
+
+    failed |= yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "name");
+    failed |= ngx_http_agent_json_str(g, &r->output.name);
+    failed |= ngx_http_agent_json_key(g, "input_schema");
+    failed |= ngx_http_agent_json_verbatim(g, &r->output.schema);
+    failed |= yajl_gen_map_close(g);
+    failed |= yajl_gen_array_close(g);
+
+    return failed;
+}
+
+
+/* the output's tool is forced: its input is the reply */
+
+static ngx_uint_t
+ngx_http_agent_anthropic_structured(ngx_http_agent_request_t *r)
+{
+    yajl_gen    g;
+    ngx_uint_t  failed;
+
+    g = r->g;
+
+    if (ngx_http_agent_provider_option(r->agent, "tool_choice")) {
+        return 0;
+    }
+
+    failed = ngx_http_agent_json_key(g, "tool_choice");
+    failed |= yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "type");
+    failed |= ngx_http_agent_json_key(g, "tool");
+    failed |= ngx_http_agent_json_key(g, "name");
+    failed |= ngx_http_agent_json_str(g, &r->output.name);
+    failed |= yajl_gen_map_close(g);
+
+    return failed;
+}
+
+
+/* "cache_control":{"type":"ephemeral"}, a member of the block it ends */
+
+ngx_uint_t
+ngx_http_agent_anthropic_cache_control(yajl_gen g)
+{
+    ngx_uint_t  failed;
+
+    failed = ngx_http_agent_json_key(g, "cache_control");
+    failed |= yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "type");
+    failed |= ngx_http_agent_json_key(g, "ephemeral");
+    failed |= yajl_gen_map_close(g);
 
     return failed;
 }

@@ -49,6 +49,8 @@ static ngx_int_t ngx_http_agent_openai_chat_build_request(ngx_pool_t *pool,
     ngx_str_t *body);
 static ngx_uint_t ngx_http_agent_openai_chat_head(
     ngx_http_agent_request_t *r);
+static ngx_uint_t ngx_http_agent_openai_chat_structured(
+    ngx_http_agent_request_t *r);
 static ngx_uint_t ngx_http_agent_openai_chat_user(
     ngx_http_agent_request_t *r);
 static ngx_uint_t ngx_http_agent_openai_chat_assistant(
@@ -99,6 +101,8 @@ static ngx_http_agent_request_format_t  ngx_http_agent_openai_chat_format = {
     ngx_http_agent_openai_chat_function,
     NULL,
     NULL,
+    NULL,
+    ngx_http_agent_openai_chat_structured,
     1,
     1
 };
@@ -201,6 +205,39 @@ ngx_http_agent_openai_chat_head(ngx_http_agent_request_t *r)
         failed |= ngx_http_agent_json_str(g, &agent->system);
         failed |= yajl_gen_map_close(g);
     }
+
+    return failed;
+}
+
+
+/*
+ * "response_format":{"type":"json_schema","json_schema":{"name","schema",
+ * "strict":true}}, unless the agent's options set one
+ */
+
+static ngx_uint_t
+ngx_http_agent_openai_chat_structured(ngx_http_agent_request_t *r)
+{
+    yajl_gen    g;
+    ngx_uint_t  failed;
+
+    g = r->g;
+
+    failed = ngx_http_agent_request_no_tools(r);
+
+    if (ngx_http_agent_provider_option(r->agent, "response_format")) {
+        return failed;
+    }
+
+    failed |= ngx_http_agent_json_key(g, "response_format");
+    failed |= yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "type");
+    failed |= ngx_http_agent_json_key(g, "json_schema");
+    failed |= ngx_http_agent_json_key(g, "json_schema");
+    failed |= yajl_gen_map_open(g);
+    failed |= ngx_http_agent_request_schema(r);
+    failed |= yajl_gen_map_close(g);
+    failed |= yajl_gen_map_close(g);
 
     return failed;
 }

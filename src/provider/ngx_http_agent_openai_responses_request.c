@@ -39,6 +39,8 @@ static ngx_uint_t ngx_http_agent_openai_responses_function(
     ngx_http_agent_request_t *r, yajl_val call);
 static ngx_uint_t ngx_http_agent_openai_responses_output(
     ngx_http_agent_request_t *r);
+static ngx_uint_t ngx_http_agent_openai_responses_structured(
+    ngx_http_agent_request_t *r);
 
 
 static ngx_str_t  ngx_http_agent_user = ngx_string("user");
@@ -58,6 +60,8 @@ static ngx_http_agent_request_format_t
     ngx_http_agent_openai_responses_function,
     NULL,
     NULL,
+    NULL,
+    ngx_http_agent_openai_responses_structured,
     0,
     0
 };
@@ -126,6 +130,39 @@ ngx_http_agent_openai_responses_tail(ngx_http_agent_request_t *r)
         failed |= ngx_http_agent_json_str(r->g, &encrypted);
         failed |= yajl_gen_array_close(r->g);
     }
+
+    return failed;
+}
+
+
+/*
+ * "text":{"format":{"type":"json_schema","name","schema","strict":true}},
+ * unless the agent's options set "text"
+ */
+
+static ngx_uint_t
+ngx_http_agent_openai_responses_structured(ngx_http_agent_request_t *r)
+{
+    yajl_gen    g;
+    ngx_uint_t  failed;
+
+    g = r->g;
+
+    failed = ngx_http_agent_request_no_tools(r);
+
+    if (ngx_http_agent_provider_option(r->agent, "text")) {
+        return failed;
+    }
+
+    failed |= ngx_http_agent_json_key(g, "text");
+    failed |= yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "format");
+    failed |= yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "type");
+    failed |= ngx_http_agent_json_key(g, "json_schema");
+    failed |= ngx_http_agent_request_schema(r);
+    failed |= yajl_gen_map_close(g);
+    failed |= yajl_gen_map_close(g);
 
     return failed;
 }

@@ -615,7 +615,8 @@ ngx_http_agent_provider_call_ids(ngx_http_agent_reply_t *reply)
 /*
  * The fields of the assistant_msg event of a reply: its text, thinking,
  * the provider's own content blocks, its calls (those of a partial reply
- * too, as far as they came), usage and status.  The generator refuses a
+ * too, as far as they came), the object of a structured reply, usage
+ * and status.  The generator refuses a
  * string that is not UTF-8.
  */
 
@@ -641,6 +642,11 @@ ngx_http_agent_provider_reply_json(ngx_http_agent_reply_t *reply,
 
     failed |= ngx_http_agent_json_key(g, "content");
     failed |= yajl_gen_string(g, reply->text.data, reply->text.len);
+
+    if (reply->object.len) {
+        failed |= ngx_http_agent_json_key(g, "object");
+        failed |= ngx_http_agent_json_verbatim(g, &reply->object);
+    }
 
     if (reply->thinking.len) {
         failed |= ngx_http_agent_json_key(g, "thinking");
@@ -695,6 +701,19 @@ ngx_http_agent_provider_reply_json(ngx_http_agent_reply_t *reply,
     failed |= yajl_gen_integer(g, reply->input_tokens);
     failed |= ngx_http_agent_json_key(g, "output_tokens");
     failed |= yajl_gen_integer(g, reply->output_tokens);
+
+    /* what a prompt cache served, and (Anthropic) what it was written */
+
+    if (reply->cached_tokens) {
+        failed |= ngx_http_agent_json_key(g, "cached_tokens");
+        failed |= yajl_gen_integer(g, reply->cached_tokens);
+    }
+
+    if (reply->cache_creation_tokens) {
+        failed |= ngx_http_agent_json_key(g, "cache_creation_tokens");
+        failed |= yajl_gen_integer(g, reply->cache_creation_tokens);
+    }
+
     failed |= yajl_gen_map_close(g);
 
     failed |= ngx_http_agent_json_key(g, "status");

@@ -99,7 +99,11 @@ struct ngx_http_agent_reply_s {
 
     ngx_uint_t                    input_tokens;
     ngx_uint_t                    output_tokens;
-    ngx_uint_t                    cached_tokens;  /* of input_tokens */
+    ngx_uint_t                    cached_tokens;  /* read from a cache */
+    ngx_uint_t                    cache_creation_tokens;
+
+    /* the JSON object of a reply structured output asked for, or empty */
+    ngx_str_t                     object;
 
     /*
      * an error reported in the stream (after HTTP 200): its type (never

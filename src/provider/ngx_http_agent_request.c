@@ -68,6 +68,12 @@ ngx_http_agent_request_build(ngx_http_agent_request_format_t *format,
         return NGX_ERROR;
     }
 
+    if (ngx_http_agent_output_find(pool, events, nevents, &r.output)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
     g = r.g;
 
     failed = yajl_gen_map_open(g);
@@ -83,13 +89,20 @@ ngx_http_agent_request_build(ngx_http_agent_request_format_t *format,
 
     failed |= yajl_gen_array_close(g);
 
-    if (agent->tools.nelts) {
+    if (format->tools) {
+        failed |= format->tools(&r);
+
+    } else if (agent->tools.nelts) {
         failed |= ngx_http_agent_json_key(g, "tools");
         failed |= ngx_http_agent_json_verbatim(g, &agent->provider_tools);
     }
 
     if (format->tail) {
         failed |= format->tail(&r);
+    }
+
+    if (r.output.name.len) {
+        failed |= format->structured(&r);
     }
 
     failed |= ngx_http_agent_provider_options(g, agent);
@@ -475,6 +488,51 @@ ngx_http_agent_request_function(ngx_http_agent_request_t *r, yajl_val call)
     }
 
     return failed | ngx_http_agent_json_str(r->g, &text);
+}
+
+
+/*
+ * A turn that asks for structured output runs no tool: the OpenAI APIs
+ * are told so with "tool_choice":"none" when the agent has tools, unless
+ * its options choose.
+ */
+
+ngx_uint_t
+ngx_http_agent_request_no_tools(ngx_http_agent_request_t *r)
+{
+    ngx_uint_t  failed;
+
+    if (r->agent->tools.nelts == 0
+        || ngx_http_agent_provider_option(r->agent, "tool_choice"))
+    {
+        return 0;
+    }
+
+    failed = ngx_http_agent_json_key(r->g, "tool_choice");
+    failed |= ngx_http_agent_json_key(r->g, "none");
+
+    return failed;
+}
+
+
+/* "name","schema","strict":true of the OpenAI APIs' json_schema format */
+
+ngx_uint_t
+ngx_http_agent_request_schema(ngx_http_agent_request_t *r)
+{
+    yajl_gen    g;
+    ngx_uint_t  failed;
+
+    g = r->g;
+
+    failed = ngx_http_agent_json_key(g, "name");
+    failed |= ngx_http_agent_json_str(g, &r->output.name);
+    failed |= ngx_http_agent_json_key(g, "schema");
+    failed |= ngx_http_agent_json_verbatim(g, &r->output.schema);
+    failed |= ngx_http_agent_json_key(g, "strict");
+    failed |= yajl_gen_bool(g, 1);
+
+    return failed;
 }
 
 

@@ -15,6 +15,7 @@
 
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_provider.h"
+#include "ngx_http_agent_output.h"
 
 
 /* what a canonical event is to a request */
@@ -53,8 +54,9 @@ typedef ngx_uint_t (*ngx_http_agent_request_call_pt)(
 /*
  * A wire format: what the members of the request and each kind of event
  * become.  The walk writes {"model", calls head, the events, closes the
- * array head opened, writes "tools", calls tail, writes the agent's
- * options and closes the object.
+ * array head opened, writes "tools", calls tail, and structured if the
+ * turn's message asks for an output, writes the agent's options and
+ * closes the object.
  */
 
 typedef struct {
@@ -79,6 +81,12 @@ typedef struct {
      */
     ngx_http_agent_request_pt         open;
     ngx_http_agent_request_pt         close;
+
+    /* "tools" and what goes with them, or NULL: the agent's, verbatim */
+    ngx_http_agent_request_pt         tools;
+
+    /* the members that ask for the structured output r->output */
+    ngx_http_agent_request_pt         structured;
 
     /* sent too: assistant messages with nothing to say, hosted results */
     unsigned                          silent:1;
@@ -118,6 +126,9 @@ struct ngx_http_agent_request_s {
     ngx_uint_t                        turn;
     ngx_uint_t                       *left;
     unsigned                          retain:1;
+
+    /* the structured output the turn's message asks for, if any */
+    ngx_http_agent_output_t           output;
 };
 
 
@@ -128,6 +139,8 @@ ngx_int_t ngx_http_agent_request_build(
 ngx_uint_t ngx_http_agent_request_calls(ngx_http_agent_request_t *r);
 ngx_uint_t ngx_http_agent_request_function(ngx_http_agent_request_t *r,
     yajl_val call);
+ngx_uint_t ngx_http_agent_request_no_tools(ngx_http_agent_request_t *r);
+ngx_uint_t ngx_http_agent_request_schema(ngx_http_agent_request_t *r);
 
 
 #endif /* _NGX_HTTP_AGENT_REQUEST_H_INCLUDED_ */

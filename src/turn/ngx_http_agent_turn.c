@@ -17,6 +17,7 @@
 #include "ngx_http_agent_revive.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_provider.h"
+#include "ngx_http_agent_output.h"
 #include "ngx_http_agent_tools.h"
 #include "ngx_http_agent_budget.h"
 #include "ngx_http_agent_detached.h"
@@ -464,6 +465,7 @@ ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t, ngx_str_t *body)
     ngx_http_agent_t         *agent;
     ngx_http_agent_conv_t    *conv;
     ngx_http_agent_event_t   *ev;
+    ngx_http_agent_output_t   output;
 
     ngx_http_agent_zone_lock(t->zone);
 
@@ -521,6 +523,12 @@ ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t, ngx_str_t *body)
     if (agent == NULL) {
         return NGX_ERROR;
     }
+
+    if (ngx_http_agent_output_find(t->pool, events, i, &output) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    t->output = output.name;
 
     return t->agent->provider->build_request(t->pool, agent, events, i, body);
 }
@@ -706,6 +714,11 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
     }
 
     t->attempt = 0;
+
+    if (t->output.len) {
+        ngx_http_agent_turn_structured(t);
+        return;
+    }
 
     if (ngx_http_agent_turn_record(t, NGX_HTTP_AGENT_MSG_COMPLETE)
         != NGX_OK)

@@ -72,6 +72,9 @@ struct ngx_http_agent_turn_s {
     ngx_uint_t                    delta_seq;
     u_char                        message_id[32];
     size_t                        message_id_len;
+
+    /* the structured output the turn's message asks for, or empty */
+    ngx_str_t                     output;
     unsigned                      parse_error:1;
     unsigned                      sr_done:1;
 
@@ -181,6 +184,7 @@ void ngx_http_agent_turn_give_up(ngx_event_t *ev);
 void ngx_http_agent_turn_batch_done(ngx_event_t *ev);
 ngx_int_t ngx_http_agent_turn_record(ngx_http_agent_turn_t *t,
     ngx_uint_t status);
+void ngx_http_agent_turn_structured(ngx_http_agent_turn_t *t);
 ngx_uint_t ngx_http_agent_turn_said(ngx_http_agent_reply_t *reply);
 ngx_int_t ngx_http_agent_turn_error_result(ngx_http_agent_turn_t *t,
     ngx_str_t *id, ngx_str_t *name, char *error);

@@ -21,6 +21,7 @@
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_turn_metrics.h"
 #include "ngx_http_agent_provider.h"
+#include "ngx_http_agent_output.h"
 
 
 static void ngx_http_agent_turn_delta_handler(ngx_event_t *ev);
@@ -462,4 +463,66 @@ ngx_http_agent_turn_record_hosted(ngx_http_agent_turn_t *t)
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * The reply of a turn whose message asked for structured output: its
+ * JSON object is recorded with the assistant message, and the turn ends
+ * there, no tool run.  A reply that is not such an object is recorded as
+ * it came, and the turn fails saying why.
+ */
+
+void
+ngx_http_agent_turn_structured(ngx_http_agent_turn_t *t)
+{
+    char       *err;
+    u_char     *p;
+    size_t      len;
+    ngx_int_t   rc;
+    ngx_str_t   reason;
+
+    err = NULL;
+
+    rc = ngx_http_agent_output_reply(t->reply, &t->output, &err);
+
+    if (rc == NGX_ERROR
+        || ngx_http_agent_turn_record(t, NGX_HTTP_AGENT_MSG_COMPLETE)
+           != NGX_OK)
+    {
+        ngx_str_set(&reason, "{\"reason\":\"the reply could not be "
+                             "recorded\"}");
+        ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_FAIL, &reason);
+        return;
+    }
+
+    if (rc == NGX_OK) {
+        ngx_str_set(&reason, "{}");
+        ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_COMPLETE, &reason);
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, &t->log, 0,
+                  "agent turn failed: output \"%V\": %s", &t->output, err);
+
+    /* {"reason":ERR,"output":NAME}; the name is letters, digits, _ and - */
+
+    len = ngx_strlen(err);
+
+    p = ngx_pnalloc(t->pool, sizeof("{\"reason\":\"\",\"output\":\"\"}")
+                             + 6 * len + t->output.len);
+    if (p == NULL) {
+        ngx_str_set(&reason, "{\"reason\":\"internal error\"}");
+
+    } else {
+        reason.data = p;
+
+        p = ngx_cpymem(p, "{\"reason\":\"", sizeof("{\"reason\":\"") - 1);
+        p = (u_char *) ngx_escape_json(p, (u_char *) err, len);
+        p = ngx_sprintf(p, "\",\"output\":\"%V\"}", &t->output);
+
+        reason.len = p - reason.data;
+    }
+
+    ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_FAIL, &reason);
 }

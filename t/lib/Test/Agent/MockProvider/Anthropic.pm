@@ -23,8 +23,9 @@ package Test::Agent::MockProvider::Anthropic;
 # each whole as the unstreamed API returns it, and every field of it that
 # is not streamed (a tool_use's caller, say) in its content_block_start.
 # finish_reason is the stop_reason (end_turn, or tool_use with calls);
-# usage => { input_tokens, output_tokens } (prompt_tokens and
-# completion_tokens are taken too).
+# usage => { input_tokens, output_tokens, cache_read_input_tokens,
+# cache_creation_input_tokens } (prompt_tokens and completion_tokens are
+# taken too; the cache counts default to 0).
 
 use v5.36;
 use parent -norequire, 'Test::Agent::MockProvider::Framer';
@@ -52,6 +53,15 @@ sub _usage ($reply) {
 
     return ($u->{input_tokens} // $u->{prompt_tokens} // 10,
             $u->{output_tokens} // $u->{completion_tokens} // 5);
+}
+
+sub _cache ($reply) {
+    my $u = $reply->{usage} // {};
+
+    return (cache_creation_input_tokens =>
+                num($u->{cache_creation_input_tokens} // 0),
+            cache_read_input_tokens =>
+                num($u->{cache_read_input_tokens} // 0));
 }
 
 sub _arguments ($tc) {
@@ -229,9 +239,7 @@ sub events ($class, $reply, $req) {
         id => _id($reply), type => 'message', role => 'assistant',
         model => $reply->{model} // _json($req)->{model} // 'claude-mock',
         content => arr(), stop_reason => undef, stop_sequence => undef,
-        usage => obj(input_tokens => num($in),
-                     cache_creation_input_tokens => num(0),
-                     cache_read_input_tokens => num(0),
+        usage => obj(input_tokens => num($in), _cache($reply),
                      output_tokens => num(1))));
 
     for my $i (0 .. $#blocks) {
@@ -314,9 +322,7 @@ sub complete ($class, $reply, $req) {
                          // 'claude-mock',
                 content => arr(map { $_->{whole} } _blocks($reply)),
                 stop_reason => _stop_reason($reply), stop_sequence => undef,
-                usage => obj(input_tokens => num($in),
-                             cache_creation_input_tokens => num(0),
-                             cache_read_input_tokens => num(0),
+                usage => obj(input_tokens => num($in), _cache($reply),
                              output_tokens => num($out)))));
 }
 

@@ -87,6 +87,11 @@ sub _context ($reply, $req) {
              instructions => $j->{instructions},
              store => exists $j->{store} && !$j->{store} ? false : true,
              tools => raw(json($j->{tools} // [])),
+             # the request's text format and tool choice, echoed
+             text => raw(json({ format => { type => 'text' },
+                                verbosity => 'medium',
+                                %{ $j->{text} // {} } })),
+             tool_choice => raw(json($j->{tool_choice} // 'auto')),
              encrypted => (grep { $_ eq 'reasoning.encrypted_content' }
                                 @{ $j->{include} // [] }) ? 1 : 0,
              sources => (grep { $_ eq 'web_search_call.action.sources' }
@@ -106,9 +111,8 @@ sub _response ($ctx, $status, $output, $usage, %more) {
                reasoning => obj(effort => undef, summary => undef),
                safety_identifier => undef, service_tier => 'auto',
                store => $ctx->{store}, temperature => raw('1.0'),
-               text => obj(format => obj(type => 'text'),
-                           verbosity => 'medium'),
-               tool_choice => 'auto', tools => $ctx->{tools},
+               text => $ctx->{text},
+               tool_choice => $ctx->{tool_choice}, tools => $ctx->{tools},
                top_logprobs => num(0), top_p => raw('1.0'),
                truncation => 'disabled', usage => $usage, user => undef,
                metadata => obj());
