@@ -22,7 +22,7 @@
 const EVENT_TYPES = [
     'user_msg', 'assistant_msg', 'tool_call', 'tool_result', 'suspension',
     'resolution', 'turn_completed', 'turn_failed', 'cancelled',
-    'turn_started', 'state_changed', 'text_delta', 'thinking_delta',
+    'turn_halted', 'injection', 'turn_started', 'state_changed', 'text_delta', 'thinking_delta',
     'tool_call_delta', 'tool_progress', 'turn_ended', 'streaming_message'
 ];
 
@@ -266,6 +266,7 @@ export class Conversation extends EventTarget {
         case 'turn_completed':
         case 'turn_failed':
         case 'cancelled':
+        case 'turn_halted':
             this._ended(ev);
             break;
 

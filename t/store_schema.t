@@ -4,7 +4,8 @@
 # (the log only) gets the derived tables, filled from its log, when the
 # configuration is loaded, and its conversations are served as before; a
 # version 2 file (no owners) gets its conversations' owner, empty; a
-# version 3 file gets the audit of model calls, empty.  A file newer than
+# version 3 file gets the audit of model calls, empty; a version 4 file
+# gets the trigger that knows turn_halted ends a turn.  A file newer than
 # the module is refused at nginx -t.
 
 use strict;
@@ -92,7 +93,7 @@ $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
     http => "agent_store $db;"));
 $t->run;
 
-is(sql("SELECT value FROM meta"), '4', 'migrated to version 4');
+is(sql("SELECT value FROM meta"), '5', 'migrated to version 5');
 is(sql("SELECT count(*) FROM events"), scalar @events, 'the log kept');
 is(sql("SELECT id, name, executor, kind, status, deadline FROM tool_calls"),
    'q1|ask_user|human|elicitation|suspended|4102444800000',
@@ -136,8 +137,8 @@ sql("ALTER TABLE conversations DROP COLUMN owner; DROP TABLE model_calls;"
 
 my ($rc, $out) = $t->test_config;
 is($rc, 0, 'a version 2 file is taken') or diag($out);
-is(sql("SELECT value FROM meta"), '4', 'migrated to version 4');
-like($t->read_file('error.log'), qr/migrating the schema from version 2 to 4/,
+is(sql("SELECT value FROM meta"), '5', 'migrated to version 5');
+like($t->read_file('error.log'), qr/migrating the schema from version 2 to 5/,
      'migration logged');
 is(sql("SELECT id, owner, state FROM conversations ORDER BY id"),
    "a||idle\nb||idle", 'the conversations kept, owned by no one');
@@ -151,19 +152,46 @@ sql("DROP TABLE model_calls;"
 
 ($rc, $out) = $t->test_config;
 is($rc, 0, 'a version 3 file is taken') or diag($out);
-is(sql("SELECT value FROM meta"), '4', 'migrated to version 4');
-like($t->read_file('error.log'), qr/migrating the schema from version 3 to 4/,
+is(sql("SELECT value FROM meta"), '5', 'migrated to version 5');
+like($t->read_file('error.log'), qr/migrating the schema from version 3 to 5/,
      'migration logged');
 is(sql("SELECT count(*) FROM model_calls"), 0, 'with an empty audit');
 is(sql("SELECT count(*) FROM events"), $nevents, 'the log kept');
 
+# version 4, as the module wrote it: its trigger did not know turn_halted
+
+sql("DROP TRIGGER events_derive;"
+    . "CREATE TRIGGER events_derive AFTER INSERT ON events BEGIN"
+    . "  UPDATE conversations SET state = CASE"
+    . "    WHEN new.type IN ('turn_completed', 'turn_failed', 'cancelled')"
+    . "      THEN 'idle' ELSE 'running' END WHERE id = new.conversation;"
+    . "END;"
+    . "UPDATE meta SET value = '4' WHERE key = 'schema_version'");
+
+($rc, $out) = $t->test_config;
+is($rc, 0, 'a version 4 file is taken') or diag($out);
+is(sql("SELECT value FROM meta"), '5', 'migrated to version 5');
+like($t->read_file('error.log'), qr/migrating the schema from version 4 to 5/,
+     'migration logged');
+
+my $seq = sql("SELECT max(seq) FROM events WHERE conversation = 'a'");
+sql("INSERT INTO events VALUES ('a', " . ($seq + 1) . ", 'user_msg',"
+    . " '{}')");
+is(sql("SELECT state FROM conversations WHERE id = 'a'"), 'running',
+   'a turn starts');
+sql("INSERT INTO events VALUES ('a', " . ($seq + 2) . ", 'turn_halted',"
+    . " '{}')");
+is(sql("SELECT state FROM conversations WHERE id = 'a'"), 'idle',
+   'and turn_halted puts the conversation at rest');
+is(sql("SELECT count(*) FROM events"), $nevents + 2, 'the log kept');
+
 # a newer schema than the module's is refused
 
-sql("UPDATE meta SET value = '5' WHERE key = 'schema_version'");
+sql("UPDATE meta SET value = '6' WHERE key = 'schema_version'");
 
 ($rc, $out) = $t->test_config;
 isnt($rc, 0, 'nginx -t fails on a newer schema');
-like($out, qr/schema version 5, newer than this module's 4/, 'and says why');
+like($out, qr/schema version 6, newer than this module's 5/, 'and says why');
 
 # SQLite writes its WAL files beside the database as the workers' user:
 # a directory they cannot write is refused at once

@@ -222,6 +222,7 @@ ngx_http_agent_agui_more(ngx_http_agent_events_sub_t *sub,
     case NGX_HTTP_AGENT_EV_TURN_COMPLETED:
     case NGX_HTTP_AGENT_EV_TURN_FAILED:
     case NGX_HTTP_AGENT_EV_CANCELLED:
+    case NGX_HTTP_AGENT_EV_TURN_HALTED:
     case NGX_HTTP_AGENT_EV_STATE_CHANGED:
         break;
 
@@ -353,6 +354,7 @@ ngx_http_agent_agui_event(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
     case NGX_HTTP_AGENT_EV_TURN_COMPLETED:
     case NGX_HTTP_AGENT_EV_TURN_FAILED:
     case NGX_HTTP_AGENT_EV_CANCELLED:
+    case NGX_HTTP_AGENT_EV_TURN_HALTED:
         return ngx_http_agent_agui_end(sub, b, ev->type, root);
 
     default:

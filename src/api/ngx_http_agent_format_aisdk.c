@@ -247,6 +247,10 @@ ngx_http_agent_aisdk_event(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
     case NGX_HTTP_AGENT_EV_TURN_COMPLETED:
         return ngx_http_agent_aisdk_end(sub, b, "stop", NULL);
 
+    case NGX_HTTP_AGENT_EV_TURN_HALTED:
+        /* a hook stopped the turn: neither the model's stop nor an error */
+        return ngx_http_agent_aisdk_end(sub, b, "other", NULL);
+
     case NGX_HTTP_AGENT_EV_TURN_FAILED:
         return ngx_http_agent_aisdk_failed(sub, b, root);
 

@@ -335,6 +335,7 @@ ngx_http_agent_inspect_running_locked(ngx_http_request_t *r,
         case NGX_HTTP_AGENT_EV_TURN_COMPLETED:
         case NGX_HTTP_AGENT_EV_TURN_FAILED:
         case NGX_HTTP_AGENT_EV_CANCELLED:
+        case NGX_HTTP_AGENT_EV_TURN_HALTED:
             /* the batch is over */
             calls.nelts = 0;
             break;

@@ -56,7 +56,7 @@ static void ngx_http_agent_prom_zone(ngx_http_agent_prom_t *p,
 
 
 static char  *ngx_http_agent_prom_outcomes[] = {
-    "completed", "failed", "cancelled"
+    "completed", "failed", "cancelled", "halted"
 };
 
 static char  *ngx_http_agent_prom_statuses[] = {

@@ -184,6 +184,20 @@ static ngx_command_t  ngx_http_agent_block_commands[] = {
       offsetof(ngx_http_agent_t, cache),
       &ngx_http_agent_cache_points },
 
+    { ngx_string("hook_before"),
+      NGX_CONF_1MORE,
+      ngx_http_agent_conf_hook,
+      0,
+      offsetof(ngx_http_agent_t, hook_before),
+      NULL },
+
+    { ngx_string("hook_after"),
+      NGX_CONF_1MORE,
+      ngx_http_agent_conf_hook,
+      0,
+      offsetof(ngx_http_agent_t, hook_after),
+      NULL },
+
       ngx_null_command
 };
 

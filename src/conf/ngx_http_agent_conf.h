@@ -46,6 +46,10 @@ ngx_http_agent_t *ngx_http_agent_conf_find(ngx_http_agent_main_conf_t *amcf,
 ngx_uint_t ngx_http_agent_conf_pending_kind(ngx_http_agent_tool_t *tool,
     ngx_uint_t phase);
 
+/* hook_before and hook_after: ngx_http_agent_conf_hook.c */
+char *ngx_http_agent_conf_hook(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
 /* MCP servers: ngx_http_agent_conf_mcp.c */
 char *ngx_http_agent_conf_mcp(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);

@@ -179,9 +179,7 @@ ngx_http_agent_log_add_locked(ngx_http_agent_zone_t *z,
      */
 
     if (type == NGX_HTTP_AGENT_EV_ASSISTANT_MSG
-        || type == NGX_HTTP_AGENT_EV_TURN_COMPLETED
-        || type == NGX_HTTP_AGENT_EV_TURN_FAILED
-        || type == NGX_HTTP_AGENT_EV_CANCELLED)
+        || ngx_http_agent_event_terminal(type))
     {
         ngx_http_agent_partial_free_locked(z, conv);
     }
@@ -206,6 +204,7 @@ ngx_http_agent_log_add_locked(ngx_http_agent_zone_t *z,
         && (type == NGX_HTTP_AGENT_EV_TOOL_RESULT
             || type == NGX_HTTP_AGENT_EV_RESOLUTION
             || type == NGX_HTTP_AGENT_EV_TURN_FAILED
+            || type == NGX_HTTP_AGENT_EV_TURN_HALTED
             || type == NGX_HTTP_AGENT_EV_CANCELLED))
     {
         ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,

@@ -296,6 +296,9 @@ ngx_http_agent_metrics_event_locked(ngx_http_agent_zone_t *z,
     case NGX_HTTP_AGENT_EV_TURN_COMPLETED:
     case NGX_HTTP_AGENT_EV_TURN_FAILED:
     case NGX_HTTP_AGENT_EV_CANCELLED:
+    case NGX_HTTP_AGENT_EV_TURN_HALTED:
+
+        /* in the order of the outcomes, from TURN_COMPLETED */
 
         a = ngx_http_agent_metrics_agent(z, conv->agent, conv->agent_len);
 

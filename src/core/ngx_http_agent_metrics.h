@@ -41,7 +41,8 @@
 #define NGX_HTTP_AGENT_TURN_COMPLETED    0
 #define NGX_HTTP_AGENT_TURN_FAILED       1
 #define NGX_HTTP_AGENT_TURN_CANCELLED    2
-#define NGX_HTTP_AGENT_TURN_OUTCOMES     3
+#define NGX_HTTP_AGENT_TURN_HALTED       3
+#define NGX_HTTP_AGENT_TURN_OUTCOMES     4
 
 /* what a model call came to */
 #define NGX_HTTP_AGENT_MODEL_OK          0

@@ -98,6 +98,25 @@ typedef struct {
 } ngx_http_agent_tool_ref_t;
 
 
+/*
+ * A hook: a location the turn asks before each model call, or after each
+ * reply, with a bounded time; on_error says whether its failure fails
+ * the turn.
+ */
+
+#define NGX_HTTP_AGENT_HOOK_FAIL      0
+#define NGX_HTTP_AGENT_HOOK_CONTINUE  1
+
+/* a hook's time when hook_before or hook_after gives none */
+#define NGX_HTTP_AGENT_HOOK_TIMEOUT   5000
+
+typedef struct {
+    ngx_str_t                     location;
+    ngx_msec_t                    timeout;
+    ngx_uint_t                    on_error;
+} ngx_http_agent_hook_t;
+
+
 typedef struct {
     ngx_str_t                     name;
 
@@ -133,6 +152,10 @@ typedef struct {
 
     /* where a call waiting for a person is announced, or empty */
     ngx_str_t                     notify;
+
+    /* asked before each model call and after each reply, or NULL */
+    ngx_http_agent_hook_t        *hook_before;
+    ngx_http_agent_hook_t        *hook_after;
 
     /* the configuration of a location that serves the agent: where a
        turn started by the module itself (not by a request) runs */

@@ -263,16 +263,25 @@ struct ngx_http_agent_zone_s {
 #define NGX_HTTP_AGENT_EV_TURN_COMPLETED    6
 #define NGX_HTTP_AGENT_EV_TURN_FAILED       7
 #define NGX_HTTP_AGENT_EV_CANCELLED         8
-#define NGX_HTTP_AGENT_EV_TURN_STARTED      9
-#define NGX_HTTP_AGENT_EV_STATE_CHANGED     10
-#define NGX_HTTP_AGENT_EV_TEXT_DELTA        11
-#define NGX_HTTP_AGENT_EV_THINKING_DELTA    12
-#define NGX_HTTP_AGENT_EV_TOOL_CALL_DELTA   13
-#define NGX_HTTP_AGENT_EV_TOOL_PROGRESS     14
-#define NGX_HTTP_AGENT_EV_TURN_ENDED        15
+#define NGX_HTTP_AGENT_EV_TURN_HALTED       9
+#define NGX_HTTP_AGENT_EV_INJECTION         10
+#define NGX_HTTP_AGENT_EV_TURN_STARTED      11
+#define NGX_HTTP_AGENT_EV_STATE_CHANGED     12
+#define NGX_HTTP_AGENT_EV_TEXT_DELTA        13
+#define NGX_HTTP_AGENT_EV_THINKING_DELTA    14
+#define NGX_HTTP_AGENT_EV_TOOL_CALL_DELTA   15
+#define NGX_HTTP_AGENT_EV_TOOL_PROGRESS     16
+#define NGX_HTTP_AGENT_EV_TURN_ENDED        17
 
 #define ngx_http_agent_event_canonical(type)                                 \
     ((type) < NGX_HTTP_AGENT_EV_TURN_STARTED)
+
+/* the events that end a turn */
+#define ngx_http_agent_event_terminal(type)                                  \
+    ((type) == NGX_HTTP_AGENT_EV_TURN_COMPLETED                              \
+     || (type) == NGX_HTTP_AGENT_EV_TURN_FAILED                              \
+     || (type) == NGX_HTTP_AGENT_EV_CANCELLED                                \
+     || (type) == NGX_HTTP_AGENT_EV_TURN_HALTED)
 
 #define ngx_http_agent_event_delta(type)                                     \
     ((type) >= NGX_HTTP_AGENT_EV_TEXT_DELTA                                  \

@@ -123,6 +123,7 @@ ngx_str_t  ngx_http_agent_fsm_inputs[] = {
     ngx_string("wait"),
     ngx_string("complete"),
     ngx_string("fail"),
+    ngx_string("halt"),
     ngx_string("abandon"),
     ngx_string("cancel"),
     ngx_string("takeover"),
@@ -231,6 +232,13 @@ static ngx_http_agent_fsm_row_t  ngx_http_agent_fsm_table[] = {
     { NGX_HTTP_AGENT_FSM_FAIL, BUSY, NGX_HTTP_AGENT_FSM_ANY,
       NGX_HTTP_AGENT_IDLE, NGX_HTTP_AGENT_FSM_GIVE,
       NGX_HTTP_AGENT_FSM_PAIR, NGX_HTTP_AGENT_EV_TURN_FAILED,
+      NGX_HTTP_AGENT_FSM_START_NEXT },
+
+    /* a hook stopped it: calls it leaves get results, as for a failure */
+
+    { NGX_HTTP_AGENT_FSM_HALT, BUSY, NGX_HTTP_AGENT_FSM_ANY,
+      NGX_HTTP_AGENT_IDLE, NGX_HTTP_AGENT_FSM_GIVE,
+      NGX_HTTP_AGENT_FSM_PAIR, NGX_HTTP_AGENT_EV_TURN_HALTED,
       NGX_HTTP_AGENT_FSM_START_NEXT },
 
     { NGX_HTTP_AGENT_FSM_ABANDON, BUSY, NGX_HTTP_AGENT_FSM_ANY,
@@ -542,10 +550,7 @@ ngx_http_agent_fsm_start_locked(ngx_http_agent_zone_t *z,
         ev = ngx_queue_data(ngx_queue_last(&conv->log),
                             ngx_http_agent_event_t, queue);
 
-        if (ev->type != NGX_HTTP_AGENT_EV_TURN_COMPLETED
-            && ev->type != NGX_HTTP_AGENT_EV_TURN_FAILED
-            && ev->type != NGX_HTTP_AGENT_EV_CANCELLED)
-        {
+        if (!ngx_http_agent_event_terminal(ev->type)) {
             ngx_str_set(&closed, "{\"reason\":\"the turn's end could not "
                                  "be recorded\"}");
 

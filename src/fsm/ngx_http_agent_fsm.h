@@ -29,6 +29,7 @@ typedef enum {
     NGX_HTTP_AGENT_FSM_WAIT,          /* the turn stops here until input */
     NGX_HTTP_AGENT_FSM_COMPLETE,      /* the final reply */
     NGX_HTTP_AGENT_FSM_FAIL,
+    NGX_HTTP_AGENT_FSM_HALT,          /* a hook stopped the turn */
     NGX_HTTP_AGENT_FSM_ABANDON,       /* a turn that could not run here */
     NGX_HTTP_AGENT_FSM_CANCEL,
     NGX_HTTP_AGENT_FSM_TAKEOVER,      /* the turn's worker died */

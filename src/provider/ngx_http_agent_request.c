@@ -213,7 +213,11 @@ ngx_http_agent_request_kind(ngx_http_agent_request_t *r,
 
     type = ngx_http_agent_provider_get(ev->event, "type");
 
-    if (ngx_http_agent_provider_is(type, "user_msg")) {
+    /* a hook's injection is the user's side too, where it stands */
+
+    if (ngx_http_agent_provider_is(type, "user_msg")
+        || ngx_http_agent_provider_is(type, "injection"))
+    {
         return NGX_HTTP_AGENT_REQUEST_USER;
     }
 

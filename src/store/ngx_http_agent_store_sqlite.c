@@ -24,7 +24,7 @@
  * conversation's persisted state, which the sweep reads after a restart.
  */
 
-#define NGX_HTTP_AGENT_SQLITE_VERSION  4
+#define NGX_HTTP_AGENT_SQLITE_VERSION  5
 
 
 static ngx_int_t ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log);
@@ -89,6 +89,15 @@ static sqlite3  *ngx_http_agent_sqlite_db;
     "  PRIMARY KEY (conversation, id)) WITHOUT ROWID;"                       \
     "CREATE INDEX conversations_state ON conversations (state)"              \
     "  WHERE state = 'running';"                                             \
+    NGX_HTTP_AGENT_SQLITE_TRIGGER
+
+
+/*
+ * what each event of the log derives: its calls' status, the message it
+ * took from the queue, its conversation's state (a turn's end: at rest)
+ */
+
+#define NGX_HTTP_AGENT_SQLITE_TRIGGER                                        \
     "CREATE TRIGGER events_derive AFTER INSERT ON events BEGIN"              \
     "  INSERT OR IGNORE INTO tool_calls"                                     \
     "    (conversation, id, name, seq, executor, status)"                    \
@@ -118,8 +127,8 @@ static sqlite3  *ngx_http_agent_sqlite_db;
     "    AND conversation = new.conversation"                                \
     "    AND id = json_extract(new.data, '$.queue_id');"                     \
     "  UPDATE conversations SET state = CASE"                                \
-    "    WHEN new.type IN ('turn_completed', 'turn_failed', 'cancelled')"    \
-    "      THEN 'idle'"                                                      \
+    "    WHEN new.type IN ('turn_completed', 'turn_failed', 'cancelled',"    \
+    "      'turn_halted') THEN 'idle'"                                       \
     "    WHEN EXISTS (SELECT 1 FROM tool_calls"                              \
     "      WHERE conversation = new.conversation"                            \
     "        AND status IN ('called', 'resolved')) THEN 'running'"           \
@@ -153,7 +162,7 @@ static sqlite3  *ngx_http_agent_sqlite_db;
 static char  ngx_http_agent_sqlite_create[] =
     "BEGIN IMMEDIATE;"
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-    "INSERT INTO meta VALUES ('schema_version', '4');"
+    "INSERT INTO meta VALUES ('schema_version', '5');"
     NGX_HTTP_AGENT_SQLITE_TABLES
     NGX_HTTP_AGENT_SQLITE_DERIVED
     NGX_HTTP_AGENT_SQLITE_AUDIT
@@ -197,10 +206,21 @@ static char  ngx_http_agent_sqlite_migrate_3[] =
     "COMMIT;";
 
 
+/* version 4 did not know turn_halted ends a turn */
+
+static char  ngx_http_agent_sqlite_migrate_4[] =
+    "BEGIN IMMEDIATE;"
+    "DROP TRIGGER events_derive;"
+    NGX_HTTP_AGENT_SQLITE_TRIGGER
+    "UPDATE meta SET value = '5' WHERE key = 'schema_version';"
+    "COMMIT;";
+
+
 static char  *ngx_http_agent_sqlite_migrate[] = {
     ngx_http_agent_sqlite_migrate_1,
     ngx_http_agent_sqlite_migrate_2,
-    ngx_http_agent_sqlite_migrate_3
+    ngx_http_agent_sqlite_migrate_3,
+    ngx_http_agent_sqlite_migrate_4
 };
 
 
@@ -208,7 +228,7 @@ static ngx_int_t
 ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
 {
     int         rc;
-    char       *err, *sql[3];
+    char       *err, *sql[NGX_HTTP_AGENT_SQLITE_VERSION];
     sqlite3    *db;
     ngx_int_t   version;
     ngx_uint_t  i;
@@ -227,9 +247,7 @@ ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
 
     version = ngx_http_agent_sqlite_version(db);
 
-    sql[0] = NULL;
-    sql[1] = NULL;
-    sql[2] = NULL;
+    ngx_memzero(sql, sizeof(sql));
 
     switch (version) {
 
@@ -240,6 +258,7 @@ ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
     case 1:
     case 2:
     case 3:
+    case 4:
         ngx_log_error(NGX_LOG_NOTICE, log, 0,
                       "agent store \"%V\": migrating the schema from "
                       "version %i to %d", path, version,
@@ -271,7 +290,7 @@ ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
         return NGX_ERROR;
     }
 
-    for (i = 0; i < 3 && sql[i]; i++) {
+    for (i = 0; i < NGX_HTTP_AGENT_SQLITE_VERSION && sql[i]; i++) {
         rc = sqlite3_exec(db, sql[i], NULL, NULL, &err);
 
         if (rc != SQLITE_OK) {

@@ -572,10 +572,7 @@ ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
         src->seq = ss[i - 1].seq;
     }
 
-    if (ev[rd->events->nelts - 1].type == NGX_HTTP_AGENT_EV_TURN_COMPLETED
-        || ev[rd->events->nelts - 1].type == NGX_HTTP_AGENT_EV_TURN_FAILED
-        || ev[rd->events->nelts - 1].type == NGX_HTTP_AGENT_EV_CANCELLED)
-    {
+    if (ngx_http_agent_event_terminal(ev[rd->events->nelts - 1].type)) {
         /* a message that waited runs now */
 
         if (ngx_http_agent_fsm_locked(z, conv,

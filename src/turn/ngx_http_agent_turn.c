@@ -22,6 +22,7 @@
 #include "ngx_http_agent_budget.h"
 #include "ngx_http_agent_detached.h"
 #include "ngx_http_agent_mcp_rpc.h"
+#include "ngx_http_agent_hook.h"
 
 #include <yajl/yajl_tree.h>
 
@@ -95,6 +96,10 @@ ngx_http_agent_turn_header_filter(ngx_http_request_t *r)
         return ngx_http_agent_mcp_rpc_header(r, sub);
     }
 
+    if (sub->kind == NGX_HTTP_AGENT_SUB_HOOK) {
+        return ngx_http_agent_hook_header(r, sub);
+    }
+
     t = (ngx_http_agent_turn_t *) sub;
     t->status = r->headers_out.status;
 
@@ -159,6 +164,10 @@ ngx_http_agent_turn_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     if (sub->kind == NGX_HTTP_AGENT_SUB_MCP) {
         return ngx_http_agent_mcp_rpc_body(r, sub, in);
+    }
+
+    if (sub->kind == NGX_HTTP_AGENT_SUB_HOOK) {
+        return ngx_http_agent_hook_body(r, sub, in);
     }
 
     t = (ngx_http_agent_turn_t *) sub;
@@ -343,6 +352,20 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
         return;
     }
 
+    /*
+     * hook_before, once for a model call (not for its retries): it makes
+     * the call, halts or fails the turn
+     */
+
+    if (t->agent->hook_before && t->attempt == 0 && !t->hooked) {
+        if (ngx_http_agent_hook_before(t) != NGX_AGAIN) {
+            goto failed;
+        }
+
+        ngx_http_run_posted_requests(t->request->connection);
+        return;
+    }
+
     reply = ngx_pcalloc(t->pool, sizeof(ngx_http_agent_reply_t));
     if (reply == NULL) {
         goto failed;
@@ -428,6 +451,8 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
                    &t->agent->provider_location, body.len);
 
     ngx_http_agent_turn_call_start(t);
+
+    t->hooked = 0;
 
     t->deadline.handler = ngx_http_agent_turn_deadline;
     t->deadline.data = t;
@@ -601,14 +626,26 @@ ngx_http_agent_turn_post_subrequest(ngx_http_request_t *r, void *data,
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "agent turn \"%V\": provider call done: %i", &t->id, rc);
 
-    /* the turn goes on once nginx has finished with the subrequest */
+    return ngx_http_agent_turn_sub_ended(t, ngx_http_agent_turn_call_done,
+                                         rc);
+}
 
-    t->event.handler = ngx_http_agent_turn_call_done;
+
+/*
+ * The turn goes on in handler once nginx has finished with the
+ * subrequest; what the post_subrequest handler returns for rc.
+ */
+
+ngx_int_t
+ngx_http_agent_turn_sub_ended(ngx_http_agent_turn_t *t,
+    ngx_event_handler_pt handler, ngx_int_t rc)
+{
+    t->event.handler = handler;
     ngx_post_event(&t->event, &ngx_posted_events);
 
     /*
-     * an error of the provider call ends that call, never the turn's own
-     * request: terminating it would close a connection without a socket
+     * an error of the subrequest ends it, never the turn's own request:
+     * terminating it would close a connection without a socket
      */
 
     if (rc == NGX_ERROR || rc == NGX_HTTP_CLIENT_CLOSED_REQUEST
@@ -728,6 +765,30 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
         ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_FAIL, &reason);
         return;
     }
+
+    /* hook_after sees a reply with calls, or the final one */
+
+    if (t->agent->hook_after
+        && (t->reply->calls.nelts || !t->reply->paused))
+    {
+        if (ngx_http_agent_hook_after(t) != NGX_AGAIN) {
+            ngx_str_set(&reason, "{\"reason\":\"internal error\"}");
+            ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_FAIL, &reason);
+            return;
+        }
+
+        ngx_http_run_posted_requests(t->request->connection);
+        return;
+    }
+
+    ngx_http_agent_turn_replied(t);
+}
+
+
+void
+ngx_http_agent_turn_replied(ngx_http_agent_turn_t *t)
+{
+    ngx_str_t  reason;
 
     if (t->reply->calls.nelts) {
         switch (ngx_http_agent_tools_dispatch(t)) {
@@ -886,6 +947,7 @@ void
 ngx_http_agent_turn_close(ngx_http_agent_turn_t *t)
 {
     ngx_http_agent_turn_call_abort(t);
+    ngx_http_agent_hook_abort(t);
 
     if (t->event.timer_set) {
         ngx_del_timer(&t->event);

@@ -25,6 +25,7 @@
 #define NGX_HTTP_AGENT_SUB_TOOL      1
 #define NGX_HTTP_AGENT_SUB_NOTIFY    2
 #define NGX_HTTP_AGENT_SUB_MCP       3
+#define NGX_HTTP_AGENT_SUB_HOOK      4
 
 
 /* the ctx of a turn's subrequest, first in what it belongs to */
@@ -123,6 +124,12 @@ struct ngx_http_agent_turn_s {
     /* the tools of the agent's MCP servers, as this turn knows them */
     void                         *mcp;
 
+    /* the hook that runs (ngx_http_agent_hook.c), or NULL */
+    void                         *hook;
+
+    /* hook_before was asked for the model call to come */
+    unsigned                      hooked:1;
+
     /* nginx takes a request's log data for an ngx_http_log_ctx_t */
     ngx_http_log_ctx_t            log_ctx;
 };
@@ -152,6 +159,10 @@ ngx_int_t ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t,
     ngx_http_agent_sub_t *sub, ngx_str_t *uri, ngx_str_t *body,
     ngx_keyval_t *headers, ngx_uint_t nheaders,
     ngx_http_post_subrequest_pt handler, void *data);
+
+/* a subrequest of the turn ended: the turn goes on in handler */
+ngx_int_t ngx_http_agent_turn_sub_ended(ngx_http_agent_turn_t *t,
+    ngx_event_handler_pt handler, ngx_int_t rc);
 
 /* the status of a logged assistant message */
 /* how much of a provider's error body is kept for the turn_failed event */
@@ -196,6 +207,9 @@ void ngx_http_agent_turn_close(ngx_http_agent_turn_t *t);
 /* a turn for a message that waited, started by the module itself */
 void ngx_http_agent_turn_next(ngx_http_agent_t *agent,
     ngx_http_agent_zone_t *zone, ngx_str_t *id, ngx_uint_t turn);
+
+/* the reply is logged and passed hook_after: its calls, or the end */
+void ngx_http_agent_turn_replied(ngx_http_agent_turn_t *t);
 
 /* the batch of tool calls is done: the next model call, or a stop */
 void ngx_http_agent_turn_tools_done(ngx_http_agent_turn_t *t);

@@ -16,6 +16,7 @@
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_tools.h"
+#include "ngx_http_agent_hook.h"
 #include "ngx_http_agent_mcp_rpc.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_provider.h"
@@ -589,6 +590,8 @@ ngx_http_agent_turn_abort(ngx_http_agent_turn_t *t)
         ngx_http_agent_tools_abort(t->sub.sr);
         t->sub.sr = NULL;
     }
+
+    ngx_http_agent_hook_abort(t);
 
     if (t->pool && t->reply && !t->recorded
         && ngx_http_agent_turn_said(t->reply)
