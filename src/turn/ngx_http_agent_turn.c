@@ -869,6 +869,10 @@ ngx_http_agent_turn_cancel(ngx_str_t *id)
             || (t->id.len == id->len
                 && ngx_memcmp(t->id.data, id->data, id->len) == 0))
         {
+            if (t->elicitations) {
+                ngx_http_agent_mcp_call_answers(t);
+            }
+
             ngx_http_agent_turn_abort(t);
         }
     }
