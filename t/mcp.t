@@ -255,17 +255,8 @@ isnt($echo[0]{session}, $echo[1]{session}, 'in a new session');
 # until the server has sent its n-th question and the call waits
 sub question {
     my ($cid, $n) = @_;
-
-    my $deadline = time + 10;
-
-    while (time < $deadline) {
-        my $c = inspect($t, $cid)->{json} // {};
-        my ($p) = grep { $_->{kind} eq 'elicitation' } @{$c->{pending} // []};
-        return ($c, $p) if $p && $ask->calls('elicitation/create') >= $n;
-        sleep 0.05;
-    }
-
-    return ({}, undef);
+    return wait_pending($t, $cid, 'elicitation',
+                        sub { $ask->calls('elicitation/create') >= $n });
 }
 
 # what the client answered to the server's question $id

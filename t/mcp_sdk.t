@@ -134,21 +134,6 @@ is(tool_results($c)->{p1}{result}, 'counted to 3', 'the streamed result');
 # elicitation: the tool asks through the SDK's elicitInput on the call's
 # stream; the call waits as a suspension until resolved
 
-sub question {
-    my ($cid) = @_;
-
-    my $deadline = time + 10;
-
-    while (time < $deadline) {
-        my $c = inspect($t, $cid)->{json} // {};
-        my ($p) = grep { $_->{kind} eq 'elicitation' } @{$c->{pending} // []};
-        return ($c, $p) if $p;
-        sleep 0.05;
-    }
-
-    return ({}, undef);
-}
-
 sub ask_turn {
     my ($cid, $id, $path) = @_;
 
@@ -158,7 +143,7 @@ sub ask_turn {
                   { text => 'Done.' });
     send_message($t, $cid, "remove $path, ask me");
 
-    return question($cid);
+    return wait_pending($t, $cid, 'elicitation');
 }
 
 my ($qc, $qp) = ask_turn('e1', 'q1', '/tmp/a');
