@@ -42,21 +42,10 @@ my $tools = $ECHO_TOOL . <<'EOF';
     agent_mcp ask location=/mcp/ask tools=confirm timeout=3s;
 EOF
 
-my $server = $ECHO_LOCATION . <<"EOF";
-        location = /mcp/files {
-            internal;
-            proxy_pass http://127.0.0.1:$mcp_port/mcp;
-            proxy_http_version 1.1;
-            proxy_buffering off;
-            proxy_read_timeout 90s;
-        }
-
-        location = /mcp/ask {
-            internal;
-            proxy_pass http://127.0.0.1:$ask_port/mcp;
-            proxy_http_version 1.1;
-            proxy_buffering off;
-        }
+my $server = $ECHO_LOCATION
+    . Test::Agent::MockMCP::location('/mcp/files', $mcp_port,
+                                     'proxy_read_timeout 90s;')
+    . Test::Agent::MockMCP::location('/mcp/ask', $ask_port) . <<"EOF";
 
         location = /describe {
             agent chat;

@@ -25,6 +25,7 @@ use Test::Agent;
 use Test::Agent::Engine;
 use Test::Agent::HTTP;
 use Test::Agent::MockProvider;
+use Test::Agent::MockMCP;
 use Test::Agent::Calls;
 
 my $js = "$FindBin::Bin/js";
@@ -42,14 +43,7 @@ my $sdk_port = $t->port('mcp');
 $t->write_file_expand('nginx.conf', engine_conf($mock,
     tools => "    agent_mcp sdk location=/mcp/sdk approval=none timeout=3s;\n",
     agent => 'tools sdk;',
-    server => <<"EOF"));
-        location = /mcp/sdk {
-            internal;
-            proxy_pass http://127.0.0.1:$sdk_port/mcp;
-            proxy_http_version 1.1;
-            proxy_buffering off;
-        }
-EOF
+    server => Test::Agent::MockMCP::location('/mcp/sdk', $sdk_port)));
 $t->run;
 
 my $port = $t->port(8080);

@@ -116,7 +116,8 @@ ngx_int_t ngx_http_agent_mcp_rpc_body(ngx_http_request_t *r,
     ngx_http_agent_sub_t *sub, ngx_chain_t *in);
 
 /* discovery and the tools of a turn: ngx_http_agent_mcp_list.c */
-ngx_int_t ngx_http_agent_mcp_list_discover(ngx_http_agent_turn_t *t);
+ngx_int_t ngx_http_agent_mcp_list_discover(ngx_http_agent_turn_t *t,
+    ngx_event_handler_pt then);
 ngx_http_agent_t *ngx_http_agent_mcp_list_agent(ngx_http_agent_turn_t *t);
 ngx_http_agent_tool_t *ngx_http_agent_mcp_list_tool(ngx_http_agent_turn_t *t,
     ngx_str_t *name);

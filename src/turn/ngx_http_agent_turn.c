@@ -336,7 +336,7 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
 
     /* the tool lists of MCP servers that are due, first */
 
-    rc = ngx_http_agent_mcp_list_discover(t);
+    rc = ngx_http_agent_mcp_list_discover(t, ngx_http_agent_turn_model_call);
 
     if (rc == NGX_AGAIN) {
         ngx_http_run_posted_requests(t->request->connection);

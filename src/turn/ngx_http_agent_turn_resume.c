@@ -81,6 +81,18 @@ ngx_http_agent_turn_resume(ngx_event_t *ev)
         goto failed;
     }
 
+    /*
+     * the tool lists of MCP servers that are due, first: an MCP call
+     * approved after a restart of nginx finds its tool
+     */
+
+    if (ngx_http_agent_mcp_list_discover(t, ngx_http_agent_turn_resume)
+        == NGX_AGAIN)
+    {
+        ngx_http_run_posted_requests(t->request->connection);
+        return;
+    }
+
     ngx_http_agent_zone_lock(t->zone);
 
     conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);

@@ -38,6 +38,10 @@ text saying what it got: C<confirmed: CONTENT> (accept), C<declined>,
 C<cancelled>, or C<stopped> once notifications/cancelled for the call
 came.  What the server sent is logged too, with C<http> C<SENT>.
 
+A location for nginx.conf that reaches a server on C<$port>:
+
+    Test::Agent::MockMCP::location('/mcp/files', $port)
+
 =cut
 
 use strict;
@@ -93,6 +97,23 @@ sub new {
 }
 
 sub port { $_[0]{port} }
+
+# the internal location an agent_mcp names, proxying to 127.0.0.1:$port
+sub location {
+    my ($uri, $port, $more) = @_;
+
+    $more //= '';
+
+    return <<"EOF";
+        location = $uri {
+            internal;
+            proxy_pass http://127.0.0.1:$port/mcp;
+            proxy_http_version 1.1;
+            proxy_buffering off;
+            $more
+        }
+EOF
+}
 
 sub start {
     my ($self) = @_;
