@@ -327,6 +327,7 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
     t->running = 0;
     t->suspended = 0;
     t->calls = NULL;
+    t->elicitations = 0;
     t->recorded = 0;
 
     t->pool = ngx_create_pool(4096, &t->log);

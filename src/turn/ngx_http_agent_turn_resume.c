@@ -73,6 +73,7 @@ ngx_http_agent_turn_resume(ngx_event_t *ev)
 
     t->model_calls = 0;
     t->running = 0;
+    t->elicitations = 0;
     t->calls = NULL;
     t->reply = NULL;
 
