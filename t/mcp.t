@@ -349,12 +349,7 @@ is(tool_results($c)->{q4}{error}, '[cancelled]', 'the call is cancelled');
 is(log_types($c), 'user_msg assistant_msg tool_call suspension tool_result '
    . 'resolution cancelled', 'with one result');
 
-my $deadline = time + 5;
-my @cn;
-while (time < $deadline) {
-    @cn = $ask->calls('notifications/cancelled') and last;
-    sleep 0.05;
-}
+my @cn = $ask->wait_calls('notifications/cancelled');
 
 is(scalar @cn, 1, 'the server was told');
 is_deeply($cn[0] && $cn[0]{message}{params},
@@ -371,17 +366,13 @@ $mock->script({ tool_calls => [tool_call('x1', 'count', '{"n":30}')] },
               { text => 'Never.' });
 
 send_message($t, 'x1', 'count, cancel');
-$deadline = time + 10;
+my $deadline = time + 10;
 sleep 0.05 while time < $deadline
                  && !grep { ($_->{message}{id} // '') eq 'x1' }
                           $mcp->calls('tools/call');
 is(cancel($t, 'x1')->{status}, 200, 'a counting call cancelled');
 
-$deadline = time + 5;
-while (time < $deadline) {
-    @cn = $mcp->calls('notifications/cancelled') and last;
-    sleep 0.05;
-}
+@cn = $mcp->wait_calls('notifications/cancelled');
 is_deeply($cn[0] && $cn[0]{message}{params},
           { requestId => 'x1', reason => 'cancelled by the user' },
           'its server was told');

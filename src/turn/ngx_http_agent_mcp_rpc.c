@@ -226,6 +226,7 @@ ngx_http_agent_mcp_rpc_send(ngx_http_agent_mcp_rpc_t *rpc)
     rpc->is_sse = 0;
     rpc->too_large = 0;
     rpc->finished = 0;
+    rpc->complete = 0;
 
     ngx_http_agent_mcp_rpc_free(rpc);
 
@@ -300,6 +301,10 @@ ngx_http_agent_mcp_rpc_body(ngx_http_request_t *r, ngx_http_agent_sub_t *sub,
 
     for (cl = in; cl; cl = cl->next) {
         b = cl->buf;
+
+        if (b->last_buf || b->last_in_chain) {
+            rpc->complete = 1;
+        }
 
         if (!ngx_buf_in_memory(b)) {
             if (ngx_buf_size(b)) {
@@ -619,6 +624,17 @@ ngx_http_agent_mcp_rpc_step(ngx_http_agent_mcp_rpc_t *rpc)
         }
 
         ngx_http_agent_mcp_rpc_finish(rpc, (char *) p);
+        return;
+    }
+
+    if (!rpc->complete && rpc->answer == NULL) {
+        /*
+         * a stream cut before the answer (proxy_read_timeout): the
+         * upstream ends it as if it were whole
+         */
+        ngx_http_agent_mcp_rpc_cancelled(rpc, "the answer was cut off");
+        ngx_http_agent_mcp_rpc_finish(rpc, "the MCP server's answer was "
+                                           "cut off");
         return;
     }
 

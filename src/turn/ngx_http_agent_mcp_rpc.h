@@ -92,6 +92,9 @@ struct ngx_http_agent_mcp_rpc_s {
     unsigned                       reinit:1;
     unsigned                       finished:1;
     unsigned                       eliciting:1;
+
+    /* the answer's last buffer came: not cut off by a timeout */
+    unsigned                       complete:1;
 };
 
 

@@ -198,6 +198,21 @@ sub calls {
     return grep { ($_->{message}{method} // '') eq $method } $self->requests;
 }
 
+# the messages of a method, once there is one (up to 5 s)
+sub wait_calls {
+    my ($self, $method) = @_;
+
+    my $deadline = Time::HiRes::time() + 5;
+    my @m;
+
+    until (@m = $self->calls($method)) {
+        last if Time::HiRes::time() > $deadline;
+        sleep 0.05;
+    }
+
+    return @m;
+}
+
 sub record {
     my ($dir, $entry) = @_;
 
