@@ -6,7 +6,10 @@
 # both have prefixed with the server's name; calls answered by JSON and
 # by an SSE stream with progress; isError and JSON-RPC errors; a tool
 # that waits for approval; a server that forgot its session; a worker
-# killed mid-call, whose call is sent again with the same id.
+# killed mid-call, whose call is sent again with the same id.  A server
+# that asks a question during a call (elicitation): answered, declined,
+# expired, cancelled (notifications/cancelled), and its worker killed
+# while it waits (the call sent again, the server asking again).
 
 use strict;
 use warnings;
@@ -29,21 +32,20 @@ my $t = Test::Agent->new;
 my $mock = Test::Agent::MockProvider->new;
 my $mcp = Test::Agent::MockMCP->new;
 my $mcp_port = $mcp->port;
+my $ask = Test::Agent::MockMCP->new;
+my $ask_port = $ask->port;
 
 my $tools = $ECHO_TOOL . <<'EOF';
     agent_mcp files location=/mcp/files
               tools=echo,add,count,fail,broken,remove,hang
               approval=remove timeout=1h;
+    agent_mcp ask location=/mcp/ask tools=confirm timeout=3s;
 EOF
 
-my $server = $ECHO_LOCATION . <<"EOF";
-        location = /mcp/files {
-            internal;
-            proxy_pass http://127.0.0.1:$mcp_port/mcp;
-            proxy_http_version 1.1;
-            proxy_buffering off;
-            proxy_read_timeout 90s;
-        }
+my $server = $ECHO_LOCATION
+    . Test::Agent::MockMCP::location('/mcp/files', $mcp_port,
+                                     'proxy_read_timeout 90s;')
+    . Test::Agent::MockMCP::location('/mcp/ask', $ask_port) . <<"EOF";
 
         location = /describe {
             agent chat;
@@ -52,7 +54,7 @@ my $server = $ECHO_LOCATION . <<"EOF";
 EOF
 
 $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
-    tools => $tools, agent => 'tools echo files;', server => $server));
+    tools => $tools, agent => 'tools echo files ask;', server => $server));
 $t->run;
 
 my $port = $t->port(8080);
@@ -72,7 +74,8 @@ my $sent = $mock->requests->[0]{json}{tools} // [];
 my %sent = map { $_->{function}{name} => $_->{function} } @$sent;
 
 is_deeply([sort keys %sent],
-          [sort qw(echo files_echo add count fail broken remove hang)],
+          [sort qw(echo files_echo add count fail broken remove hang
+                   confirm)],
           'declared and MCP tools, both pages, "secret" left out, '
           . 'the clashing name prefixed');
 is_deeply($sent{add}{parameters},
@@ -90,6 +93,8 @@ is($init[0]{message}{params}{protocolVersion}, '2025-06-18',
    'asking for revision 2025-06-18');
 like($init[0]{accept}, qr{application/json.*text/event-stream},
      'accepting JSON and SSE');
+is_deeply($init[0]{message}{params}{capabilities}, { elicitation => {} },
+          'declaring the elicitation capability');
 is(scalar $mcp->calls('notifications/initialized'), 1,
    'initialized notified');
 is(scalar @list, 2, 'tools/list in two pages');
@@ -100,7 +105,7 @@ is($list[0]{version}, '2025-06-18', 'with MCP-Protocol-Version');
 
 my $d = http_get('/describe', port => $port);
 my $desc = eval { decode_json($d->{body}) } // {};
-my ($files) = @{$desc->{mcp} // []};
+my ($files) = grep { $_->{server} eq 'files' } @{$desc->{mcp} // []};
 is($files && $files->{server}, 'files', 'describe: the server');
 is_deeply([sort map { $_->{name} } @{$files->{tools} // []}],
           [sort qw(files_echo add count fail broken remove hang)],
@@ -115,7 +120,7 @@ $mock->script({ text => 'Again.' });
 send_message($t, 'd2', 'hi again');
 wait_state($t, 'd2', 'idle');
 is(scalar $mcp->calls('tools/list'), 2, 'the list is kept in the zone');
-is(scalar @{$mock->requests->[0]{json}{tools} // []}, 8,
+is(scalar @{$mock->requests->[0]{json}{tools} // []}, 9,
    'and given to the model');
 
 # calls: JSON answers, the call id passed through
@@ -233,6 +238,167 @@ is_deeply([map { $_->{status} } @echo], [404, 200],
           'the old session got 404, the new one the call');
 isnt($echo[0]{session}, $echo[1]{session}, 'in a new session');
 
+# elicitation: the server asks during the call, the call waits for a
+# person as a suspension of kind elicitation, and the answer goes back
+
+# until the server has sent its n-th question and the call waits
+sub question {
+    my ($cid, $n) = @_;
+    return wait_pending($t, $cid, 'elicitation',
+                        sub { $ask->calls('elicitation/create') >= $n });
+}
+
+# what the client answered to the server's question $id
+sub answer_to {
+    my ($id) = @_;
+    my ($a) = grep { !defined $_->{message}{method}
+                     && ($_->{message}{id} // '') eq ($id // '') }
+              $ask->requests;
+    return $a;
+}
+
+# a turn whose model calls confirm, until the server asks (its n-th time)
+sub ask_turn {
+    my ($cid, $path, $n) = @_;
+
+    $mock->reset;
+    $mock->script({ tool_calls => [tool_call($cid, 'confirm',
+                                             qq({"path":"$path"}))] },
+                  { text => 'Done.' });
+    send_message($t, $cid, "remove $path, ask me");
+
+    return question($cid, $n);
+}
+
+sub asked { ($ask->calls('elicitation/create'))[$_[0] - 1]{message}{id} }
+
+my ($qc, $qp) = ask_turn('q1', '/tmp/q', 1);
+ok($qp, 'the server\'s question waits');
+is($qc->{state}, 'awaiting_input', 'the conversation awaits input');
+is($qp && $qp->{tool_call_id}, 'q1', 'as the call');
+is($qp && $qp->{executor}, 'server', 'of a server tool');
+
+my ($susp) = grep { $_->{type} eq 'suspension' } @{$qc->{messages} // []};
+is($susp->{kind}, 'elicitation', 'a suspension of kind elicitation');
+is($susp->{message}, 'Remove /tmp/q?', 'with the server\'s message');
+is_deeply($susp->{schema},
+          { type => 'object',
+            properties => { confirm => { type => 'boolean' } },
+            required => ['confirm'] },
+          'and its schema as the form');
+is($susp->{during_call}, JSON::PP::true, 'marked as during the call');
+
+my ($asked) = $ask->calls('elicitation/create');
+
+is(resolve($t, 'q1', 'q1', { decision => 'approve' })->{status}, 400,
+   'an approval is not an answer');
+is(resolve($t, 'q1', 'q1', { result => 'yes' })->{status}, 400,
+   'nor a result that is not an object');
+is(resolve($t, 'q1', 'q1', { result => { confirm => JSON::PP::true } })
+   ->{status}, 200, 'answered');
+
+$c = wait_state($t, 'q1', 'idle');
+is(tool_results($c)->{q1}{result}, 'confirmed: {"confirm":true}',
+   'the server got the answer, and the call its result');
+my $ans = answer_to(asked(1));
+is_deeply($ans && $ans->{message}{result},
+          { action => 'accept', content => { confirm => JSON::PP::true } },
+          'accept, with the content');
+is($ans && $ans->{session}, $asked->{session}, 'in the call\'s session');
+is($ans && $ans->{status}, 202, 'taken');
+is(log_types($c), 'user_msg assistant_msg tool_call suspension resolution '
+   . 'tool_result assistant_msg turn_completed', 'one result in the log');
+is(resolve($t, 'q1', 'q1', { result => { confirm => JSON::PP::true } })
+   ->{status}, 409, 'answered once');
+
+# declined
+
+($qc, $qp) = ask_turn('q2', '/tmp/r', 2);
+ok($qp, 'asked again');
+is(resolve($t, 'q2', 'q2', { decision => 'reject', reason => 'no' })
+   ->{status}, 200, 'rejected');
+$c = wait_state($t, 'q2', 'idle');
+is(tool_results($c)->{q2}{result}, 'declined', 'the server saw a decline');
+$ans = answer_to(asked(2));
+is_deeply($ans && $ans->{message}{result}, { action => 'decline' },
+          'decline, without content');
+
+# expired: the tool's server has timeout=3s
+
+($qc, $qp) = ask_turn('q3', '/tmp/s', 3);
+ok($qp && $qp->{deadline} - time * 1000 < 3500, 'a deadline of 3 s');
+$c = wait_state($t, 'q3', 'idle', 15);
+is(tool_results($c)->{q3}{result}, 'cancelled',
+   'past its deadline the server got a cancel');
+$ans = answer_to(asked(3));
+is_deeply($ans && $ans->{message}{result}, { action => 'cancel' },
+          'cancel');
+my ($expired) = grep { $_->{type} eq 'resolution' } @{$c->{messages}};
+ok($expired && $expired->{expired} && $expired->{during_call},
+   'the resolution says it expired');
+is(resolve($t, 'q3', 'q3', { result => { confirm => JSON::PP::true } })
+   ->{status}, 409, 'an answer after it is stale');
+
+# a cancel while the server waits for the answer: notifications/cancelled
+
+($qc, $qp) = ask_turn('q4', '/tmp/t', 4);
+ok($qp, 'waiting for the answer');
+is(cancel($t, 'q4')->{status}, 200, 'cancelled');
+$c = wait_state($t, 'q4', 'idle');
+is(tool_results($c)->{q4}{error}, '[cancelled]', 'the call is cancelled');
+is(log_types($c), 'user_msg assistant_msg tool_call suspension tool_result '
+   . 'resolution cancelled', 'with one result');
+
+my @cn = $ask->wait_calls('notifications/cancelled');
+
+is(scalar @cn, 1, 'the server was told');
+is_deeply($cn[0] && $cn[0]{message}{params},
+          { requestId => 'q4', reason => 'cancelled by the user' },
+          'notifications/cancelled for the call\'s request id');
+is($cn[0] && $cn[0]{session}, $asked->{session}, 'in its session');
+is($cn[0] && $cn[0]{version}, '2025-06-18', 'with its revision');
+ok(!answer_to(asked(4)), 'the question got no answer');
+
+# a running call without a question is cancelled the same way
+
+$mock->reset;
+$mock->script({ tool_calls => [tool_call('x1', 'count', '{"n":30}')] },
+              { text => 'Never.' });
+
+send_message($t, 'x1', 'count, cancel');
+my $deadline = time + 10;
+sleep 0.05 while time < $deadline
+                 && !grep { ($_->{message}{id} // '') eq 'x1' }
+                          $mcp->calls('tools/call');
+is(cancel($t, 'x1')->{status}, 200, 'a counting call cancelled');
+
+@cn = $mcp->wait_calls('notifications/cancelled');
+is_deeply($cn[0] && $cn[0]{message}{params},
+          { requestId => 'x1', reason => 'cancelled by the user' },
+          'its server was told');
+
+# a worker killed while the server waits: the call is sent again with
+# its id, and the server asks again
+
+($qc, $qp) = ask_turn('q5', '/tmp/u', 5);
+ok($qc->{lease}, 'the call waits in a worker');
+$t->kill_worker($qc->{lease});
+
+($qc, $qp) = question('q5', 6);
+ok($qp, 'the server asked again');
+my @q5 = grep { ($_->{message}{params}{arguments}{path} // '') eq '/tmp/u' }
+         $ask->calls('tools/call');
+is_deeply([map { $_->{message}{id} } @q5], ['q5', 'q5'],
+          'the call was sent again, with its id');
+is(resolve($t, 'q5', 'q5', { result => { confirm => JSON::PP::true } })
+   ->{status}, 200, 'answered');
+$c = wait_state($t, 'q5', 'idle', 15);
+is(tool_results($c)->{q5}{result}, 'confirmed: {"confirm":true}',
+   'the second question got the answer');
+my @res = grep { $_->{type} eq 'resolution' } @{$c->{messages}};
+is(scalar @res, 2, 'two resolutions');
+is($res[0]{source}, 'takeover', 'the first for the dead worker');
+
 # a worker killed mid-call: another sends the call again, with its id
 
 $mock->reset;
@@ -241,7 +407,7 @@ $mock->script({ tool_calls => [tool_call('k1', 'hang', '{}')] },
 
 send_message($t, 'k1', 'hang');
 
-my $deadline = time + 10;
+$deadline = time + 10;
 sleep 0.05 while time < $deadline
                  && !grep { ($_->{message}{params}{name} // '') eq 'hang' }
                           $mcp->calls('tools/call');

@@ -3,8 +3,11 @@
 # agent_mcp against a server made with the official MCP TypeScript SDK
 # (@modelcontextprotocol/sdk, pinned in t/js/package-lock.json) over its
 # Streamable HTTP transport, which answers every request by an SSE
-# stream: discovery, a call, a call with progress, an error, and the
-# server restarted (its sessions gone: the module initializes again).
+# stream: discovery, a call, a call with progress, an error, a question
+# of the server during a call (elicitation) answered, declined and
+# expired, a cancel that aborts the server's handler
+# (notifications/cancelled), and the server restarted (its sessions
+# gone: the module initializes again).
 
 use strict;
 use warnings;
@@ -22,6 +25,7 @@ use Test::Agent;
 use Test::Agent::Engine;
 use Test::Agent::HTTP;
 use Test::Agent::MockProvider;
+use Test::Agent::MockMCP;
 use Test::Agent::Calls;
 
 my $js = "$FindBin::Bin/js";
@@ -37,19 +41,13 @@ my $mock = Test::Agent::MockProvider->new;
 my $sdk_port = $t->port('mcp');
 
 $t->write_file_expand('nginx.conf', engine_conf($mock,
-    tools => "    agent_mcp sdk location=/mcp/sdk approval=none;\n",
+    tools => "    agent_mcp sdk location=/mcp/sdk approval=none timeout=3s;\n",
     agent => 'tools sdk;',
-    server => <<"EOF"));
-        location = /mcp/sdk {
-            internal;
-            proxy_pass http://127.0.0.1:$sdk_port/mcp;
-            proxy_http_version 1.1;
-            proxy_buffering off;
-        }
-EOF
+    server => Test::Agent::MockMCP::location('/mcp/sdk', $sdk_port)));
 $t->run;
 
 my $port = $t->port(8080);
+my $notes = $t->testdir . '/sdk.notes';
 my $node;
 
 sub start_sdk {
@@ -58,7 +56,8 @@ sub start_sdk {
     if ($node == 0) {
         open STDOUT, '>', '/dev/null';
         chdir $js;
-        exec('node', 'mcp_server.mjs', $sdk_port) or POSIX::_exit(127);
+        exec('node', 'mcp_server.mjs', $sdk_port, $notes)
+            or POSIX::_exit(127);
     }
 
     my $deadline = time + 15;
@@ -93,7 +92,8 @@ my $c = wait_state($t, 'k1', 'idle', 15);
 my %sent = map { $_->{function}{name} => $_->{function} }
            @{$mock->requests->[0]{json}{tools} // []};
 
-is_deeply([sort keys %sent], [qw(add count fail)], 'the SDK server\'s tools');
+is_deeply([sort keys %sent], [qw(add confirm count fail)],
+          'the SDK server\'s tools');
 is_deeply($sent{add}{parameters},
           { type => 'object',
             properties => { a => { type => 'number' },
@@ -124,6 +124,65 @@ is($progress[0]{message}, 'step 1', 'with their message');
 
 $c = wait_state($t, 'k2', 'idle');
 is(tool_results($c)->{p1}{result}, 'counted to 3', 'the streamed result');
+
+# elicitation: the tool asks through the SDK's elicitInput on the call's
+# stream; the call waits as a suspension until resolved
+
+sub ask_turn {
+    my ($cid, $id, $path) = @_;
+
+    $mock->reset;
+    $mock->script({ tool_calls => [tool_call($id, 'confirm',
+                                             qq({"path":"$path"}))] },
+                  { text => 'Done.' });
+    send_message($t, $cid, "remove $path, ask me");
+
+    return wait_pending($t, $cid, 'elicitation');
+}
+
+my ($qc, $qp) = ask_turn('e1', 'q1', '/tmp/a');
+ok($qp, 'the SDK server\'s question waits');
+my ($susp) = grep { $_->{type} eq 'suspension' } @{$qc->{messages} // []};
+is($susp->{message}, 'Remove /tmp/a?', 'with its message');
+is_deeply($susp->{schema}{properties}, { confirm => { type => 'boolean' } },
+          'and its schema');
+is(resolve($t, 'e1', 'q1', { result => { confirm => JSON::PP::true } })
+   ->{status}, 200, 'answered');
+$c = wait_state($t, 'e1', 'idle', 15);
+is(tool_results($c)->{q1}{result}, 'confirmed: {"confirm":true}',
+   'the SDK server took the answer');
+
+($qc, $qp) = ask_turn('e2', 'q2', '/tmp/b');
+ok($qp, 'asked again');
+is(resolve($t, 'e2', 'q2', { decision => 'reject' })->{status}, 200,
+   'rejected');
+$c = wait_state($t, 'e2', 'idle', 15);
+is(tool_results($c)->{q2}{result}, 'declined', 'declined');
+
+($qc, $qp) = ask_turn('e3', 'q3', '/tmp/c');
+ok($qp, 'asked, and nobody answers');
+$c = wait_state($t, 'e3', 'idle', 15);
+is(tool_results($c)->{q3}{result}, 'cancelled',
+   'expired: the SDK server got a cancel');
+
+# a cancel while the SDK server waits: notifications/cancelled aborts
+# the tool's handler
+
+($qc, $qp) = ask_turn('e4', 'q4', '/tmp/d');
+ok($qp, 'asked, then cancelled');
+is(cancel($t, 'e4')->{status}, 200, 'cancelled');
+
+my $deadline = time + 10;
+my $noted = '';
+while (time < $deadline) {
+    $noted = -e $notes ? $t->read_file('sdk.notes') : '';
+    last if $noted =~ /aborted q4/;
+    sleep 0.05;
+}
+like($noted, qr/^aborted q4: cancelled by the user$/m,
+     'the SDK server aborted the call, for our reason');
+$c = wait_state($t, 'e4', 'idle');
+is(tool_results($c)->{q4}{error}, '[cancelled]', 'with a cancelled result');
 
 # the server restarted: the old session is unknown to it
 

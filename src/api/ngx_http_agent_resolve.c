@@ -331,7 +331,8 @@ ngx_http_agent_resolve_apply(ngx_http_request_t *r,
     ngx_http_agent_resolution_t *res, uint64_t *seq, char **err,
     ngx_int_t *rc)
 {
-    ngx_uint_t                   turn, run;
+    ngx_pid_t                    lease;
+    ngx_uint_t                   turn, run, in_call;
     ngx_time_t                  *tp;
     ngx_http_agent_fsm_t         fsm;
     ngx_http_agent_zone_t       *z;
@@ -368,8 +369,24 @@ ngx_http_agent_resolve_apply(ngx_http_request_t *r,
         return NGX_DECLINED;
     }
 
-    if (pend->kind == NGX_HTTP_AGENT_PENDING_APPROVAL
-        ? res->decision.len == 0 : !res->has_result)
+    in_call = ngx_http_agent_pending_in_call(pend);
+
+    if (in_call) {
+        /* a form's answer (accept) or a "reject" (decline) */
+
+        if (res->has_result
+            ? res->result.data[0] != '{'
+            : (res->decision.len == 0 || res->approve))
+        {
+            ngx_http_agent_zone_unlock(z);
+            *err = "the call waits for an answer to its server's question: "
+                   "send \"result\" as a JSON object, or \"decision\": "
+                   "\"reject\"";
+            return NGX_DECLINED;
+        }
+
+    } else if (pend->kind == NGX_HTTP_AGENT_PENDING_APPROVAL
+               ? res->decision.len == 0 : !res->has_result)
     {
         ngx_http_agent_zone_unlock(z);
         *err = pend->kind == NGX_HTTP_AGENT_PENDING_APPROVAL
@@ -407,10 +424,20 @@ ngx_http_agent_resolve_apply(ngx_http_request_t *r,
                                      &fsm);
 
     turn = conv->turn;
+    lease = conv->lease;
 
     ngx_http_agent_zone_unlock(z);
 
     ngx_http_agent_wake(&res->conv, fsm.pids, fsm.npids);
+
+    /* the worker running the call answers its server */
+
+    if (in_call && lease == ngx_pid) {
+        ngx_http_agent_turn_cancel(&res->conv);
+
+    } else if (in_call && lease) {
+        ngx_http_agent_wake(&res->conv, &lease, 1);
+    }
 
     if (fsm.run
         && ngx_http_agent_turn_start(r, alcf->agent, z, &res->conv, turn,
@@ -443,7 +470,7 @@ ngx_http_agent_resolve_record_locked(ngx_http_request_t *r,
     yajl_gen                 g;
     uint64_t                 deadline;
     ngx_str_t                fields, name, args, source;
-    ngx_uint_t               failed, kind, executor;
+    ngx_uint_t               failed, kind, executor, in_call;
     ngx_http_agent_tool_t   *tool;
     ngx_http_agent_event_t  *ev;
     ngx_http_agent_loc_conf_t  *alcf;
@@ -460,6 +487,7 @@ ngx_http_agent_resolve_record_locked(ngx_http_request_t *r,
 
     kind = p->kind;
     executor = p->executor;
+    in_call = ngx_http_agent_pending_in_call(p);
 
     if (kind == NGX_HTTP_AGENT_PENDING_CLIENT_EXEC) {
         ngx_str_set(&source, "client");
@@ -481,7 +509,9 @@ ngx_http_agent_resolve_record_locked(ngx_http_request_t *r,
     failed |= ngx_http_agent_json_key(g, "kind");
     failed |= ngx_http_agent_json_str(g, &ngx_http_agent_pending_kinds[kind]);
 
-    if (kind == NGX_HTTP_AGENT_PENDING_APPROVAL) {
+    if (kind == NGX_HTTP_AGENT_PENDING_APPROVAL
+        || (in_call && !res->has_result))
+    {
         failed |= ngx_http_agent_json_key(g, "decision");
         failed |= ngx_http_agent_json_str(g, &res->decision);
 
@@ -513,6 +543,11 @@ ngx_http_agent_resolve_record_locked(ngx_http_request_t *r,
         failed |= ngx_http_agent_json_str(g, res->approver);
     }
 
+    if (in_call) {
+        failed |= ngx_http_agent_json_key(g, "during_call");
+        failed |= yajl_gen_bool(g, 1);
+    }
+
     failed |= yajl_gen_map_close(g);
 
     if (ngx_http_agent_json_result(g, failed, &fields) != NGX_OK) {
@@ -529,6 +564,11 @@ ngx_http_agent_resolve_record_locked(ngx_http_request_t *r,
     *seq = ev->seq;
 
     ngx_http_agent_fsm_pending_remove_locked(z, conv, p);
+
+    if (in_call) {
+        /* the call's worker answers the server; the call goes on */
+        return NGX_OK;
+    }
 
     if (kind != NGX_HTTP_AGENT_PENDING_APPROVAL) {
         return ngx_http_agent_resolve_result_locked(r, z, conv, res, &name,

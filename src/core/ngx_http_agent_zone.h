@@ -108,6 +108,15 @@ typedef struct {
 } ngx_http_agent_pending_t;
 
 
+/*
+ * A question an MCP server asks during a call that runs (elicitation):
+ * its answer goes back to the server, and the call's result comes later
+ */
+#define ngx_http_agent_pending_in_call(p)                                    \
+    ((p)->kind == NGX_HTTP_AGENT_PENDING_ELICITATION                         \
+     && (p)->executor == NGX_HTTP_AGENT_EXECUTOR_SERVER)
+
+
 typedef struct {
     ngx_rbtree_node_t             node;       /* key: crc32 of the id */
     ngx_queue_t                   lru;

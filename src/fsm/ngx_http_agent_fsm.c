@@ -700,8 +700,10 @@ ngx_http_agent_fsm_lease_locked(ngx_http_agent_zone_t *z,
 
 /*
  * The call resolves to an error the model can recover from: a resolution
- * marked expired (or cancelled), and its tool_result.  The fields are
- * built on the stack: a round that expires nothing allocates nothing.
+ * marked expired (or cancelled), and its tool_result.  A question of a
+ * running call resolves alone: the call answers the server, and its
+ * result comes from the server.  The fields are built on the stack: a
+ * round that expires nothing allocates nothing.
  */
 
 ngx_int_t
@@ -709,9 +711,11 @@ ngx_http_agent_fsm_settle_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv, ngx_http_agent_pending_t *p,
     ngx_uint_t how, char *reason)
 {
-    u_char     buf[1024], *b;
-    ngx_int_t  rc;
-    ngx_str_t  fields, id, name;
+    u_char      buf[1024], *b;
+    char       *source;
+    ngx_int_t   rc;
+    ngx_str_t   fields, id, name;
+    ngx_uint_t  in_call;
 
     b = ngx_cpymem(buf, "{\"tool_call_id\":\"",
                    sizeof("{\"tool_call_id\":\"") - 1);
@@ -719,11 +723,25 @@ ngx_http_agent_fsm_settle_locked(ngx_http_agent_zone_t *z,
     b = ngx_cpymem(b, "\",\"name\":\"", sizeof("\",\"name\":\"") - 1);
     b = (u_char *) ngx_escape_json(b, p->name, p->name_len);
 
-    b = ngx_sprintf(b, "\",\"kind\":\"%V\",%s}",
-                    &ngx_http_agent_pending_kinds[p->kind],
-                    how == NGX_HTTP_AGENT_SETTLE_EXPIRED
-                    ? "\"expired\":true,\"source\":\"deadline\""
-                    : "\"cancelled\":true,\"source\":\"cancel\"");
+    in_call = ngx_http_agent_pending_in_call(p);
+
+    switch (how) {
+
+    case NGX_HTTP_AGENT_SETTLE_EXPIRED:
+        source = "\"expired\":true,\"source\":\"deadline\"";
+        break;
+
+    case NGX_HTTP_AGENT_SETTLE_LOST:
+        source = "\"cancelled\":true,\"source\":\"takeover\"";
+        break;
+
+    default:
+        source = "\"cancelled\":true,\"source\":\"cancel\"";
+    }
+
+    b = ngx_sprintf(b, "\",\"kind\":\"%V\",%s%s}",
+                    &ngx_http_agent_pending_kinds[p->kind], source,
+                    in_call ? ",\"during_call\":true" : "");
 
     fields.data = buf;
     fields.len = b - buf;
@@ -739,6 +757,11 @@ ngx_http_agent_fsm_settle_locked(ngx_http_agent_zone_t *z,
     ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
                   "agent call \"%*s\" of \"%*s\" settled: %s",
                   p->id_len, p->id, conv->id_len, conv->id, reason);
+
+    if (in_call) {
+        ngx_http_agent_fsm_pending_remove_locked(z, conv, p);
+        return NGX_OK;
+    }
 
     id.data = p->id;
     id.len = p->id_len;

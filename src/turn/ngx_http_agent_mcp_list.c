@@ -44,6 +44,9 @@ typedef struct {
     ngx_uint_t                    listed;
     yajl_gen                      list;
     ngx_http_agent_mcp_rpc_t     *rpc;
+
+    /* where the turn goes on once a list is in */
+    ngx_event_handler_pt          then;
 } ngx_http_agent_mcp_turn_t;
 
 
@@ -90,12 +93,13 @@ ngx_http_agent_mcp_list_turn(ngx_http_agent_turn_t *t)
 
 /*
  * NGX_OK: every list is fresh, or being fetched elsewhere, or failed
- * lately; NGX_AGAIN: a list is fetched, and the model call is posted
- * again when it is in.
+ * lately; NGX_AGAIN: a list is fetched, and then (the model call, or a
+ * resumed turn reading its batch) is posted again when it is in.
  */
 
 ngx_int_t
-ngx_http_agent_mcp_list_discover(ngx_http_agent_turn_t *t)
+ngx_http_agent_mcp_list_discover(ngx_http_agent_turn_t *t,
+    ngx_event_handler_pt then)
 {
     uint64_t                   now;
     ngx_uint_t                 i, fetch;
@@ -109,6 +113,8 @@ ngx_http_agent_mcp_list_discover(ngx_http_agent_turn_t *t)
     if (ngx_http_agent_mcp_list_turn(t) == NULL) {
         return NGX_ERROR;
     }
+
+    ((ngx_http_agent_mcp_turn_t *) t->mcp)->then = then;
 
     servers = t->agent->mcp->elts;
     now = ngx_http_agent_mcp_now();
@@ -273,9 +279,9 @@ ngx_http_agent_mcp_list_page(ngx_http_agent_mcp_rpc_t *rpc)
 
 next:
 
-    /* the model call, from the start: other lists may be due too */
+    /* the step that asked, from its start: other lists may be due too */
 
-    t->event.handler = ngx_http_agent_turn_model_call;
+    t->event.handler = tm->then;
     ngx_post_event(&t->event, &ngx_posted_events);
 }
 

@@ -23,6 +23,7 @@
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_provider.h"
 #include "ngx_http_agent_mcp_rpc.h"
+#include "ngx_http_agent_notify.h"
 
 
 #define NGX_HTTP_AGENT_MCP_INIT         0
@@ -44,13 +45,16 @@ static void ngx_http_agent_mcp_rpc_message(ngx_http_agent_mcp_rpc_t *rpc,
     yajl_val v);
 static void ngx_http_agent_mcp_rpc_json(ngx_http_agent_mcp_rpc_t *rpc);
 static void ngx_http_agent_mcp_rpc_cleanup(void *data);
+static void ngx_http_agent_mcp_rpc_replied(ngx_http_agent_mcp_rpc_t *rpc);
+static ngx_uint_t ngx_http_agent_mcp_rpc_headers(ngx_http_agent_mcp_rpc_t *rpc,
+    ngx_keyval_t *headers);
 
 
 static ngx_str_t  ngx_http_agent_mcp_initialize = ngx_string(
     "{\"jsonrpc\":\"2.0\",\"id\":\"initialize\",\"method\":\"initialize\","
     "\"params\":{\"protocolVersion\":\"" NGX_HTTP_AGENT_MCP_VERSION "\","
-    "\"capabilities\":{},\"clientInfo\":{\"name\":\"ngx_http_agent_module\","
-    "\"version\":\"1\"}}}");
+    "\"capabilities\":{\"elicitation\":{}},\"clientInfo\":"
+    "{\"name\":\"ngx_http_agent_module\",\"version\":\"1\"}}}");
 
 static ngx_str_t  ngx_http_agent_mcp_session_header =
     ngx_string("Mcp-Session-Id");
@@ -171,19 +175,7 @@ ngx_http_agent_mcp_rpc_send(ngx_http_agent_mcp_rpc_t *rpc)
     ngx_uint_t     n, i;
     ngx_keyval_t   headers[8];
 
-    ngx_str_set(&headers[0].key, "Accept");
-    ngx_str_set(&headers[0].value, "application/json, text/event-stream");
-    n = 1;
-
-    if (rpc->session.len) {
-        ngx_str_set(&headers[n].key, "Mcp-Session-Id");
-        headers[n++].value = rpc->session;
-    }
-
-    if (rpc->version.len) {
-        ngx_str_set(&headers[n].key, "MCP-Protocol-Version");
-        headers[n++].value = rpc->version;
-    }
+    n = ngx_http_agent_mcp_rpc_headers(rpc, headers);
 
     switch (rpc->step) {
 
@@ -198,6 +190,11 @@ ngx_http_agent_mcp_rpc_send(ngx_http_agent_mcp_rpc_t *rpc)
     default:
         for (i = 0; i < rpc->nheaders && n < 8; i++) {
             headers[n++] = rpc->headers[i];
+        }
+
+        if (rpc->raw.len) {
+            body = rpc->raw;
+            break;
         }
 
         p = ngx_pnalloc(rpc->pool, sizeof("{\"jsonrpc\":\"2.0\",\"id\":,"
@@ -229,6 +226,7 @@ ngx_http_agent_mcp_rpc_send(ngx_http_agent_mcp_rpc_t *rpc)
     rpc->is_sse = 0;
     rpc->too_large = 0;
     rpc->finished = 0;
+    rpc->complete = 0;
 
     ngx_http_agent_mcp_rpc_free(rpc);
 
@@ -303,6 +301,10 @@ ngx_http_agent_mcp_rpc_body(ngx_http_request_t *r, ngx_http_agent_sub_t *sub,
 
     for (cl = in; cl; cl = cl->next) {
         b = cl->buf;
+
+        if (b->last_buf || b->last_in_chain) {
+            rpc->complete = 1;
+        }
 
         if (!ngx_buf_in_memory(b)) {
             if (ngx_buf_size(b)) {
@@ -415,6 +417,9 @@ ngx_http_agent_mcp_rpc_message(ngx_http_agent_mcp_rpc_t *rpc, yajl_val v)
     if (YAJL_IS_STRING(method) && id == NULL && rpc->notify) {
         rpc->notify(rpc, v);
 
+    } else if (YAJL_IS_STRING(method) && id && rpc->request) {
+        rpc->request(rpc, v);
+
     } else if (YAJL_IS_STRING(method)) {
         ngx_log_error(NGX_LOG_WARN, &rpc->turn->log, 0,
                       "agent mcp \"%V\" sent a request \"%s\" that is not "
@@ -464,6 +469,32 @@ ngx_http_agent_mcp_rpc_json(ngx_http_agent_mcp_rpc_t *rpc)
     }
 
     yajl_tree_free(v);
+}
+
+
+/* what every message of ours carries: at most 3 headers */
+
+static ngx_uint_t
+ngx_http_agent_mcp_rpc_headers(ngx_http_agent_mcp_rpc_t *rpc,
+    ngx_keyval_t *headers)
+{
+    ngx_uint_t  n;
+
+    ngx_str_set(&headers[0].key, "Accept");
+    ngx_str_set(&headers[0].value, "application/json, text/event-stream");
+    n = 1;
+
+    if (rpc->session.len) {
+        ngx_str_set(&headers[n].key, "Mcp-Session-Id");
+        headers[n++].value = rpc->session;
+    }
+
+    if (rpc->version.len) {
+        ngx_str_set(&headers[n].key, "MCP-Protocol-Version");
+        headers[n++].value = rpc->version;
+    }
+
+    return n;
 }
 
 
@@ -580,6 +611,11 @@ ngx_http_agent_mcp_rpc_step(ngx_http_agent_mcp_rpc_t *rpc)
             return;
         }
 
+        if (rpc->status == 0 || rpc->status == NGX_HTTP_GATEWAY_TIME_OUT) {
+            /* it may still be working on it: it is told to stop */
+            ngx_http_agent_mcp_rpc_cancelled(rpc, "the request timed out");
+        }
+
         if (rpc->status == 0) {
             ngx_sprintf(p, "the MCP server did not answer%Z");
 
@@ -588,6 +624,17 @@ ngx_http_agent_mcp_rpc_step(ngx_http_agent_mcp_rpc_t *rpc)
         }
 
         ngx_http_agent_mcp_rpc_finish(rpc, (char *) p);
+        return;
+    }
+
+    if (!rpc->complete && rpc->answer == NULL) {
+        /*
+         * a stream cut before the answer (proxy_read_timeout): the
+         * upstream ends it as if it were whole
+         */
+        ngx_http_agent_mcp_rpc_cancelled(rpc, "the answer was cut off");
+        ngx_http_agent_mcp_rpc_finish(rpc, "the MCP server's answer was "
+                                           "cut off");
         return;
     }
 
@@ -707,4 +754,127 @@ ngx_http_agent_mcp_rpc_finish(ngx_http_agent_mcp_rpc_t *rpc, char *failure)
     rpc->done(rpc);
 
     ngx_http_agent_mcp_rpc_free(rpc);
+}
+
+
+/*
+ * A message of ours in the request's session, while the request runs:
+ * the answer to a request of the server.  It counts as a running call
+ * of the turn, so that the batch does not end under it.
+ */
+
+ngx_int_t
+ngx_http_agent_mcp_rpc_reply(ngx_http_agent_mcp_rpc_t *rpc,
+    ngx_str_t *message)
+{
+    ngx_http_agent_mcp_rpc_t  *reply;
+
+    reply = ngx_palloc(rpc->pool, sizeof(ngx_http_agent_mcp_rpc_t));
+    if (reply == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_agent_mcp_rpc_init(reply, rpc->turn, rpc->server, rpc->pool)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    reply->raw = *message;
+    reply->session = rpc->session;
+    reply->version = rpc->version;
+    reply->step = NGX_HTTP_AGENT_MCP_REQUEST;
+    reply->done = ngx_http_agent_mcp_rpc_replied;
+    reply->data = rpc;
+
+    /* a message of this session only: never a new one for it */
+    reply->reinit = 1;
+
+    if (ngx_http_agent_mcp_rpc_send(reply) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    rpc->reply = reply;
+    rpc->turn->running++;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_agent_mcp_rpc_replied(ngx_http_agent_mcp_rpc_t *reply)
+{
+    ngx_http_agent_mcp_rpc_t  *rpc = reply->data;
+
+    ngx_http_agent_turn_t  *t;
+
+    t = reply->turn;
+
+    if (rpc->reply == reply) {
+        rpc->reply = NULL;
+    }
+
+    if (reply->status < NGX_HTTP_OK
+        || reply->status >= NGX_HTTP_SPECIAL_RESPONSE)
+    {
+        ngx_log_error(NGX_LOG_WARN, &t->log, 0,
+                      "agent mcp \"%V\" did not take an answer: %s",
+                      &reply->server->name, reply->failure);
+    }
+
+    if (--t->running == 0) {
+        ngx_http_agent_turn_tools_done(t);
+    }
+}
+
+
+/*
+ * notifications/cancelled for a request that was sent, on a request of
+ * its own: the turn may be gone before it is delivered
+ */
+
+void
+ngx_http_agent_mcp_rpc_cancelled(ngx_http_agent_mcp_rpc_t *rpc,
+    char *reason)
+{
+    u_char        *p;
+    size_t         len;
+    ngx_str_t      body;
+    ngx_uint_t     n;
+    ngx_keyval_t   headers[3];
+
+    if (rpc->step != NGX_HTTP_AGENT_MCP_REQUEST || rpc->id.len == 0) {
+        return;
+    }
+
+    len = sizeof("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/"
+                 "cancelled\",\"params\":{\"requestId\":,\"reason\":\"\"}}")
+          + rpc->id.len + ngx_strlen(reason);
+
+    p = ngx_pnalloc(rpc->pool, len);
+    if (p == NULL) {
+        return;
+    }
+
+    body.data = p;
+    body.len = ngx_sprintf(p, "{\"jsonrpc\":\"2.0\",\"method\":"
+                           "\"notifications/cancelled\",\"params\":"
+                           "{\"requestId\":%V,\"reason\":\"%s\"}}",
+                           &rpc->id, reason)
+               - p;
+
+    n = ngx_http_agent_mcp_rpc_headers(rpc, headers);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, &rpc->turn->log, 0,
+                   "agent mcp \"%V\": request %V cancelled",
+                   &rpc->server->name, &rpc->id);
+
+    if (ngx_http_agent_notify_post(rpc->turn->agent, &rpc->server->location,
+                                   &body, headers, n)
+        != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_WARN, &rpc->turn->log, 0,
+                      "agent mcp \"%V\": notifications/cancelled could not "
+                      "be sent", &rpc->server->name);
+    }
 }

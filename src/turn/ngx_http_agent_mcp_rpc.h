@@ -35,6 +35,10 @@ typedef struct ngx_http_agent_mcp_rpc_s  ngx_http_agent_mcp_rpc_t;
 typedef void (*ngx_http_agent_mcp_notify_pt)(ngx_http_agent_mcp_rpc_t *rpc,
     yajl_val msg);
 
+/* a request of the server during ours (elicitation...): msg->id set */
+typedef void (*ngx_http_agent_mcp_request_pt)(ngx_http_agent_mcp_rpc_t *rpc,
+    yajl_val msg);
+
 /* the request ended: rpc->answer, or rpc->failure says why not */
 typedef void (*ngx_http_agent_mcp_done_pt)(ngx_http_agent_mcp_rpc_t *rpc);
 
@@ -50,6 +54,7 @@ struct ngx_http_agent_mcp_rpc_s {
     ngx_str_t                      params;    /* JSON object, or empty */
     ngx_str_t                      id;        /* a JSON string, quoted */
     ngx_str_t                      key;       /* the same, unquoted */
+    ngx_str_t                      raw;       /* or a whole message */
     ngx_keyval_t                  *headers;   /* more headers to send */
     ngx_uint_t                     nheaders;
 
@@ -67,8 +72,15 @@ struct ngx_http_agent_mcp_rpc_s {
     char                          *failure;
 
     ngx_http_agent_mcp_notify_pt   notify;
+    ngx_http_agent_mcp_request_pt  request;
     ngx_http_agent_mcp_done_pt     done;
     void                          *data;
+
+    /* a question of the server waiting for its answer: its id, as JSON */
+    ngx_str_t                      elicit_id;
+
+    /* the message answering the server, being sent */
+    ngx_http_agent_mcp_rpc_t      *reply;
 
     /* the call this request runs, if any: its sub.sr follows ours */
     ngx_http_agent_call_t         *call;
@@ -79,6 +91,10 @@ struct ngx_http_agent_mcp_rpc_s {
     unsigned                       too_large:1;
     unsigned                       reinit:1;
     unsigned                       finished:1;
+    unsigned                       eliciting:1;
+
+    /* the answer's last buffer came: not cut off by a timeout */
+    unsigned                       complete:1;
 };
 
 
@@ -88,6 +104,14 @@ ngx_int_t ngx_http_agent_mcp_rpc_init(ngx_http_agent_mcp_rpc_t *rpc,
     ngx_pool_t *pool);
 void ngx_http_agent_mcp_rpc_free(ngx_http_agent_mcp_rpc_t *rpc);
 
+/* a message to the server in the request's session: an answer to it */
+ngx_int_t ngx_http_agent_mcp_rpc_reply(ngx_http_agent_mcp_rpc_t *rpc,
+    ngx_str_t *message);
+
+/* notifications/cancelled for the request, if it was sent */
+void ngx_http_agent_mcp_rpc_cancelled(ngx_http_agent_mcp_rpc_t *rpc,
+    char *reason);
+
 /* the output of an MCP subrequest, from the turn's filters */
 ngx_int_t ngx_http_agent_mcp_rpc_header(ngx_http_request_t *r,
     ngx_http_agent_sub_t *sub);
@@ -95,7 +119,8 @@ ngx_int_t ngx_http_agent_mcp_rpc_body(ngx_http_request_t *r,
     ngx_http_agent_sub_t *sub, ngx_chain_t *in);
 
 /* discovery and the tools of a turn: ngx_http_agent_mcp_list.c */
-ngx_int_t ngx_http_agent_mcp_list_discover(ngx_http_agent_turn_t *t);
+ngx_int_t ngx_http_agent_mcp_list_discover(ngx_http_agent_turn_t *t,
+    ngx_event_handler_pt then);
 ngx_http_agent_t *ngx_http_agent_mcp_list_agent(ngx_http_agent_turn_t *t);
 ngx_http_agent_tool_t *ngx_http_agent_mcp_list_tool(ngx_http_agent_turn_t *t,
     ngx_str_t *name);
@@ -105,6 +130,13 @@ ngx_uint_t ngx_http_agent_mcp_list_describe(yajl_gen g, ngx_pool_t *pool,
 /* a tools/call: ngx_http_agent_mcp_call.c */
 ngx_int_t ngx_http_agent_mcp_call_run(ngx_http_agent_call_t *call,
     ngx_keyval_t *headers, ngx_uint_t nheaders);
+
+/* a cancel of a running call: the server is told */
+void ngx_http_agent_mcp_call_cancel(ngx_http_agent_call_t *call,
+    char *reason);
+
+/* questions of the turn's servers answered (or expired): answers sent */
+void ngx_http_agent_mcp_call_answers(ngx_http_agent_turn_t *t);
 
 
 #endif /* _NGX_HTTP_AGENT_MCP_RPC_H_INCLUDED_ */

@@ -74,6 +74,7 @@ typedef struct {
     ngx_str_t                     body;
     ngx_uint_t                    status;
     ngx_uint_t                    finished;
+    ngx_uint_t                    oneshot;    /* of no waiting call */
     ngx_event_t                   event;
     ngx_log_t                     log;
     ngx_http_log_ctx_t            log_ctx;
@@ -111,6 +112,10 @@ static ngx_http_agent_notify_t *ngx_http_agent_notify_job_locked(
     ngx_http_agent_notify_entry_t *e, ngx_http_agent_t *agent,
     ngx_str_t *uri);
 static void ngx_http_agent_notify_send(ngx_http_agent_notify_t *n);
+static ngx_int_t ngx_http_agent_notify_start(ngx_http_agent_notify_t *n,
+    ngx_keyval_t *h, ngx_uint_t nh);
+static void ngx_http_agent_notify_log(ngx_http_agent_notify_t *n,
+    ngx_pool_t *pool);
 static ngx_int_t ngx_http_agent_notify_done(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
 static void ngx_http_agent_notify_finish(ngx_event_t *ev);
@@ -479,13 +484,7 @@ ngx_http_agent_notify_job_locked(ngx_http_agent_zone_t *z,
         ngx_memcpy(n->owner, conv->owner, conv->owner_len);
         n->owner_len = conv->owner_len;
 
-        n->log = *ngx_cycle->log;
-        n->log.handler = ngx_http_agent_notify_log_error;
-        n->log.data = &n->log_ctx;
-        n->log.action = NULL;
-        pool->log = &n->log;
-
-        n->pool = pool;
+        ngx_http_agent_notify_log(n, pool);
 
         return n;
     }
@@ -501,8 +500,6 @@ ngx_http_agent_notify_send(ngx_http_agent_notify_t *n)
     ngx_str_t                    kind;
     ngx_uint_t                   nh;
     ngx_keyval_t                 h[5];
-    ngx_http_request_t          *sr;
-    ngx_http_post_subrequest_t  *ps;
 
     n->request = ngx_http_agent_detached_create(n->pool, &n->log,
                                                 &n->log_ctx, &n->conf_ctx);
@@ -516,9 +513,8 @@ ngx_http_agent_notify_send(ngx_http_agent_notify_t *n)
 
     p = ngx_pnalloc(n->request->pool,
                     n->id_len + n->call_len + kind.len + 2);
-    ps = ngx_palloc(n->request->pool, sizeof(ngx_http_post_subrequest_t));
 
-    if (p == NULL || ps == NULL) {
+    if (p == NULL) {
         goto failed;
     }
 
@@ -550,26 +546,12 @@ ngx_http_agent_notify_send(ngx_http_agent_notify_t *n)
         nh++;
     }
 
-    ps->handler = ngx_http_agent_notify_done;
-    ps->data = n;
-
-    if (ngx_http_agent_detached_subrequest(n->request, &n->uri, &n->body, h,
-                                           nh, ps, &sr)
-        != NGX_OK)
-    {
-        goto failed;
-    }
-
-    n->sub.kind = NGX_HTTP_AGENT_SUB_NOTIFY;
-    n->sub.sr = sr;
-    ngx_http_set_ctx(sr, n, ngx_http_agent_module);
-
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, &n->log, 0,
                    "agent notify \"%V\": to \"%V\"", &h[3].value, &n->uri);
 
-    ngx_http_run_posted_requests(n->request->connection);
-
-    return;
+    if (ngx_http_agent_notify_start(n, h, nh) == NGX_OK) {
+        return;
+    }
 
 failed:
 
@@ -577,6 +559,118 @@ failed:
 
     ngx_http_agent_notify_record(n, 0);
     ngx_http_agent_detached_close(n->request);
+}
+
+
+/* the POST, on the notification's request */
+
+static ngx_int_t
+ngx_http_agent_notify_start(ngx_http_agent_notify_t *n, ngx_keyval_t *h,
+    ngx_uint_t nh)
+{
+    ngx_http_request_t          *sr;
+    ngx_http_post_subrequest_t  *ps;
+
+    ps = ngx_palloc(n->request->pool, sizeof(ngx_http_post_subrequest_t));
+    if (ps == NULL) {
+        return NGX_ERROR;
+    }
+
+    ps->handler = ngx_http_agent_notify_done;
+    ps->data = n;
+
+    if (ngx_http_agent_detached_subrequest(n->request, &n->uri, &n->body, h,
+                                           nh, ps, &sr)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    n->sub.kind = NGX_HTTP_AGENT_SUB_NOTIFY;
+    n->sub.sr = sr;
+    ngx_http_set_ctx(sr, n, ngx_http_agent_module);
+
+    ngx_http_run_posted_requests(n->request->connection);
+
+    return NGX_OK;
+}
+
+
+/*
+ * A POST on a request of its own, sent once, whose answer goes nowhere:
+ * a message that must reach a server after the turn that sends it is
+ * gone (an MCP server's notifications/cancelled)
+ */
+
+ngx_int_t
+ngx_http_agent_notify_post(ngx_http_agent_t *agent, ngx_str_t *uri,
+    ngx_str_t *body, ngx_keyval_t *headers, ngx_uint_t nheaders)
+{
+    ngx_uint_t                i;
+    ngx_pool_t               *pool;
+    ngx_keyval_t             *h;
+    ngx_http_agent_notify_t  *n;
+
+    if (agent->conf_ctx == NULL) {
+        return NGX_ERROR;
+    }
+
+    pool = ngx_create_pool(4096, ngx_cycle->log);
+    if (pool == NULL) {
+        return NGX_ERROR;
+    }
+
+    n = ngx_pcalloc(pool, sizeof(ngx_http_agent_notify_t));
+    h = ngx_palloc(pool, (nheaders + 1) * sizeof(ngx_keyval_t));
+
+    if (n == NULL || h == NULL) {
+        goto failed;
+    }
+
+    n->body.data = ngx_pstrdup(pool, body);
+    n->uri.data = ngx_pstrdup(pool, uri);
+
+    if (n->body.data == NULL || n->uri.data == NULL) {
+        goto failed;
+    }
+
+    n->body.len = body->len;
+    n->uri.len = uri->len;
+
+    for (i = 0; i < nheaders; i++) {
+        h[i].key = headers[i].key;
+        h[i].value.len = headers[i].value.len;
+        h[i].value.data = ngx_pstrdup(pool, &headers[i].value);
+
+        if (h[i].value.data == NULL) {
+            goto failed;
+        }
+    }
+
+    n->oneshot = 1;
+    n->agent = agent->name;
+    n->conf_ctx = *agent->conf_ctx;
+
+    ngx_http_agent_notify_log(n, pool);
+
+    n->request = ngx_http_agent_detached_create(pool, &n->log, &n->log_ctx,
+                                                &n->conf_ctx);
+    if (n->request == NULL) {
+        goto failed;
+    }
+
+    if (ngx_http_agent_notify_start(n, h, nheaders) != NGX_OK) {
+        ngx_http_agent_detached_close(n->request);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+
+failed:
+
+    ngx_destroy_pool(pool);
+
+    return NGX_ERROR;
 }
 
 
@@ -620,8 +714,20 @@ ngx_http_agent_notify_finish(ngx_event_t *ev)
 
     n->sub.sr = NULL;
 
-    ngx_http_agent_notify_record(n, n->status >= NGX_HTTP_OK
-                                    && n->status < NGX_HTTP_SPECIAL_RESPONSE);
+    if (n->oneshot) {
+        if (n->status < NGX_HTTP_OK
+            || n->status >= NGX_HTTP_SPECIAL_RESPONSE)
+        {
+            ngx_log_error(NGX_LOG_WARN, &n->log, 0,
+                          "agent: \"%V\" answered %ui", &n->uri,
+                          n->status);
+        }
+
+    } else {
+        ngx_http_agent_notify_record(n, n->status >= NGX_HTTP_OK
+                                     && n->status
+                                        < NGX_HTTP_SPECIAL_RESPONSE);
+    }
 
     ngx_http_agent_detached_close(n->request);
 }
@@ -760,6 +866,21 @@ ngx_http_agent_notify_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     }
 
     return NGX_OK;
+}
+
+
+/* the notification's log, and its pool's, say what it is for */
+
+static void
+ngx_http_agent_notify_log(ngx_http_agent_notify_t *n, ngx_pool_t *pool)
+{
+    n->log = *ngx_cycle->log;
+    n->log.handler = ngx_http_agent_notify_log_error;
+    n->log.data = &n->log_ctx;
+    n->log.action = NULL;
+    pool->log = &n->log;
+
+    n->pool = pool;
 }
 
 

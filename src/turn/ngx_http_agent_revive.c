@@ -438,6 +438,15 @@ ngx_http_agent_revive_calls(ngx_pool_t *pool, ngx_http_agent_store_read_t *rd,
             call = &call[j];
         }
 
+        if (ngx_http_agent_provider_get(root, "during_call") != NULL) {
+            /*
+             * a question of an MCP server to a running call: the call
+             * is sent again, and the server asks again
+             */
+            yajl_tree_free(root);
+            continue;
+        }
+
         switch (ev[i].type) {
 
         case NGX_HTTP_AGENT_EV_SUSPENSION:

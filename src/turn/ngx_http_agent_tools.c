@@ -344,6 +344,11 @@ ngx_http_agent_tools_cancel(ngx_http_agent_turn_t *t)
 
         calls[i]->done = 1;
 
+        if (calls[i]->mcp) {
+            /* the server is told, on a request that outlives the turn */
+            ngx_http_agent_mcp_call_cancel(calls[i], "cancelled by the user");
+        }
+
         if (calls[i]->sub.sr) {
             ngx_log_debug1(NGX_LOG_DEBUG_HTTP, &t->log, 0,
                            "agent tool call \"%V\": subrequest aborted",
@@ -624,13 +629,10 @@ ngx_http_agent_tools_failure(ngx_http_agent_call_t *call, ngx_uint_t status)
 static ngx_int_t
 ngx_http_agent_tools_suspend(ngx_http_agent_call_t *call)
 {
-    ngx_int_t                rc;
     ngx_str_t                fields;
-    ngx_uint_t               n, kind;
-    ngx_pid_t                pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_uint_t               kind;
     uint64_t                 deadline;
     ngx_http_agent_turn_t   *t;
-    ngx_http_agent_conv_t   *conv;
 
     t = call->turn;
 
@@ -647,6 +649,27 @@ ngx_http_agent_tools_suspend(ngx_http_agent_call_t *call)
         return NGX_ERROR;
     }
 
+    return ngx_http_agent_tools_wait(call, kind, deadline, &fields);
+}
+
+
+/*
+ * The pending call and its suspension event, recorded under one lock,
+ * and the subscribers woken.  NGX_DECLINED: every slot is taken.
+ */
+
+ngx_int_t
+ngx_http_agent_tools_wait(ngx_http_agent_call_t *call, ngx_uint_t kind,
+    uint64_t deadline, ngx_str_t *fields)
+{
+    ngx_int_t                rc;
+    ngx_uint_t               n;
+    ngx_pid_t                pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_http_agent_turn_t   *t;
+    ngx_http_agent_conv_t   *conv;
+
+    t = call->turn;
+
     ngx_http_agent_zone_lock(t->zone);
 
     conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
@@ -654,7 +677,7 @@ ngx_http_agent_tools_suspend(ngx_http_agent_call_t *call)
     rc = (conv == NULL) ? NGX_ERROR
          : ngx_http_agent_tools_suspend_locked(t->zone, conv, call->tool,
                                                &call->id, kind, deadline,
-                                               &fields);
+                                               fields);
     if (rc != NGX_OK) {
         ngx_http_agent_zone_unlock(t->zone);
         return rc;
@@ -670,15 +693,29 @@ ngx_http_agent_tools_suspend(ngx_http_agent_call_t *call)
 }
 
 
-/* the fields of a suspension event, and the call's deadline */
+/* an event's fields opened with the call's id and name */
 
-ngx_int_t
-ngx_http_agent_tools_suspension(ngx_pool_t *pool, ngx_http_agent_t *agent,
-    ngx_http_agent_tool_t *tool, ngx_str_t *id, ngx_str_t *args,
-    ngx_uint_t kind, uint64_t *deadline, ngx_str_t *fields)
+ngx_uint_t
+ngx_http_agent_tools_json_call(yajl_gen g, ngx_str_t *id, ngx_str_t *name)
 {
-    yajl_gen     g;
-    ngx_uint_t   failed;
+    ngx_uint_t  failed;
+
+    failed = yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "tool_call_id");
+    failed |= ngx_http_agent_json_str(g, id);
+    failed |= ngx_http_agent_json_key(g, "name");
+    failed |= ngx_http_agent_json_str(g, name);
+
+    return failed;
+}
+
+
+/* when a call of the tool that starts waiting now stops waiting, ms */
+
+uint64_t
+ngx_http_agent_tools_deadline(ngx_http_agent_t *agent,
+    ngx_http_agent_tool_t *tool)
+{
     ngx_msec_t   timeout;
     ngx_time_t  *tp;
 
@@ -689,18 +726,29 @@ ngx_http_agent_tools_suspension(ngx_pool_t *pool, ngx_http_agent_t *agent,
     }
 
     tp = ngx_timeofday();
-    *deadline = (uint64_t) tp->sec * 1000 + tp->msec + timeout;
+
+    return (uint64_t) tp->sec * 1000 + tp->msec + timeout;
+}
+
+
+/* the fields of a suspension event, and the call's deadline */
+
+ngx_int_t
+ngx_http_agent_tools_suspension(ngx_pool_t *pool, ngx_http_agent_t *agent,
+    ngx_http_agent_tool_t *tool, ngx_str_t *id, ngx_str_t *args,
+    ngx_uint_t kind, uint64_t *deadline, ngx_str_t *fields)
+{
+    yajl_gen     g;
+    ngx_uint_t   failed;
+
+    *deadline = ngx_http_agent_tools_deadline(agent, tool);
 
     g = ngx_http_agent_json_gen(pool);
     if (g == NULL) {
         return NGX_ERROR;
     }
 
-    failed = yajl_gen_map_open(g);
-    failed |= ngx_http_agent_json_key(g, "tool_call_id");
-    failed |= ngx_http_agent_json_str(g, id);
-    failed |= ngx_http_agent_json_key(g, "name");
-    failed |= ngx_http_agent_json_str(g, &tool->name);
+    failed = ngx_http_agent_tools_json_call(g, id, &tool->name);
     failed |= ngx_http_agent_json_key(g, "executor");
     failed |= ngx_http_agent_json_str(g,
                                 &ngx_http_agent_executors[tool->executor].name);

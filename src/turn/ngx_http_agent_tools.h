@@ -30,6 +30,10 @@ ngx_int_t ngx_http_agent_tools_dispatch(ngx_http_agent_turn_t *t);
 ngx_int_t ngx_http_agent_tools_run_call(ngx_http_agent_turn_t *t,
     ngx_str_t *id, ngx_str_t *name, ngx_str_t *args, ngx_str_t *approver);
 
+uint64_t ngx_http_agent_tools_deadline(ngx_http_agent_t *agent,
+    ngx_http_agent_tool_t *tool);
+ngx_uint_t ngx_http_agent_tools_json_call(yajl_gen g, ngx_str_t *id,
+    ngx_str_t *name);
 ngx_int_t ngx_http_agent_tools_suspension(ngx_pool_t *pool,
     ngx_http_agent_t *agent, ngx_http_agent_tool_t *tool, ngx_str_t *id,
     ngx_str_t *args, ngx_uint_t kind, uint64_t *deadline, ngx_str_t *fields);

@@ -58,6 +58,9 @@ typedef struct {
     yajl_gen                      gen;
     char                         *error;
 
+    /* an MCP call: its JSON-RPC request (ngx_http_agent_mcp_rpc_t) */
+    void                         *mcp;
+
     unsigned                      too_large:1;
     unsigned                      ended:1;
     unsigned                      done:1;
@@ -70,6 +73,10 @@ ngx_int_t ngx_http_agent_tools_result(ngx_http_agent_call_t *call,
 
 ngx_int_t ngx_http_agent_tools_stream(ngx_http_agent_call_t *call,
     ngx_chain_t *in);
+
+/* the call waits: its pending entry and suspension event (fields) */
+ngx_int_t ngx_http_agent_tools_wait(ngx_http_agent_call_t *call,
+    ngx_uint_t kind, uint64_t deadline, ngx_str_t *fields);
 
 /* a tool_progress live event of the call */
 ngx_int_t ngx_http_agent_tools_progress(ngx_http_agent_call_t *call,

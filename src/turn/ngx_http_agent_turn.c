@@ -336,6 +336,7 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
     t->running = 0;
     t->suspended = 0;
     t->calls = NULL;
+    t->elicitations = 0;
     t->recorded = 0;
 
     t->pool = ngx_create_pool(4096, &t->log);
@@ -345,7 +346,7 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
 
     /* the tool lists of MCP servers that are due, first */
 
-    rc = ngx_http_agent_mcp_list_discover(t);
+    rc = ngx_http_agent_mcp_list_discover(t, ngx_http_agent_turn_model_call);
 
     if (rc == NGX_AGAIN) {
         ngx_http_run_posted_requests(t->request->connection);
@@ -930,6 +931,10 @@ ngx_http_agent_turn_cancel(ngx_str_t *id)
             || (t->id.len == id->len
                 && ngx_memcmp(t->id.data, id->data, id->len) == 0))
         {
+            if (t->elicitations) {
+                ngx_http_agent_mcp_call_answers(t);
+            }
+
             ngx_http_agent_turn_abort(t);
         }
     }

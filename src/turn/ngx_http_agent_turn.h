@@ -110,6 +110,9 @@ struct ngx_http_agent_turn_s {
     /* the calls dispatched in this batch (ngx_http_agent_call_t *) */
     ngx_array_t                  *calls;
 
+    /* running MCP calls whose server waits for an answer (elicitation) */
+    ngx_uint_t                    elicitations;
+
     /* in the worker's list of turns */
     ngx_queue_t                   queue;
     unsigned                      cancelling:1;
@@ -216,7 +219,9 @@ void ngx_http_agent_turn_tools_done(ngx_http_agent_turn_t *t);
 
 /*
  * A cancel of the conversation was asked for: its turn, if this worker
- * runs it, is taken down.  check_all looks at every turn of the worker.
+ * runs it, is taken down; or a question of an MCP server during one of
+ * its calls was answered: the answer goes to the server.  The check
+ * looks at every turn of the worker.
  */
 void ngx_http_agent_turn_cancel(ngx_str_t *id);
 void ngx_http_agent_turn_cancel_check(void);

@@ -35,6 +35,8 @@ static ngx_int_t ngx_http_agent_turn_suspend_again(ngx_http_agent_turn_t *t,
     ngx_http_agent_tool_t *tool, ngx_str_t *id, ngx_str_t *args);
 static ngx_int_t ngx_http_agent_turn_lost(ngx_http_agent_turn_t *t,
     ngx_str_t *id, ngx_str_t *name);
+static void ngx_http_agent_turn_questions_locked(ngx_http_agent_turn_t *t,
+    ngx_http_agent_conv_t *conv);
 
 
 /*
@@ -72,12 +74,25 @@ ngx_http_agent_turn_resume(ngx_event_t *ev)
 
     t->model_calls = 0;
     t->running = 0;
+    t->elicitations = 0;
     t->calls = NULL;
     t->reply = NULL;
 
     t->pool = ngx_create_pool(4096, &t->log);
     if (t->pool == NULL) {
         goto failed;
+    }
+
+    /*
+     * the tool lists of MCP servers that are due, first: an MCP call
+     * approved after a restart of nginx finds its tool
+     */
+
+    if (ngx_http_agent_mcp_list_discover(t, ngx_http_agent_turn_resume)
+        == NGX_AGAIN)
+    {
+        ngx_http_run_posted_requests(t->request->connection);
+        return;
     }
 
     ngx_http_agent_zone_lock(t->zone);
@@ -87,6 +102,10 @@ ngx_http_agent_turn_resume(ngx_event_t *ev)
     if (conv == NULL) {
         ngx_http_agent_zone_unlock(t->zone);
         goto failed;
+    }
+
+    if (t->takeover) {
+        ngx_http_agent_turn_questions_locked(t, conv);
     }
 
     t->batch_seq = conv->seq;
@@ -170,6 +189,30 @@ failed:
 
     ngx_str_set(&reason, "{\"reason\":\"the turn could not be resumed\"}");
     ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_FAIL, &reason);
+}
+
+
+/*
+ * Questions of MCP servers to calls of a worker that died: the calls are
+ * sent again, and their servers ask again if they need to
+ */
+
+static void
+ngx_http_agent_turn_questions_locked(ngx_http_agent_turn_t *t,
+    ngx_http_agent_conv_t *conv)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; conv->pending && i < NGX_HTTP_AGENT_PENDING; i++) {
+        if (conv->pending[i].kind
+            && ngx_http_agent_pending_in_call(&conv->pending[i]))
+        {
+            (void) ngx_http_agent_fsm_settle_locked(t->zone, conv,
+                                                &conv->pending[i],
+                                                NGX_HTTP_AGENT_SETTLE_LOST,
+                                                "the call's worker died");
+        }
+    }
 }
 
 
@@ -261,6 +304,11 @@ ngx_http_agent_turn_batch(ngx_http_agent_turn_t *t, ngx_str_t *events,
 
         for (j = 0; j < i; j++) {
             w = parsed[j];
+
+            if (ngx_http_agent_provider_get(w, "during_call") != NULL) {
+                /* a question of its server while it ran, not a wait */
+                continue;
+            }
 
             if (ngx_http_agent_provider_string(
                     ngx_http_agent_provider_get(w, "tool_call_id"), &cid)

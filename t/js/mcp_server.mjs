@@ -2,15 +2,18 @@
 // (@modelcontextprotocol/sdk, pinned in package-lock.json), over its
 // Streamable HTTP transport with sessions, for t/mcp_sdk.t:
 //
-//     node mcp_server.mjs PORT
+//     node mcp_server.mjs PORT [NOTES]
 //
 // prints "listening" once it accepts.  Tools: add (a structured
 // result), count (progress notifications, then a result), fail
-// (isError).  A session it does not know gets 404, as the transport's
-// specification asks, so that a restarted server makes the client
-// initialize again.
+// (isError), confirm (asks the client whether to remove path, by
+// elicitation on the call's stream, and says what it was answered; a
+// call cancelled meanwhile is noted, one line in the file NOTES).  A
+// session it does not know gets 404, as the transport's specification
+// asks, so that a restarted server makes the client initialize again.
 
 import http from 'node:http';
+import { appendFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
@@ -20,6 +23,7 @@ import { CallToolRequestSchema, ListToolsRequestSchema, isInitializeRequest }
     from '@modelcontextprotocol/sdk/types.js';
 
 const port = Number(process.argv[2]);
+const notes = process.argv[3];
 const transports = new Map();
 
 const tools = [
@@ -45,7 +49,21 @@ const tools = [
         description: 'Always fails',
         inputSchema: { type: 'object', properties: {} },
     },
+    {
+        name: 'confirm',
+        description: 'Removes a file, once the user confirms',
+        inputSchema: {
+            type: 'object',
+            properties: { path: { type: 'string' } },
+        },
+    },
 ];
+
+function note(line) {
+    if (notes) {
+        appendFileSync(notes, line + '\n');
+    }
+}
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -80,6 +98,31 @@ function makeServer() {
             }
 
             return { content: [{ type: 'text', text: `counted to ${n}` }] };
+        }
+
+        if (name === 'confirm') {
+            let answer;
+
+            try {
+                answer = await server.elicitInput({
+                    message: `Remove ${args.path}?`,
+                    requestedSchema: {
+                        type: 'object',
+                        properties: { confirm: { type: 'boolean' } },
+                        required: ['confirm'],
+                    },
+                }, { relatedRequestId: extra.requestId, signal: extra.signal });
+            } catch (e) {
+                note(`aborted ${extra.requestId}: `
+                     + `${extra.signal.aborted ? extra.signal.reason : e}`);
+                throw e;
+            }
+
+            const text = answer.action === 'accept'
+                ? `confirmed: ${JSON.stringify(answer.content)}`
+                : answer.action === 'decline' ? 'declined' : 'cancelled';
+
+            return { content: [{ type: 'text', text }] };
         }
 
         if (name === 'fail') {

@@ -19,8 +19,9 @@ use Time::HiRes qw(time sleep);
 
 use Test::Agent::HTTP;
 
-our @EXPORT = qw(engine_conf send_message inspect wait_state log_types
-                 events_request resolve cancel $ECHO_TOOL $ECHO_LOCATION);
+our @EXPORT = qw(engine_conf send_message inspect wait_state wait_pending
+                 log_types events_request resolve cancel $ECHO_TOOL
+                 $ECHO_LOCATION);
 
 # a server tool "echo" (for tools), and its location (for server), which
 # answers {"args": the arguments it got}
@@ -204,6 +205,25 @@ sub wait_state {
     }
 
     return $c;
+}
+
+# polls inspect until a call waits for input of kind $kind, whether or
+# not a turn runs (a running MCP call's question); returns the JSON and
+# that pending call (undef if none came), and checks $also if given
+
+sub wait_pending {
+    my ($t, $cid, $kind, $also) = @_;
+
+    my $deadline = time + 10;
+
+    while (time < $deadline) {
+        my $c = inspect($t, $cid)->{json} // {};
+        my ($p) = grep { $_->{kind} eq $kind } @{$c->{pending} // []};
+        return ($c, $p) if $p && (!$also || $also->());
+        sleep 0.05;
+    }
+
+    return ({}, undef);
 }
 
 sub log_types {

@@ -31,6 +31,17 @@ first call of an id waits 60 s; another with the same id answers at
 once), C<secret> (left out by the tests' tools=).  tools/list answers in
 two pages, the second as an SSE stream.
 
+C<confirm> asks the client (elicitation/create, on the call's SSE
+stream, id C<el-PID>) whether to remove C<path>, waits up to 60 s for
+the client's answer (a POST of the JSON-RPC response) and ends with a
+text saying what it got: C<confirmed: CONTENT> (accept), C<declined>,
+C<cancelled>, or C<stopped> once notifications/cancelled for the call
+came.  What the server sent is logged too, with C<http> C<SENT>.
+
+A location for nginx.conf that reaches a server on C<$port>:
+
+    Test::Agent::MockMCP::location('/mcp/files', $port)
+
 =cut
 
 use strict;
@@ -69,6 +80,9 @@ my @TOOLS = (
       inputSchema => { type => 'object' } },
     { name => 'secret', description => 'Not for agents',
       inputSchema => { type => 'object' } },
+    { name => 'confirm', description => 'Removes a file, if you confirm',
+      inputSchema => { type => 'object',
+                       properties => { path => { type => 'string' } } } },
 );
 
 sub new {
@@ -84,10 +98,27 @@ sub new {
 
 sub port { $_[0]{port} }
 
+# the internal location an agent_mcp names, proxying to 127.0.0.1:$port
+sub location {
+    my ($uri, $port, $more) = @_;
+
+    $more //= '';
+
+    return <<"EOF";
+        location = $uri {
+            internal;
+            proxy_pass http://127.0.0.1:$port/mcp;
+            proxy_http_version 1.1;
+            proxy_buffering off;
+            $more
+        }
+EOF
+}
+
 sub start {
     my ($self) = @_;
 
-    mkdir "$self->{dir}/$_" for qw(sessions seen);
+    mkdir "$self->{dir}/$_" for qw(sessions seen answers cancelled);
 
     my $listen = IO::Socket::INET->new(LocalAddr => '127.0.0.1',
                                        LocalPort => $self->{port} // 0,
@@ -167,6 +198,21 @@ sub calls {
     return grep { ($_->{message}{method} // '') eq $method } $self->requests;
 }
 
+# the messages of a method, once there is one (up to 5 s)
+sub wait_calls {
+    my ($self, $method) = @_;
+
+    my $deadline = Time::HiRes::time() + 5;
+    my @m;
+
+    until (@m = $self->calls($method)) {
+        last if Time::HiRes::time() > $deadline;
+        sleep 0.05;
+    }
+
+    return @m;
+}
+
 sub record {
     my ($dir, $entry) = @_;
 
@@ -174,6 +220,23 @@ sub record {
     flock $fh, LOCK_EX;
     print $fh $JSON->encode($entry), "\n";
     close $fh;
+}
+
+sub write_file {
+    my ($path, $data) = @_;
+
+    open my $fh, '>', "$path.tmp" or return;
+    print $fh $data;
+    close $fh;
+    rename "$path.tmp", $path;
+}
+
+sub read_file {
+    my ($path) = @_;
+
+    open my $fh, '<', $path or return '';
+    local $/;
+    return <$fh>;
 }
 
 sub serve {
@@ -249,6 +312,18 @@ sub serve {
     return $reply->(400, undef, '')
         unless ($h{'mcp-protocol-version'} // '') eq '2025-06-18';
 
+    if (!exists $msg->{method} && exists $msg->{id}) {
+        # an answer of the client to a request of ours
+        write_file("$dir/answers/" . unpack('H*', $msg->{id}),
+                   $JSON->encode($msg));
+        return $reply->(202, undef, '');
+    }
+
+    if ($rpc eq 'notifications/cancelled') {
+        write_file("$dir/cancelled/"
+                   . unpack('H*', $msg->{params}{requestId} // ''), '');
+    }
+
     return $reply->(202, undef, '') unless exists $msg->{id};
 
     my $result = sub {
@@ -308,6 +383,56 @@ sub serve {
     if ($name eq 'remove') {
         return $reply->(200, 'application/json',
                         $result->($text->("removed $args->{path}")));
+    }
+
+    if ($name eq 'confirm') {
+        $entry->{status} = 200;
+        record($dir, $entry);
+
+        syswrite($c, "HTTP/1.1 200 OK\r\nConnection: close\r\n"
+                     . "Content-Type: text/event-stream\r\n\r\n");
+
+        my $ask = { jsonrpc => '2.0', id => "el-$$",
+                    method => 'elicitation/create',
+                    params => { message => "Remove $args->{path}?",
+                                requestedSchema => {
+                                    type => 'object',
+                                    properties => {
+                                        confirm => { type => 'boolean' } },
+                                    required => ['confirm'] } } };
+
+        record($dir, { http => 'SENT', session => $sid, message => $ask });
+        syswrite($c, "event: message\ndata: " . $JSON->encode($ask)
+                     . "\n\n");
+
+        my $answer = "$dir/answers/" . unpack('H*', "el-$$");
+        my $stop = "$dir/cancelled/" . unpack('H*', $msg->{id});
+        my $said = 'no answer';
+
+        for (1 .. 600) {
+            if (-e $stop) {
+                $said = 'stopped';
+                last;
+            }
+
+            if (-e $answer) {
+                my $got = eval { $JSON->decode(read_file($answer)) } // {};
+                my $action = $got->{result}{action} // 'none';
+
+                $said = $action eq 'accept'
+                        ? 'confirmed: ' . $JSON->encode($got->{result}{content})
+                        : $action eq 'decline' ? 'declined'
+                        : $action eq 'cancel' ? 'cancelled' : "got $action";
+                last;
+            }
+
+            sleep 0.1;
+            POSIX::_exit(0) if getppid() == 1;
+        }
+
+        syswrite($c, "event: message\ndata: "
+                     . $result->($text->($said)) . "\n\n");
+        return;
     }
 
     if ($name eq 'count' || $name eq 'hang') {
