@@ -215,7 +215,10 @@ declined:
 }
 
 
-/* the user_msg's fields: {"content": ..., "source_id": ...} */
+/*
+ * the user_msg's fields: {"content": ..., "source_id": ...,
+ * "client_tools": [...]}, the tools as they were checked
+ */
 
 ngx_int_t
 ngx_http_agent_message_fields(ngx_pool_t *pool,
@@ -236,6 +239,11 @@ ngx_http_agent_message_fields(ngx_pool_t *pool,
     if (msg->source_id.data) {
         failed |= ngx_http_agent_json_key(g, "source_id");
         failed |= ngx_http_agent_json_str(g, &msg->source_id);
+    }
+
+    if (msg->client_tools.len) {
+        failed |= ngx_http_agent_json_key(g, "client_tools");
+        failed |= ngx_http_agent_json_verbatim(g, &msg->client_tools);
     }
 
     failed |= yajl_gen_map_close(g);

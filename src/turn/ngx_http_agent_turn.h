@@ -120,6 +120,9 @@ struct ngx_http_agent_turn_s {
     /* the tools of the agent's MCP servers, as this turn knows them */
     void                         *mcp;
 
+    /* the frontend tools its user_msg offers (ngx_http_agent_client_tools) */
+    void                         *client;
+
     /* nginx takes a request's log data for an ngx_http_log_ctx_t */
     ngx_http_log_ctx_t            log_ctx;
 };
