@@ -12,7 +12,9 @@
  * them as agent_resolve does; else the last message, the user's, is the
  * conversation's new message, taken as agent_message takes one; else the
  * run shows the conversation as it is (the running turn from its start).
- * The answer is the run as AG-UI events (ngx_http_agent_format_agui.c).
+ * The "tools" are frontend tools, kept with the new message for its turn
+ * (ngx_http_agent_agui_tools.c).  The answer is the run as AG-UI events
+ * (ngx_http_agent_format_agui.c).
  */
 
 
