@@ -10,7 +10,8 @@
 # a cancel, a provider error mid-stream and a second client connecting
 # mid-reply.  RunAgentInput's tools: offered to the model (each adapter's
 # request as the mock provider saw it), a call of one waiting for the
-# browser, a worker killed mid-turn, and every bad list refused.
+# browser, a worker killed mid-turn, a restart with agent_store while the
+# call waits, and every bad list refused.
 
 use strict;
 use warnings;
@@ -754,4 +755,61 @@ $r = http_post('/agui', encode_json({ threadId => 'x1', messages => [] }),
                headers => { 'Content-Type' => 'application/json' });
 is($r->{status}, 400, 'no runId: 400');
 
-$t->done;
+$t->done(more => 1);
+
+# with agent_store, nginx stopped while a frontend tool's call waits: the
+# turn revived from the store offers the same tools
+
+my $ts = Test::Agent->new;
+my $db = $ts->testdir . '/agent.db';
+
+$ts->write_file_expand('nginx.conf', engine_conf($mock,
+    http => "agent_store $db;", tools => $ECHO_TOOL, agent => 'tools echo;',
+    server => $ECHO_LOCATION . <<'END'));
+        location /agui {
+            agent chat;
+            agent_agui;
+        }
+END
+$ts->run;
+
+$mock->reset;
+$mock->script(
+    { tool_calls => [{ id => 'call_v1', name => 'get_location',
+                       arguments => '{"precision":"exact"}' }] },
+    { text => 'Found you', chunks => 1 });
+
+sub agui_post {
+    my ($body) = @_;
+    return http_post('/agui', encode_json($body), port => $ts->port(8080),
+                     headers => { 'Content-Type' => 'application/json' });
+}
+
+$r = agui_post({ threadId => 'v1', runId => 'rv1', tools => $front,
+                 messages => [{ id => 'u-v1', role => 'user',
+                                content => 'where am I' }] });
+like($r->{body}, qr/"pendingToolCallIds":\["call_v1"\]/,
+     'store: the run ends with the frontend call pending');
+is(wait_state($ts, 'v1', 'awaiting_input')->{pending}[0]{kind},
+   'client_exec', 'it waits for the browser');
+
+$ts->stop;
+$ts->run;
+
+$r = agui_post({ threadId => 'v1', runId => 'rv2', tools => [],
+                 messages => [{ id => 't-v1', role => 'tool',
+                                toolCallId => 'call_v1',
+                                content => '{"city":"Lyon"}' }] });
+like($r->{body}, qr/"RUN_FINISHED".*"type":"success"/s,
+     'after a restart: the tool message resolves it, the run goes on');
+is(wait_state($ts, 'v1', 'idle')->{messages}[-1]{type}, 'turn_completed',
+   'the revived turn completed');
+
+$reqs = $mock->requests;
+is(scalar @$reqs, 2, 'store: two model calls');
+is_deeply($reqs->[1]{json}{tools}, $reqs->[0]{json}{tools},
+          'the revived turn offers the same tools');
+is_deeply(offered($reqs->[1]), [qw(echo get_location show-card)],
+          'the agent\'s, then the client\'s');
+
+$ts->done;
