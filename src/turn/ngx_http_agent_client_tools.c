@@ -142,7 +142,11 @@ ngx_http_agent_client_tools_load(ngx_http_agent_turn_t *t)
         return NULL;
     }
 
-    if (rc == NGX_OK) {
+    /* most messages have none: only a message that may is parsed */
+
+    if (rc == NGX_OK
+        && ngx_strnstr(event.data, "\"client_tools\":", event.len) != NULL)
+    {
         root = ngx_http_agent_provider_parse_log(&t->log, event.data,
                                                  event.len);
         if (root == NULL) {

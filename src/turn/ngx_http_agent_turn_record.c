@@ -355,8 +355,7 @@ ngx_http_agent_turn_record_call(ngx_http_agent_turn_t *t,
                                         : NULL;
 
     if (tool && tool->executor == NGX_HTTP_AGENT_EXECUTOR_CLIENT) {
-        executor = ngx_http_agent_executors[NGX_HTTP_AGENT_EXECUTOR_CLIENT]
-                   .name;
+        executor = ngx_http_agent_executors[tool->executor].name;
     }
 
     g = ngx_http_agent_json_gen(t->pool);
