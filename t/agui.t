@@ -8,7 +8,10 @@
 # reasoning, a server tool, a streaming tool, a provider's hosted tool,
 # an approval approved and denied, a frontend tool, a person's answer,
 # a cancel, a provider error mid-stream and a second client connecting
-# mid-reply.
+# mid-reply.  RunAgentInput's tools: offered to the model (each adapter's
+# request as the mock provider saw it), a call of one waiting for the
+# browser, a worker killed mid-turn, a restart with agent_store while the
+# call waits, and every bad list refused.
 
 use strict;
 use warnings;
@@ -75,6 +78,12 @@ my $tools = $ECHO_TOOL . <<'END';
         model claude-test;
         tools web_search;
     }
+
+    agent resp {
+        provider openai_responses /internal/responses;
+        model gpt-test;
+        tools echo;
+    }
 END
 
 $t->write_file_expand('nginx.conf', engine_conf($mock,
@@ -89,6 +98,17 @@ $t->write_file_expand('nginx.conf', engine_conf($mock,
 
         location /agui {
             agent chat;
+            agent_agui;
+            client_body_buffer_size 128k;
+        }
+
+        location /agui-off {
+            agent chat;
+            agent_agui client_tools=off;
+        }
+
+        location /agui-resp {
+            agent resp;
             agent_agui;
         }
 
@@ -109,16 +129,26 @@ $t->write_file_expand('nginx.conf', engine_conf($mock,
             proxy_http_version 1.1;
             proxy_buffering off;
         }
+
+        location = /internal/responses {
+            internal;
+            proxy_pass http://127.0.0.1:$mport/v1/responses;
+            proxy_http_version 1.1;
+            proxy_buffering off;
+        }
 END
 $t->run;
 
 my $base = 'http://127.0.0.1:' . $t->port(8080);
 
+# the frontend tools the runs offer (RunAgentInput's tools)
+our $TOOLS = [];
+
 sub spec {
     my ($path, $thread, @steps) = @_;
     return encode_json({ url => "$base$path", threadId => $thread,
                          state => { app => 'demo', notes => 'n' x 8000 },
-                         steps => \@steps });
+                         tools => $TOOLS, steps => \@steps });
 }
 
 sub quote {
@@ -485,6 +515,235 @@ is_deeply(canonical($second->{messages}), canonical(logged('r1')),
 is_deeply(canonical($first->{messages}), canonical(logged('r1')),
           'and the first client\'s');
 
+# frontend tools: RunAgentInput's tools are offered to the model after
+# the agent's own, in the client's order, their schemas as given; a call
+# of one waits for the browser as an "executor client" tool's does, and
+# the next run's tool message is its result
+
+my $front = [
+    { name => 'get_location', description => 'The user\'s location',
+      parameters => { type => 'object', required => ['precision'],
+                      properties => { precision => {
+                          type => 'string', enum => ['city', 'exact'] } },
+                      additionalProperties => JSON::PP::false } },
+    { name => 'show-card', description => 'Shows a card',
+      parameters => { type => 'object',
+                      properties => { title => { type => 'string' } } } },
+];
+
+my @declared = qw(echo build send_email ask_user browser_time);
+
+sub offered {
+    my ($req) = @_;
+    return [ map { $_->{function}{name} } @{$req->{json}{tools} || []} ];
+}
+
+sub with_tools {
+    my ($tools, @args) = @_;
+    local $TOOLS = $tools;
+    return agui(@args);
+}
+
+$mock->reset;
+$mock->script(
+    { tool_calls => [{ id => 'call_g1', name => 'get_location',
+                       arguments => '{"precision":"city"}' }] },
+    { text => 'You are in Paris', chunks => 1 });
+
+$res = with_tools($front, '/agui', 'g1', { send => 'where am I' },
+                  { tool => { city => 'Paris' } });
+
+is_deeply(errors($res), [], 'frontend tools: no verifier error');
+is_deeply($res->{runs}[0]{pending}, ['call_g1'],
+          'a call of one leaves the run with the call pending');
+is($res->{runs}[1]{outcome}, 'success', 'the next run completes');
+
+my $reqs = $mock->requests;
+is(scalar @$reqs, 2, 'two model calls');
+is_deeply(offered($reqs->[0]), [@declared, 'get_location', 'show-card'],
+          'offered: the agent\'s tools, then the client\'s, in its order');
+is_deeply([@{$reqs->[0]{json}{tools}}[-2, -1]],
+          [map { { type => 'function', function => $_ } } @$front],
+          'each as the client gave it');
+is_deeply($reqs->[1]{json}{tools}, $reqs->[0]{json}{tools},
+          'and again to the model call after the browser\'s result');
+my ($sent) = grep { $_->{role} eq 'tool' } @{$reqs->[1]{json}{messages}};
+is($sent->{tool_call_id}, 'call_g1', 'which the model gets');
+like($sent->{content}, qr/"city":"Paris"/, 'as the browser sent it');
+
+$c = inspect($t, 'g1', 'limit=1000')->{json};
+my ($um) = grep { $_->{type} eq 'user_msg' } @{$c->{messages}};
+is_deeply($um->{client_tools}, $front, 'the user_msg keeps them');
+my ($tc) = grep { $_->{type} eq 'tool_call' } @{$c->{messages}};
+is($tc->{executor}, 'client', 'the call is the client\'s');
+my ($su) = grep { $_->{type} eq 'suspension' } @{$c->{messages}};
+is($su->{kind}, 'client_exec', 'it waited as client_exec');
+($tr) = grep { $_->{type} eq 'tool_result' } @{$c->{messages}};
+is_deeply($tr->{result}, { city => 'Paris' }, 'the logged result');
+is($c->{state}, 'idle', 'the turn went on to its end');
+is_deeply(canonical($res->{messages}), canonical(logged('g1')),
+          'frontend tools: the client\'s messages are the log\'s');
+
+# the tools are the turn's: the next message without them has none
+
+$mock->reset;
+$mock->script({ text => 'Plain', chunks => 1 });
+
+$res = agui('/agui', 'g1', { send => 'again' });
+is_deeply(errors($res), [], 'a turn without tools: no verifier error');
+is_deeply(offered($mock->requests->[0]), \@declared,
+          'its model call has the agent\'s tools only');
+
+# Anthropic and OpenAI Responses render them too
+
+$mock->reset;
+$mock->script({ text => 'Nothing to do', chunks => 1 },
+              { text => 'Nothing either', chunks => 1 });
+
+$res = with_tools($front, '/agui-search', 'sg1', { send => 'hi' });
+is_deeply(errors($res), [], 'anthropic: no verifier error');
+is_deeply($mock->requests->[0]{json}{tools}, [
+    { type => 'web_search_20250305', name => 'web_search' },
+    map { { name => $_->{name}, description => $_->{description},
+            input_schema => $_->{parameters} } } @$front ],
+    'anthropic: its hosted tool, then the client\'s');
+
+$res = with_tools($front, '/agui-resp', 'rg1', { send => 'hi' });
+is_deeply(errors($res), [], 'responses: no verifier error');
+is_deeply($mock->requests->[1]{json}{tools}, [
+    { type => 'function', name => 'echo',
+      description => 'Echoes what it got',
+      parameters => { type => 'object',
+                      properties => { n => { type => 'integer' } } } },
+    map { { type => 'function', %$_ } } @$front ],
+    'responses: its tool, then the client\'s');
+
+# a location with client_tools=off offers none
+
+$mock->reset;
+$mock->script({ text => 'Off', chunks => 1 });
+
+$res = with_tools($front, '/agui-off', 'o1', { send => 'hi' });
+is_deeply(errors($res), [], 'client_tools=off: no verifier error');
+is_deeply(offered($mock->requests->[0]), \@declared,
+          'client_tools=off: the agent\'s tools only');
+($um) = grep { $_->{type} eq 'user_msg' }
+        @{inspect($t, 'o1')->{json}{messages}};
+ok(!exists $um->{client_tools}, 'and the user_msg has none');
+
+# 64 tools are taken
+
+$mock->reset;
+$mock->script({ text => 'Many', chunks => 1 });
+
+$res = with_tools([map { { name => "t$_", description => "Tool $_" } } 1 .. 64],
+                  '/agui', 'm1', { send => 'many' });
+is_deeply(errors($res), [], '64 tools: no verifier error');
+is_deeply(offered($mock->requests->[0]),
+          [@declared, map { "t$_" } 1 .. 64], '64 tools: all offered');
+is_deeply($mock->requests->[0]{json}{tools}[-1]{function},
+          { name => 't64', description => 'Tool 64',
+            parameters => { type => 'object', properties => {} } },
+          'one without parameters takes no arguments');
+
+# the worker dies mid-reply: the worker that takes the turn over offers
+# the same tools, and the call of one waits for the browser
+
+$mock->reset;
+$mock->script(
+    { text => 'Let me look', chunks => 2, pause_after => 2 },
+    { tool_calls => [{ id => 'call_k9', name => 'show-card',
+                       arguments => '{"title":"Hi"}' }] },
+    { text => 'Shown', chunks => 1 });
+
+{
+    local $TOOLS = $front;
+    # the client sees its stream cut: what it says of that is not read
+    $pid = open($fh, '-|', "cd $js && node agui.mjs "
+                           . quote(spec('/agui', 'g3',
+                                        { send => 'show a card' }))
+                           . ' 2>/dev/null');
+}
+
+ok($mock->wait_paused(0, 10), 'take-over: the reply is under way');
+$t->allow_alert(qr/worker process \d+ exited on signal 9/);
+$t->kill_worker;
+$c = wait_state($t, 'g3', 'awaiting_input', 15);
+$out = join('', <$fh>);
+close $fh;
+
+$reqs = $mock->requests;
+is(scalar @$reqs, 2, 'take-over: the model is called again');
+is_deeply($reqs->[1]{json}{tools}, $reqs->[0]{json}{tools},
+          'with the same tools');
+is_deeply(offered($reqs->[1]), [@declared, 'get_location', 'show-card'],
+          'the client\'s among them');
+is($c->{pending}[0]{tool_call_id}, 'call_k9', 'the call waits');
+is($c->{pending}[0]{kind}, 'client_exec', 'for the browser');
+
+$rr = http_post('/agui', encode_json({ threadId => 'g3', runId => 'rk',
+                    tools => $front,
+                    messages => [{ id => 't-g3', role => 'tool',
+                                   toolCallId => 'call_k9',
+                                   content => '{"shown":true}' }] }),
+                port => $t->port(8080),
+                headers => { 'Content-Type' => 'application/json' });
+like($rr->{body}, qr/"RUN_FINISHED".*"type":"success"/s,
+     'take-over: the tool message resolves it, the run goes on');
+$c = wait_state($t, 'g3', 'idle');
+($tr) = grep { $_->{type} eq 'tool_result' } @{$c->{messages}};
+is_deeply($tr->{result}, { shown => JSON::PP::true }, 'the browser\'s result');
+is($c->{messages}[-1]{type}, 'turn_completed', 'the turn completed');
+is_deeply($mock->requests->[2]{json}{tools}, $reqs->[0]{json}{tools},
+          'its last model call with the same tools');
+
+# bad tools: 400, and nothing is taken
+
+my $last_g1 = inspect($t, 'g1')->{json}{last_seq};
+
+my @bad = (
+    [ 'not an array', { name => 'a' } ],
+    [ 'a tool not an object', ['a'] ],
+    [ 'a tool without a name', [{ description => 'x' }] ],
+    [ 'a name not a string', [{ name => 5 }] ],
+    [ 'an empty name', [{ name => '' }] ],
+    [ 'a name with a space', [{ name => 'get location' }] ],
+    [ 'a name with a dot', [{ name => 'get.location' }] ],
+    [ 'a name of 65 characters', [{ name => 'a' x 65 }] ],
+    [ 'parameters an array', [{ name => 'a', parameters => [] }] ],
+    [ 'parameters a string',
+      [{ name => 'a', parameters => '{"type":"object"}' }] ],
+    [ 'a description not a string', [{ name => 'a', description => {} }] ],
+    [ 'two tools of one name', [{ name => 'a' }, { name => 'a' }] ],
+    [ 'the name of a declared tool', [{ name => 'echo' }] ],
+    [ 'the name of a declared client tool', [{ name => 'browser_time' }] ],
+    [ 'more than 64 tools', [map { { name => "t$_" } } 1 .. 65] ],
+    [ 'more than 32 KiB', [{ name => 'big', description => 'd' x 33000 }] ],
+);
+
+for my $b (@bad) {
+    my ($what, $tools) = @$b;
+
+    for my $thread ('g1', 'new1') {
+        $r = http_post('/agui', encode_json({ threadId => $thread,
+                           runId => 'bad', tools => $tools,
+                           messages => [{ id => "u-bad-$thread",
+                                          role => 'user',
+                                          content => 'hello' }] }),
+                       port => $t->port(8080),
+                       headers => { 'Content-Type' => 'application/json' });
+        is($r->{status}, 400, "$what ($thread): 400");
+        like($r->{body}, qr/"code":"invalid_tools"/,
+             "$what ($thread): invalid_tools");
+    }
+
+    is(inspect($t, 'g1')->{json}{last_seq}, $last_g1,
+       "$what: nothing logged");
+    is(inspect($t, 'new1')->{status}, 404, "$what: no conversation made");
+}
+
+is(scalar @{$mock->requests}, 3, 'no model call for a bad input');
+
 # what RunAgentInput must have
 
 $r = http_post('/agui', '{"threadId":', port => $t->port(8080),
@@ -496,4 +755,61 @@ $r = http_post('/agui', encode_json({ threadId => 'x1', messages => [] }),
                headers => { 'Content-Type' => 'application/json' });
 is($r->{status}, 400, 'no runId: 400');
 
-$t->done;
+$t->done(more => 1);
+
+# with agent_store, nginx stopped while a frontend tool's call waits: the
+# turn revived from the store offers the same tools
+
+my $ts = Test::Agent->new;
+my $db = $ts->testdir . '/agent.db';
+
+$ts->write_file_expand('nginx.conf', engine_conf($mock,
+    http => "agent_store $db;", tools => $ECHO_TOOL, agent => 'tools echo;',
+    server => $ECHO_LOCATION . <<'END'));
+        location /agui {
+            agent chat;
+            agent_agui;
+        }
+END
+$ts->run;
+
+$mock->reset;
+$mock->script(
+    { tool_calls => [{ id => 'call_v1', name => 'get_location',
+                       arguments => '{"precision":"exact"}' }] },
+    { text => 'Found you', chunks => 1 });
+
+sub agui_post {
+    my ($body) = @_;
+    return http_post('/agui', encode_json($body), port => $ts->port(8080),
+                     headers => { 'Content-Type' => 'application/json' });
+}
+
+$r = agui_post({ threadId => 'v1', runId => 'rv1', tools => $front,
+                 messages => [{ id => 'u-v1', role => 'user',
+                                content => 'where am I' }] });
+like($r->{body}, qr/"pendingToolCallIds":\["call_v1"\]/,
+     'store: the run ends with the frontend call pending');
+is(wait_state($ts, 'v1', 'awaiting_input')->{pending}[0]{kind},
+   'client_exec', 'it waits for the browser');
+
+$ts->stop;
+$ts->run;
+
+$r = agui_post({ threadId => 'v1', runId => 'rv2', tools => [],
+                 messages => [{ id => 't-v1', role => 'tool',
+                                toolCallId => 'call_v1',
+                                content => '{"city":"Lyon"}' }] });
+like($r->{body}, qr/"RUN_FINISHED".*"type":"success"/s,
+     'after a restart: the tool message resolves it, the run goes on');
+is(wait_state($ts, 'v1', 'idle')->{messages}[-1]{type}, 'turn_completed',
+   'the revived turn completed');
+
+$reqs = $mock->requests;
+is(scalar @$reqs, 2, 'store: two model calls');
+is_deeply($reqs->[1]{json}{tools}, $reqs->[0]{json}{tools},
+          'the revived turn offers the same tools');
+is_deeply(offered($reqs->[1]), [qw(echo get_location show-card)],
+          'the agent\'s, then the client\'s');
+
+$ts->done;

@@ -401,6 +401,26 @@ EOF
         error => 'duplicate agent "bot"',
     },
     {
+        name => 'agent_agui with an unknown parameter',
+        conf => <<'EOF',
+    server {
+        listen 127.0.0.1:%%PORT_8080%%;
+
+        location /agui {
+            agent weather_bot;
+            agent_agui client_tools=maybe;  #!
+        }
+    }
+
+    agent weather_bot {
+        provider openai_chat /provider;
+        model gpt-4o;
+    }
+EOF
+        error => 'invalid parameter "client_tools=maybe", it must be '
+            . '"client_tools=on" or "client_tools=off"',
+    },
+    {
         name => 'location naming an undeclared agent',
         conf => <<'EOF',
     server {

@@ -12,7 +12,9 @@
  * them as agent_resolve does; else the last message, the user's, is the
  * conversation's new message, taken as agent_message takes one; else the
  * run shows the conversation as it is (the running turn from its start).
- * The answer is the run as AG-UI events (ngx_http_agent_format_agui.c).
+ * The "tools" are frontend tools, kept with the new message for its turn
+ * (ngx_http_agent_agui_tools.c).  The answer is the run as AG-UI events
+ * (ngx_http_agent_format_agui.c).
  */
 
 
@@ -41,6 +43,7 @@
 typedef struct {
     ngx_str_t                     id;
     ngx_str_t                     thread;
+    ngx_str_t                     tools;      /* as the user_msg keeps them */
     yajl_val                      root;
     ngx_http_agent_agui_run_t    *run;
     ngx_int_t                     rc;         /* the answer sent */
@@ -282,7 +285,20 @@ ngx_http_agent_agui_input(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    return NGX_OK;
+    /* the frontend tools, for the turn a new message starts */
+
+    rc = ngx_http_agent_agui_tools(r,
+                                   ngx_http_agent_provider_get(in->root,
+                                                               "tools"),
+                                   &in->tools, &err);
+
+    if (rc == NGX_DECLINED) {
+        in->rc = ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                                           "invalid_tools", err);
+        return NGX_ABORT;
+    }
+
+    return rc;
 }
 
 
@@ -673,6 +689,8 @@ ngx_http_agent_agui_new(ngx_http_request_t *r,
         {
             msg.source_id = s;
         }
+
+        msg.client_tools = in->tools;
 
         if (ngx_http_agent_message_fields(r->pool, &msg) != NGX_OK) {
             return NGX_ERROR;

@@ -12,6 +12,15 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include <yajl/yajl_tree.h>
+
+
+/* RunAgentInput's frontend tools: at most so many, in so many bytes */
+#define NGX_HTTP_AGENT_AGUI_TOOLS           64
+#define NGX_HTTP_AGENT_AGUI_TOOLS_STR       "64"
+#define NGX_HTTP_AGENT_AGUI_TOOLS_SIZE      (32 * 1024)
+#define NGX_HTTP_AGENT_AGUI_TOOLS_SIZE_STR  "32768"
+
 
 /* one AG-UI run: what agent_agui took from RunAgentInput, for its stream */
 
@@ -30,6 +39,13 @@ typedef struct {
 
 /* agent_agui: RunAgentInput's POST, answered with AG-UI events */
 ngx_int_t ngx_http_agent_agui_handler(ngx_http_request_t *r);
+
+/*
+ * the tools of RunAgentInput as the user_msg keeps them (empty: none, or
+ * the location takes none); NGX_DECLINED: *err says what is wrong
+ */
+ngx_int_t ngx_http_agent_agui_tools(ngx_http_request_t *r, yajl_val list,
+    ngx_str_t *json, char **err);
 
 /* the run of the request, set by the handler */
 ngx_http_agent_agui_run_t *ngx_http_agent_agui_run(ngx_http_request_t *r);

@@ -305,7 +305,10 @@ ngx_http_agent_message_output(ngx_http_request_t *r, yajl_val output,
 }
 
 
-/* the user_msg's fields: {"content": ..., "source_id": ..., "output": ...} */
+/*
+ * the user_msg's fields: {"content": ..., "source_id": ..., "output": ...,
+ * "client_tools": [...]}, the tools as they were checked
+ */
 
 ngx_int_t
 ngx_http_agent_message_fields(ngx_pool_t *pool,
@@ -331,6 +334,11 @@ ngx_http_agent_message_fields(ngx_pool_t *pool,
     if (msg->output.len) {
         failed |= ngx_http_agent_json_key(g, "output");
         failed |= ngx_http_agent_json_verbatim(g, &msg->output);
+    }
+
+    if (msg->client_tools.len) {
+        failed |= ngx_http_agent_json_key(g, "client_tools");
+        failed |= ngx_http_agent_json_verbatim(g, &msg->client_tools);
     }
 
     failed |= yajl_gen_map_close(g);

@@ -31,6 +31,10 @@ typedef struct {
     ngx_str_t                          fields;
     /* {"name","schema"}: the structured output asked for, or empty */
     ngx_str_t                          output;
+
+    /* frontend tools offered for its turn, a JSON array, or empty */
+    ngx_str_t                          client_tools;
+
     ngx_http_agent_message_answer_pt   answer;   /* NULL: JSON */
 } ngx_http_agent_message_t;
 
@@ -41,7 +45,7 @@ ngx_int_t ngx_http_agent_message_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_agent_message_body_read(ngx_http_request_t *r,
     ngx_str_t *body, ngx_int_t *rc);
 
-/* msg->fields from its content and source_id */
+/* msg->fields from its content, source_id and client_tools */
 ngx_int_t ngx_http_agent_message_fields(ngx_pool_t *pool,
     ngx_http_agent_message_t *msg);
 

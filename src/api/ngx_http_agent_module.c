@@ -45,6 +45,8 @@ static char *ngx_http_agent_describe(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_agent_api(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_agent_agui(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static char *ngx_http_agent_merge_api(ngx_conf_t *cf,
     ngx_http_agent_loc_conf_t *conf);
 static char *ngx_http_agent_identity(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -264,8 +266,8 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       ngx_http_agent_aisdk_handler },
 
     { ngx_string("agent_agui"),
-      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
-      ngx_http_agent_api,
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS|NGX_CONF_TAKE1,
+      ngx_http_agent_agui,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       ngx_http_agent_agui_handler },
@@ -640,6 +642,44 @@ ngx_http_agent_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     clcf->handler = alcf->api;
 
     return NGX_CONF_OK;
+}
+
+
+/* agent_agui [client_tools=on|off]; */
+
+static char *
+ngx_http_agent_agui(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_agent_loc_conf_t *alcf = conf;
+
+    char       *rv;
+    ngx_str_t  *value;
+
+    rv = ngx_http_agent_api(cf, cmd, conf);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    value = cf->args->elts;
+    alcf->client_tools = 1;
+
+    if (cf->args->nelts == 1
+        || ngx_strcmp(value[1].data, "client_tools=on") == 0)
+    {
+        return NGX_CONF_OK;
+    }
+
+    if (ngx_strcmp(value[1].data, "client_tools=off") == 0) {
+        alcf->client_tools = 0;
+        return NGX_CONF_OK;
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid parameter \"%V\", it must be "
+                       "\"client_tools=on\" or \"client_tools=off\"",
+                       &value[1]);
+
+    return NGX_CONF_ERROR;
 }
 
 

@@ -222,6 +222,9 @@ typedef struct {
     /* agent_budget: ngx_http_agent_budget_ref_t, or NULL */
     ngx_array_t                  *budgets;
 
+    /* agent_agui: the tools of RunAgentInput are offered to the model */
+    ngx_flag_t                    client_tools;
+
     u_char                       *agent_file;
     ngx_uint_t                    agent_line;
     u_char                       *describe_file;

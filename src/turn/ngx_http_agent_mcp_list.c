@@ -342,8 +342,7 @@ ngx_http_agent_mcp_list_tool(ngx_http_agent_turn_t *t, ngx_str_t *name)
 static ngx_int_t
 ngx_http_agent_mcp_list_load(ngx_http_agent_turn_t *t)
 {
-    yajl_gen                     g;
-    ngx_str_t                   *lists, json;
+    ngx_str_t                   *lists;
     ngx_uint_t                   i, n, *gens;
     ngx_pool_t                  *pool;
     ngx_http_agent_tool_t      **tools;
@@ -412,21 +411,9 @@ ngx_http_agent_mcp_list_load(ngx_http_agent_turn_t *t)
         ref[i].line = 0;
     }
 
-    g = ngx_http_agent_json_gen(t->pool);
-
-    if (g == NULL
-        || t->agent->provider->render_tools(g, &tm->agent) != NGX_OK
-        || ngx_http_agent_json_result(g, 0, &json) != NGX_OK)
-    {
+    if (ngx_http_agent_tools_render(t->pool, pool, &tm->agent) != NGX_OK) {
         return NGX_ERROR;
     }
-
-    tm->agent.provider_tools.data = ngx_pstrdup(pool, &json);
-    if (tm->agent.provider_tools.data == NULL) {
-        return NGX_ERROR;
-    }
-
-    tm->agent.provider_tools.len = json.len;
 
     ngx_memcpy(tm->gens, gens, n * sizeof(ngx_uint_t));
     tm->loaded = 1;

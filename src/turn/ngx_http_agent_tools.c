@@ -16,6 +16,7 @@
 #include "ngx_http_agent_tools_call.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_mcp_rpc.h"
+#include "ngx_http_agent_client_tools.h"
 
 #include <yajl/yajl_tree.h>
 
@@ -58,11 +59,7 @@ ngx_http_agent_tools_dispatch(ngx_http_agent_turn_t *t)
         call->arguments.data = rc[i].arguments.data;
         call->arguments.len = rc[i].arguments.len;
 
-        call->tool = ngx_http_agent_tools_find(t->agent, &call->name);
-
-        if (call->tool == NULL) {
-            call->tool = ngx_http_agent_mcp_list_tool(t, &call->name);
-        }
+        call->tool = ngx_http_agent_tools_lookup(t, &call->name);
 
         if (call->tool == NULL) {
             p = ngx_pnalloc(t->pool, call->name.len + 32);
@@ -219,6 +216,52 @@ ngx_http_agent_tools_find(ngx_http_agent_t *agent, ngx_str_t *name)
 }
 
 
+ngx_http_agent_tool_t *
+ngx_http_agent_tools_lookup(ngx_http_agent_turn_t *t, ngx_str_t *name)
+{
+    ngx_http_agent_tool_t  *tool;
+
+    tool = ngx_http_agent_tools_find(t->agent, name);
+
+    if (tool == NULL) {
+        tool = ngx_http_agent_mcp_list_tool(t, name);
+    }
+
+    if (tool == NULL) {
+        tool = ngx_http_agent_client_tools_find(t, name);
+    }
+
+    return tool;
+}
+
+
+ngx_int_t
+ngx_http_agent_tools_render(ngx_pool_t *temp, ngx_pool_t *pool,
+    ngx_http_agent_t *agent)
+{
+    yajl_gen   g;
+    ngx_str_t  json;
+
+    g = ngx_http_agent_json_gen(temp);
+
+    if (g == NULL
+        || agent->provider->render_tools(g, agent) != NGX_OK
+        || ngx_http_agent_json_result(g, 0, &json) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    agent->provider_tools.data = ngx_pstrdup(pool, &json);
+    if (agent->provider_tools.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    agent->provider_tools.len = json.len;
+
+    return NGX_OK;
+}
+
+
 ngx_int_t
 ngx_http_agent_tools_run_call(ngx_http_agent_turn_t *t, ngx_str_t *id,
     ngx_str_t *name, ngx_str_t *args, ngx_str_t *approver)
@@ -237,11 +280,7 @@ ngx_http_agent_tools_run_call(ngx_http_agent_turn_t *t, ngx_str_t *id,
     call->arguments = *args;
     call->approver = *approver;
 
-    call->tool = ngx_http_agent_tools_find(t->agent, name);
-
-    if (call->tool == NULL) {
-        call->tool = ngx_http_agent_mcp_list_tool(t, name);
-    }
+    call->tool = ngx_http_agent_tools_lookup(t, name);
 
     if (call->tool == NULL
         || call->tool->executor != NGX_HTTP_AGENT_EXECUTOR_SERVER)

@@ -43,6 +43,18 @@ ngx_int_t ngx_http_agent_tools_suspend_locked(ngx_http_agent_zone_t *zone,
 ngx_http_agent_tool_t *ngx_http_agent_tools_find(ngx_http_agent_t *agent,
     ngx_str_t *name);
 
+/*
+ * agent->provider_tools rendered from agent->tools by its adapter, in
+ * pool (temp: the generator's), for an agent a turn made with more tools
+ */
+ngx_int_t ngx_http_agent_tools_render(ngx_pool_t *temp, ngx_pool_t *pool,
+    ngx_http_agent_t *agent);
+
+/* the tool a call of the turn names: the agent's, an MCP server's, the
+   client's (its frontend tools); NULL: none */
+ngx_http_agent_tool_t *ngx_http_agent_tools_lookup(ngx_http_agent_turn_t *t,
+    ngx_str_t *name);
+
 /* the batch's calls run, or some wait: the conversation's state says so */
 void ngx_http_agent_tools_state(ngx_http_agent_turn_t *t,
     ngx_http_agent_fsm_input_e input);

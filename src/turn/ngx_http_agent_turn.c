@@ -23,6 +23,7 @@
 #include "ngx_http_agent_detached.h"
 #include "ngx_http_agent_mcp_rpc.h"
 #include "ngx_http_agent_hook.h"
+#include "ngx_http_agent_client_tools.h"
 
 #include <yajl/yajl_tree.h>
 
@@ -545,7 +546,8 @@ ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t, ngx_str_t *body)
 
     ngx_http_agent_wake(&t->id, fsm.pids, fsm.npids);
 
-    agent = ngx_http_agent_mcp_list_agent(t);
+    agent = ngx_http_agent_client_tools_agent(t,
+                                              ngx_http_agent_mcp_list_agent(t));
     if (agent == NULL) {
         return NGX_ERROR;
     }

@@ -133,6 +133,9 @@ struct ngx_http_agent_turn_s {
     /* hook_before was asked for the model call to come */
     unsigned                      hooked:1;
 
+    /* the frontend tools its user_msg offers (ngx_http_agent_client_tools) */
+    void                         *client;
+
     /* nginx takes a request's log data for an ngx_http_log_ctx_t */
     ngx_http_log_ctx_t            log_ctx;
 };

@@ -22,6 +22,7 @@
 #include "ngx_http_agent_turn_metrics.h"
 #include "ngx_http_agent_provider.h"
 #include "ngx_http_agent_output.h"
+#include "ngx_http_agent_tools.h"
 
 
 static void ngx_http_agent_turn_delta_handler(ngx_event_t *ev);
@@ -347,6 +348,15 @@ ngx_http_agent_turn_record_call(ngx_http_agent_turn_t *t,
             executor = ngx_http_agent_executors[tool->executor].name;
             break;
         }
+    }
+
+    /* a frontend tool of the turn's message */
+
+    tool = (j == t->agent->tools.nelts) ? ngx_http_agent_tools_lookup(t, &s)
+                                        : NULL;
+
+    if (tool && tool->executor == NGX_HTTP_AGENT_EXECUTOR_CLIENT) {
+        executor = ngx_http_agent_executors[tool->executor].name;
     }
 
     g = ngx_http_agent_json_gen(t->pool);

@@ -401,11 +401,7 @@ ngx_http_agent_turn_batch(ngx_http_agent_turn_t *t, ngx_str_t *events,
                 continue;
             }
 
-            tool = ngx_http_agent_tools_find(t->agent, &name);
-
-            if (tool == NULL) {
-                tool = ngx_http_agent_mcp_list_tool(t, &name);
-            }
+            tool = ngx_http_agent_tools_lookup(t, &name);
 
             if (tool != NULL
                 && !(tool->executor == NGX_HTTP_AGENT_EXECUTOR_SERVER
