@@ -14,6 +14,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 
 use Test::More;
+use Time::HiRes qw(time);
 
 use Test::Agent;
 use Test::Agent::Engine;
@@ -27,6 +28,20 @@ my $mock = Test::Agent::MockProvider->new(default => sub {
 });
 
 my $db = $t->testdir . '/agent.db';
+
+# the audit is written after the turn: polled
+
+sub wait_sql {
+    my ($q, $want) = @_;
+    my $deadline = time + 10;
+    my $got;
+    while (time < $deadline) {
+        $got = sql($q);
+        return $got if $got =~ $want;
+        select undef, undef, undef, 0.05;
+    }
+    return $got;
+}
 
 sub sql {
     my ($q) = @_;
@@ -92,7 +107,7 @@ $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
     http => "agent_store $db;"));
 $t->run;
 
-is(sql("SELECT value FROM meta"), '4', 'migrated to version 4');
+is(sql("SELECT value FROM meta"), '5', 'migrated to version 5');
 is(sql("SELECT count(*) FROM events"), scalar @events, 'the log kept');
 is(sql("SELECT id, name, executor, kind, status, deadline FROM tool_calls"),
    'q1|ask_user|human|elicitation|suspended|4102444800000',
@@ -113,8 +128,8 @@ $c = wait_state($t, 'a', 'idle');
 is($c->{messages}[-2]{content}, 'after the migration', 'a new turn');
 is(sql("SELECT max(seq) FROM events WHERE conversation = 'a'"), 6,
    'written after the old log');
-is(sql("SELECT call, turn, attempt, status FROM model_calls"
-       . " WHERE conversation = 'a'"), '1|2|1|ok',
+is(wait_sql("SELECT call, turn, attempt, status FROM model_calls"
+            . " WHERE conversation = 'a'", qr/\|ok$/), '1|2|1|ok',
    'its model call audited, the first of the conversation');
 
 $c = inspect($t, 'b')->{json};
@@ -136,8 +151,8 @@ sql("ALTER TABLE conversations DROP COLUMN owner; DROP TABLE model_calls;"
 
 my ($rc, $out) = $t->test_config;
 is($rc, 0, 'a version 2 file is taken') or diag($out);
-is(sql("SELECT value FROM meta"), '4', 'migrated to version 4');
-like($t->read_file('error.log'), qr/migrating the schema from version 2 to 4/,
+is(sql("SELECT value FROM meta"), '5', 'migrated to version 5');
+like($t->read_file('error.log'), qr/migrating the schema from version 2 to 5/,
      'migration logged');
 is(sql("SELECT id, owner, state FROM conversations ORDER BY id"),
    "a||idle\nb||idle", 'the conversations kept, owned by no one');
@@ -151,19 +166,45 @@ sql("DROP TABLE model_calls;"
 
 ($rc, $out) = $t->test_config;
 is($rc, 0, 'a version 3 file is taken') or diag($out);
-is(sql("SELECT value FROM meta"), '4', 'migrated to version 4');
-like($t->read_file('error.log'), qr/migrating the schema from version 3 to 4/,
+is(sql("SELECT value FROM meta"), '5', 'migrated to version 5');
+like($t->read_file('error.log'), qr/migrating the schema from version 3 to 5/,
      'migration logged');
 is(sql("SELECT count(*) FROM model_calls"), 0, 'with an empty audit');
 is(sql("SELECT count(*) FROM events"), $nevents, 'the log kept');
 
+# version 4, as the module wrote it: its trigger took a summary for a
+# turn running; the new one leaves the state as it is
+
+my $trigger = sql("SELECT sql FROM sqlite_master"
+                  . " WHERE name = 'events_derive'");
+ok($trigger =~ s/ AND new\.type <> 'summary'//,
+   'the trigger, as version 4 had it');
+open my $v4, '>', $t->testdir . '/v4.sql' or die $!;
+print $v4 "DROP TRIGGER events_derive; $trigger;"
+    . "UPDATE meta SET value = '4' WHERE key = 'schema_version';";
+close $v4;
+sql('.read ' . $t->testdir . '/v4.sql');
+
+($rc, $out) = $t->test_config;
+is($rc, 0, 'a version 4 file is taken') or diag($out);
+is(sql("SELECT value FROM meta"), '5', 'migrated to version 5');
+like($t->read_file('error.log'), qr/migrating the schema from version 4 to 5/,
+     'migration logged');
+
+my $seq = sql("SELECT max(seq) + 1 FROM events WHERE conversation = 'a'");
+sql("INSERT INTO events VALUES ('a', $seq, 'summary',"
+    . " '{\"from_seq\":1,\"to_seq\":3,\"text\":\"s\"}')");
+is(sql("SELECT state FROM conversations WHERE id = 'a'"), 'idle',
+   'a summary leaves a conversation at rest');
+is(sql("SELECT count(*) FROM events"), $nevents + 1, 'the log kept');
+
 # a newer schema than the module's is refused
 
-sql("UPDATE meta SET value = '5' WHERE key = 'schema_version'");
+sql("UPDATE meta SET value = '6' WHERE key = 'schema_version'");
 
 ($rc, $out) = $t->test_config;
 isnt($rc, 0, 'nginx -t fails on a newer schema');
-like($out, qr/schema version 5, newer than this module's 4/, 'and says why');
+like($out, qr/schema version 6, newer than this module's 5/, 'and says why');
 
 # SQLite writes its WAL files beside the database as the workers' user:
 # a directory they cannot write is refused at once

@@ -127,6 +127,14 @@ typedef struct {
     /* where a call waiting for a person is announced, or empty */
     ngx_str_t                     notify;
 
+    /*
+     * the context's size, in tokens, past which older turns are summed
+     * up (0: never), by summary_model (empty: model) told summary_prompt
+     */
+    ngx_int_t                     context_budget;
+    ngx_str_t                     summary_model;
+    ngx_str_t                     summary_prompt;
+
     /* the configuration of a location that serves the agent: where a
        turn started by the module itself (not by a request) runs */
     ngx_http_conf_ctx_t          *conf_ctx;

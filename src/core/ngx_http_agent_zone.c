@@ -33,6 +33,7 @@ ngx_str_t  ngx_http_agent_event_names[] = {
     ngx_string("turn_completed"),
     ngx_string("turn_failed"),
     ngx_string("cancelled"),
+    ngx_string("summary"),
     ngx_string("turn_started"),
     ngx_string("state_changed"),
     ngx_string("text_delta"),

@@ -24,7 +24,7 @@
  * conversation's persisted state, which the sweep reads after a restart.
  */
 
-#define NGX_HTTP_AGENT_SQLITE_VERSION  4
+#define NGX_HTTP_AGENT_SQLITE_VERSION  5
 
 
 static ngx_int_t ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log);
@@ -40,6 +40,8 @@ static ngx_int_t ngx_http_agent_sqlite_enqueue(ngx_str_t *path,
 static void ngx_http_agent_sqlite_close(void);
 static ngx_int_t ngx_http_agent_sqlite_text(ngx_pool_t *pool,
     sqlite3_stmt *stmt, int col, ngx_str_t *s);
+static ngx_int_t ngx_http_agent_sqlite_summary(sqlite3 *db,
+    ngx_http_agent_store_read_t *rd);
 
 
 ngx_http_agent_store_t  ngx_http_agent_store_sqlite = {
@@ -89,6 +91,12 @@ static sqlite3  *ngx_http_agent_sqlite_db;
     "  PRIMARY KEY (conversation, id)) WITHOUT ROWID;"                       \
     "CREATE INDEX conversations_state ON conversations (state)"              \
     "  WHERE state = 'running';"                                             \
+    NGX_HTTP_AGENT_SQLITE_TRIGGER
+
+
+/* a summary is made after a turn: it changes no state */
+
+#define NGX_HTTP_AGENT_SQLITE_TRIGGER                                        \
     "CREATE TRIGGER events_derive AFTER INSERT ON events BEGIN"              \
     "  INSERT OR IGNORE INTO tool_calls"                                     \
     "    (conversation, id, name, seq, executor, status)"                    \
@@ -127,7 +135,7 @@ static sqlite3  *ngx_http_agent_sqlite_db;
     "      WHERE conversation = new.conversation"                            \
     "        AND status = 'suspended') THEN 'awaiting_input'"                \
     "    ELSE 'running' END"                                                 \
-    "    WHERE id = new.conversation;"                                       \
+    "    WHERE id = new.conversation AND new.type <> 'summary';"             \
     "END;"
 
 
@@ -153,7 +161,7 @@ static sqlite3  *ngx_http_agent_sqlite_db;
 static char  ngx_http_agent_sqlite_create[] =
     "BEGIN IMMEDIATE;"
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-    "INSERT INTO meta VALUES ('schema_version', '4');"
+    "INSERT INTO meta VALUES ('schema_version', '5');"
     NGX_HTTP_AGENT_SQLITE_TABLES
     NGX_HTTP_AGENT_SQLITE_DERIVED
     NGX_HTTP_AGENT_SQLITE_AUDIT
@@ -197,10 +205,21 @@ static char  ngx_http_agent_sqlite_migrate_3[] =
     "COMMIT;";
 
 
+/* version 4 counted a summary as a turn running: the trigger is new */
+
+static char  ngx_http_agent_sqlite_migrate_4[] =
+    "BEGIN IMMEDIATE;"
+    "DROP TRIGGER events_derive;"
+    NGX_HTTP_AGENT_SQLITE_TRIGGER
+    "UPDATE meta SET value = '5' WHERE key = 'schema_version';"
+    "COMMIT;";
+
+
 static char  *ngx_http_agent_sqlite_migrate[] = {
     ngx_http_agent_sqlite_migrate_1,
     ngx_http_agent_sqlite_migrate_2,
-    ngx_http_agent_sqlite_migrate_3
+    ngx_http_agent_sqlite_migrate_3,
+    ngx_http_agent_sqlite_migrate_4
 };
 
 
@@ -208,7 +227,7 @@ static ngx_int_t
 ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
 {
     int         rc;
-    char       *err, *sql[3];
+    char       *err, *sql[4];
     sqlite3    *db;
     ngx_int_t   version;
     ngx_uint_t  i;
@@ -227,9 +246,7 @@ ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
 
     version = ngx_http_agent_sqlite_version(db);
 
-    sql[0] = NULL;
-    sql[1] = NULL;
-    sql[2] = NULL;
+    ngx_memzero(sql, sizeof(sql));
 
     switch (version) {
 
@@ -240,6 +257,7 @@ ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
     case 1:
     case 2:
     case 3:
+    case 4:
         ngx_log_error(NGX_LOG_NOTICE, log, 0,
                       "agent store \"%V\": migrating the schema from "
                       "version %i to %d", path, version,
@@ -271,7 +289,7 @@ ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
         return NGX_ERROR;
     }
 
-    for (i = 0; i < 3 && sql[i]; i++) {
+    for (i = 0; i < 4 && sql[i]; i++) {
         rc = sqlite3_exec(db, sql[i], NULL, NULL, &err);
 
         if (rc != SQLITE_OK) {
@@ -544,6 +562,12 @@ ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
                  " ORDER BY seq", -1, &stmt, NULL);
 
     } else {
+        if (rd->after == NGX_HTTP_AGENT_STORE_SUMMARY
+            && ngx_http_agent_sqlite_summary(db, rd) != NGX_OK)
+        {
+            goto failed;
+        }
+
         rc = sqlite3_prepare_v2(db,
                  "SELECT seq, type, data FROM events WHERE conversation = ?1"
                  " AND seq > ?2 AND (?3 = 0 OR seq <= ?3) ORDER BY seq",
@@ -801,6 +825,55 @@ failed:
     sqlite3_close(db);
 
     return NGX_ERROR;
+}
+
+
+/*
+ * The start of the context: the events after the range of the newest
+ * summary (the summary itself follows that range).  The newest is found
+ * from the end of the log, so the read costs what the context holds.
+ */
+
+static ngx_int_t
+ngx_http_agent_sqlite_summary(sqlite3 *db, ngx_http_agent_store_read_t *rd)
+{
+    int            rc;
+    sqlite3_int64  to;
+    sqlite3_stmt  *stmt;
+
+    rc = sqlite3_prepare_v2(db,
+             "SELECT json_extract(data, '$.to_seq') FROM events"
+             " WHERE conversation = ?1 AND type = 'summary'"
+             " ORDER BY seq DESC LIMIT 1", -1, &stmt, NULL);
+    if (rc != SQLITE_OK) {
+        return NGX_ERROR;
+    }
+
+    sqlite3_bind_text(stmt, 1, (char *) rd->id.data, rd->id.len,
+                      SQLITE_STATIC);
+
+    to = 0;
+    rc = sqlite3_step(stmt);
+
+    if (rc == SQLITE_ROW) {
+        to = sqlite3_column_int64(stmt, 0);
+
+    } else if (rc != SQLITE_DONE) {
+        sqlite3_finalize(stmt);
+        return NGX_ERROR;
+    }
+
+    sqlite3_finalize(stmt);
+
+    /* nothing is read if the zone holds the events after the range */
+
+    if (to < 0 || (rd->upto && (uint64_t) to > rd->upto)) {
+        to = rd->upto;
+    }
+
+    rd->after = to;
+
+    return NGX_OK;
 }
 
 
