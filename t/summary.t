@@ -6,8 +6,9 @@
 # summary event {from_seq, to_seq, text}, and the next model calls send
 # system + summary + the turns since, whole, so a call is never sent
 # without its result.  A failed summary changes nothing, and the next turn
-# past the budget tries again.  With a store, the summary outlives a
-# restart.
+# past the budget tries again.  No turn waits for a summary: a turn that
+# runs meanwhile sends the context as it was.  With a store, the summary
+# outlives a restart.
 
 use strict;
 use warnings;
@@ -50,6 +51,7 @@ sub user_text {
 # reports 500 input tokens, past the budget of 100, else 20.
 
 sub new_mock {
+    my (%opts) = @_;
     my ($nsum, $ncall) = (0, 0);
 
     return Test::Agent::MockProvider->new(default => sub {
@@ -63,6 +65,7 @@ sub new_mock {
             $nsum++;
             return { status => 500 } if $nsum == 2;
             return { text => "SUMMARY-$nsum",
+                     latency => $opts{latency} // 0,
                      usage => { prompt_tokens => 30 } };
         }
 
@@ -247,6 +250,59 @@ is_deeply($req[8]{json}{messages},
 
 my $types = join ' ', map { $_->{type} } @{log_of($t, 's')};
 is(scalar(() = $types =~ /user_msg/g), 5, 'the log keeps every message');
+
+$t->done(more => 1);
+$mock->stop;
+
+###############################################################################
+
+# the summary runs after the turn, and no turn waits for it: a turn that
+# runs meanwhile sends the context as it was, and the summary, recorded
+# after that turn's events, is sent first all the same
+
+$mock = new_mock(latency => 1.5);
+$t = Test::Agent->new;
+
+$t->write_file_expand('nginx.conf', engine_conf($mock, tools => $ECHO_TOOL,
+    server => $ECHO_LOCATION, agent => $AGENT));
+$t->run;
+
+turn($t, 'w', 'one');
+
+my $start = time;
+turn($t, 'w', 'two big');
+turn($t, 'w', 'three tool');
+ok(time - $start < 1.5, 'two turns done while the summary is made');
+
+@req = @{$mock->requests};
+my ($pending) = grep { user_text($_->{json}) eq $PROMPT } @req;
+ok($pending && !$pending->{finished}, 'the summary call still runs');
+is(scalar @{summaries($t, 'w')}, 0, 'no summary yet');
+
+my @three = grep { user_text($_->{json}) eq 'three tool' } @req;
+is_deeply([map { $_->{content} } @{$three[0]{json}{messages}}],
+          ['You are terse.', 'one', 'Reply to one', 'two big',
+           'Reply to two big', 'three tool'],
+          'the turn meanwhile: the context as it was');
+
+$s = wait_summaries($t, 'w', 1);
+is($s->[0]{to_seq}, user_seq($t, 'w', 'two big') - 1,
+   'the summary: up to the turn it followed');
+my ($result) = grep { $_->{type} eq 'tool_result' } @{log_of($t, 'w')};
+ok($s->[0]{seq} > $result->{seq}, 'recorded after the later turn\'s events');
+
+turn($t, 'w', 'four');
+
+my $last = $mock->requests->[-1]{json}{messages};
+is_deeply([map { [$_->{role}, $_->{content} // ''] } @$last],
+          [[system => 'You are terse.'], [user => $PREFIX . 'SUMMARY-1'],
+           [user => 'two big'], [assistant => 'Reply to two big'],
+           [user => 'three tool'], [assistant => ''],
+           [tool => '{"ok":true,"result":{"args":{"n":1}}}'],
+           [assistant => 'Reply to three tool'], [user => 'four']],
+          'then: system + summary + the turns after its range');
+is($last->[5]{tool_calls}[0]{id}, $last->[6]{tool_call_id},
+   'the call and its result together');
 
 $t->done(more => 1);
 $mock->stop;
