@@ -22,7 +22,8 @@
 const EVENT_TYPES = [
     'user_msg', 'assistant_msg', 'tool_call', 'tool_result', 'suspension',
     'resolution', 'turn_completed', 'turn_failed', 'cancelled',
-    'turn_halted', 'injection', 'turn_started', 'state_changed', 'text_delta', 'thinking_delta',
+    'turn_halted', 'injection', 'summary', 'turn_started', 'state_changed',
+    'text_delta', 'thinking_delta',
     'tool_call_delta', 'tool_progress', 'turn_ended', 'streaming_message'
 ];
 

@@ -77,6 +77,8 @@ http {
         tools web_search weather;
         tools ask_user;
         max_model_calls 4;
+        context_budget 50000;
+        summary_model claude-haiku-4-5;
         suspend_timeout 2m;
         retry attempts=5 base=250ms cap=2s;
     }
@@ -251,6 +253,11 @@ is($d->{max_model_calls}, 10, 'default max_model_calls');
 is($d->{suspend_timeout_ms}, 300000, 'default suspend_timeout');
 is_deeply($d->{retry}, { attempts => 3, base_ms => 500, cap_ms => 8000 },
           'default retry');
+is($d->{context}{budget}, undef, 'no context budget by default');
+is($d->{context}{summary_model}, 'gpt-4o-mini',
+   'summary_model: the model by default');
+like($d->{context}{summary_prompt}, qr/^Summarize the conversation/,
+     'the default summary prompt');
 
 is_deeply([map { $_->{name} } @{$d->{tools}}],
           [qw(weather send_email ask_user geolocate pick_file build_log)],
@@ -325,6 +332,8 @@ is($d->{max_model_calls}, 4, 'max_model_calls');
 is($d->{suspend_timeout_ms}, 120000, 'suspend_timeout');
 is_deeply($d->{retry}, { attempts => 5, base_ms => 250, cap_ms => 2000 },
           'retry');
+is($d->{context}{budget}, 50000, 'context_budget');
+is($d->{context}{summary_model}, 'claude-haiku-4-5', 'summary_model');
 
 $tools = tools_by_name($d);
 

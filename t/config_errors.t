@@ -667,6 +667,24 @@ EOF
         error => 'value must be equal to or greater than 1',
     },
     {
+        name => 'context_budget 0',
+        conf => <<'EOF',
+    agent bot {
+        context_budget 0;  #!
+    }
+EOF
+        error => 'value must be equal to or greater than 1',
+    },
+    {
+        name => 'context_budget not a number',
+        conf => <<'EOF',
+    agent bot {
+        context_budget lots;  #!
+    }
+EOF
+        error => '"context_budget" directive invalid number',
+    },
+    {
         name => 'invalid retry',
         conf => <<'EOF',
     agent bot {

@@ -15,6 +15,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 
 use Test::More;
+use Time::HiRes qw(time);
 
 use Test::Agent;
 use Test::Agent::Engine;
@@ -28,6 +29,20 @@ my $mock = Test::Agent::MockProvider->new(default => sub {
 });
 
 my $db = $t->testdir . '/agent.db';
+
+# the audit is written after the turn: polled
+
+sub wait_sql {
+    my ($q, $want) = @_;
+    my $deadline = time + 10;
+    my $got;
+    while (time < $deadline) {
+        $got = sql($q);
+        return $got if $got =~ $want;
+        select undef, undef, undef, 0.05;
+    }
+    return $got;
+}
 
 sub sql {
     my ($q) = @_;
@@ -114,8 +129,8 @@ $c = wait_state($t, 'a', 'idle');
 is($c->{messages}[-2]{content}, 'after the migration', 'a new turn');
 is(sql("SELECT max(seq) FROM events WHERE conversation = 'a'"), 6,
    'written after the old log');
-is(sql("SELECT call, turn, attempt, status FROM model_calls"
-       . " WHERE conversation = 'a'"), '1|2|1|ok',
+is(wait_sql("SELECT call, turn, attempt, status FROM model_calls"
+            . " WHERE conversation = 'a'", qr/\|ok$/), '1|2|1|ok',
    'its model call audited, the first of the conversation');
 
 $c = inspect($t, 'b')->{json};
@@ -158,7 +173,8 @@ like($t->read_file('error.log'), qr/migrating the schema from version 3 to 5/,
 is(sql("SELECT count(*) FROM model_calls"), 0, 'with an empty audit');
 is(sql("SELECT count(*) FROM events"), $nevents, 'the log kept');
 
-# version 4, as the module wrote it: its trigger did not know turn_halted
+# version 4, as the module wrote it: its trigger (its state part here)
+# did not know turn_halted, and took a summary for a turn running
 
 sql("DROP TRIGGER events_derive;"
     . "CREATE TRIGGER events_derive AFTER INSERT ON events BEGIN"
@@ -183,7 +199,11 @@ sql("INSERT INTO events VALUES ('a', " . ($seq + 2) . ", 'turn_halted',"
     . " '{}')");
 is(sql("SELECT state FROM conversations WHERE id = 'a'"), 'idle',
    'and turn_halted puts the conversation at rest');
-is(sql("SELECT count(*) FROM events"), $nevents + 2, 'the log kept');
+sql("INSERT INTO events VALUES ('a', " . ($seq + 3) . ", 'summary',"
+    . " '{\"from_seq\":1,\"to_seq\":3,\"text\":\"s\"}')");
+is(sql("SELECT state FROM conversations WHERE id = 'a'"), 'idle',
+   'a summary leaves a conversation at rest');
+is(sql("SELECT count(*) FROM events"), $nevents + 3, 'the log kept');
 
 # a newer schema than the module's is refused
 

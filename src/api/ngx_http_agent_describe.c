@@ -90,6 +90,23 @@ ngx_http_agent_describe_agent(yajl_gen g, ngx_http_request_t *r,
     failed |= ngx_http_agent_json_key(g, "model_timeout_ms");
     failed |= yajl_gen_integer(g, agent->model_timeout);
 
+    failed |= ngx_http_agent_json_key(g, "context");
+    failed |= yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "budget");
+
+    if (agent->context_budget) {
+        failed |= yajl_gen_integer(g, agent->context_budget);
+
+    } else {
+        failed |= yajl_gen_null(g);
+    }
+
+    failed |= ngx_http_agent_json_key(g, "summary_model");
+    failed |= ngx_http_agent_json_str(g, &agent->summary_model);
+    failed |= ngx_http_agent_json_key(g, "summary_prompt");
+    failed |= ngx_http_agent_json_str(g, &agent->summary_prompt);
+    failed |= yajl_gen_map_close(g);
+
     failed |= ngx_http_agent_json_key(g, "retry");
     failed |= yajl_gen_map_open(g);
     failed |= ngx_http_agent_json_key(g, "attempts");

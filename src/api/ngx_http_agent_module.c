@@ -31,6 +31,7 @@
 #include "ngx_http_agent_fsm.h"
 #include "ngx_http_agent_budget.h"
 #include "ngx_http_agent_notify.h"
+#include "ngx_http_agent_summary.h"
 #include "ngx_http_agent_list.h"
 
 
@@ -744,6 +745,10 @@ ngx_http_agent_postconfiguration(ngx_conf_t *cf)
     ngx_http_top_header_filter = ngx_http_agent_error_filter;
 
     if (ngx_http_agent_notify_init_filters(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_agent_summary_init_filters(cf) != NGX_OK) {
         return NGX_ERROR;
     }
 

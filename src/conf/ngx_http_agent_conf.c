@@ -30,6 +30,12 @@
 #define NGX_HTTP_AGENT_RETRY_BASE       500
 #define NGX_HTTP_AGENT_RETRY_CAP        8000
 
+#define NGX_HTTP_AGENT_SUMMARY_PROMPT                                        \
+    "Summarize the conversation above for your own later use: the user's "  \
+    "goals, facts and decisions, tool results that still matter, and open " \
+    "questions. Include the earlier summary, if any. Reply with the "       \
+    "summary only."
+
 
 static char *ngx_http_agent_conf_utf8(ngx_conf_t *cf, void *post,
     void *data);
@@ -94,6 +100,10 @@ static ngx_conf_bitmask_t  ngx_http_agent_cache_points[] = {
 
 
 static ngx_conf_num_bounds_t  ngx_http_agent_max_model_calls_bounds = {
+    ngx_conf_check_num_bounds, 1, -1
+};
+
+static ngx_conf_num_bounds_t  ngx_http_agent_context_budget_bounds = {
     ngx_conf_check_num_bounds, 1, -1
 };
 
@@ -198,6 +208,27 @@ static ngx_command_t  ngx_http_agent_block_commands[] = {
       offsetof(ngx_http_agent_t, hook_after),
       NULL },
 
+    { ngx_string("context_budget"),
+      NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      0,
+      offsetof(ngx_http_agent_t, context_budget),
+      &ngx_http_agent_context_budget_bounds },
+
+    { ngx_string("summary_model"),
+      NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      0,
+      offsetof(ngx_http_agent_t, summary_model),
+      &ngx_http_agent_conf_utf8_post },
+
+    { ngx_string("summary_prompt"),
+      NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      0,
+      offsetof(ngx_http_agent_t, summary_prompt),
+      &ngx_http_agent_conf_utf8_post },
+
       ngx_null_command
 };
 
@@ -241,6 +272,7 @@ ngx_http_agent_conf_agent_block(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     agent->name = value[1];
     agent->max_model_calls = NGX_CONF_UNSET;
+    agent->context_budget = NGX_CONF_UNSET;
     agent->suspend_timeout = NGX_CONF_UNSET_MSEC;
     agent->model_timeout = NGX_CONF_UNSET_MSEC;
     agent->retry_attempts = NGX_CONF_UNSET_UINT;
@@ -278,6 +310,15 @@ ngx_http_agent_conf_agent_block(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     ngx_conf_init_value(agent->max_model_calls,
                         NGX_HTTP_AGENT_MAX_MODEL_CALLS);
+    ngx_conf_init_value(agent->context_budget, 0);
+
+    if (agent->summary_model.data == NULL) {
+        agent->summary_model = agent->model;
+    }
+
+    if (agent->summary_prompt.data == NULL) {
+        ngx_str_set(&agent->summary_prompt, NGX_HTTP_AGENT_SUMMARY_PROMPT);
+    }
     ngx_conf_init_msec_value(agent->suspend_timeout,
                              NGX_HTTP_AGENT_SUSPEND_TIMEOUT);
     ngx_conf_init_msec_value(agent->model_timeout,

@@ -155,6 +155,14 @@ ngx_http_agent_conv_at_rest_locked(ngx_http_agent_conv_t *conv)
         return 0;
     }
 
+    /* a summary being made is recorded into the record */
+
+    if (conv->summarizing
+        && ngx_time() - conv->summary_started < NGX_HTTP_AGENT_SUMMARY_HOLD)
+    {
+        return 0;
+    }
+
     for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
         if (conv->subs[i].count) {
             return 0;

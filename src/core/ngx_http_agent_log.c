@@ -128,6 +128,33 @@ ngx_http_agent_log_restore_locked(ngx_http_agent_zone_t *z,
 }
 
 
+/*
+ * Without a store the zone holds the whole log: the context is found from
+ * its end, so that a model call reads what the context holds.
+ */
+
+ngx_queue_t *
+ngx_http_agent_log_context_locked(ngx_http_agent_conv_t *conv)
+{
+    ngx_queue_t             *q;
+    ngx_http_agent_event_t  *e;
+
+    q = ngx_queue_last(&conv->log);
+
+    while (q != ngx_queue_sentinel(&conv->log)) {
+        e = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+        if (e->seq <= conv->summary_to) {
+            break;
+        }
+
+        q = ngx_queue_prev(q);
+    }
+
+    return ngx_queue_next(q);
+}
+
+
 /* the current turn's first event in the log: its user_msg */
 
 ngx_queue_t *

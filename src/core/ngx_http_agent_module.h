@@ -157,6 +157,14 @@ typedef struct {
     ngx_http_agent_hook_t        *hook_before;
     ngx_http_agent_hook_t        *hook_after;
 
+    /*
+     * the context's size, in tokens, past which older turns are summed
+     * up (0: never), by summary_model (empty: model) told summary_prompt
+     */
+    ngx_int_t                     context_budget;
+    ngx_str_t                     summary_model;
+    ngx_str_t                     summary_prompt;
+
     /* the configuration of a location that serves the agent: where a
        turn started by the module itself (not by a request) runs */
     ngx_http_conf_ctx_t          *conf_ctx;

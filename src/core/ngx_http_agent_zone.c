@@ -35,6 +35,7 @@ ngx_str_t  ngx_http_agent_event_names[] = {
     ngx_string("cancelled"),
     ngx_string("turn_halted"),
     ngx_string("injection"),
+    ngx_string("summary"),
     ngx_string("turn_started"),
     ngx_string("state_changed"),
     ngx_string("text_delta"),

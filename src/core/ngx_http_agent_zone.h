@@ -137,6 +137,14 @@ typedef struct {
     uint64_t                      turn_seq;   /* the last user_msg's seq */
     ngx_uint_t                    turn;       /* turns started */
 
+    /*
+     * the context: the events up to summary_to are in the newest summary
+     * (0: none); the worker making one, since when
+     */
+    uint64_t                      summary_to;
+    ngx_pid_t                     summarizing;
+    time_t                        summary_started;
+
     /* the worker running the turn, 0 when none */
     ngx_pid_t                     lease;
 
@@ -262,6 +270,10 @@ struct ngx_http_agent_zone_s {
 };
 
 
+/* a summary being made holds its conversation in the zone so long, s */
+#define NGX_HTTP_AGENT_SUMMARY_HOLD         900
+
+
 /* event types: canonical first, then live */
 #define NGX_HTTP_AGENT_EV_USER_MSG          0
 #define NGX_HTTP_AGENT_EV_ASSISTANT_MSG     1
@@ -274,13 +286,14 @@ struct ngx_http_agent_zone_s {
 #define NGX_HTTP_AGENT_EV_CANCELLED         8
 #define NGX_HTTP_AGENT_EV_TURN_HALTED       9
 #define NGX_HTTP_AGENT_EV_INJECTION         10
-#define NGX_HTTP_AGENT_EV_TURN_STARTED      11
-#define NGX_HTTP_AGENT_EV_STATE_CHANGED     12
-#define NGX_HTTP_AGENT_EV_TEXT_DELTA        13
-#define NGX_HTTP_AGENT_EV_THINKING_DELTA    14
-#define NGX_HTTP_AGENT_EV_TOOL_CALL_DELTA   15
-#define NGX_HTTP_AGENT_EV_TOOL_PROGRESS     16
-#define NGX_HTTP_AGENT_EV_TURN_ENDED        17
+#define NGX_HTTP_AGENT_EV_SUMMARY           11
+#define NGX_HTTP_AGENT_EV_TURN_STARTED      12
+#define NGX_HTTP_AGENT_EV_STATE_CHANGED     13
+#define NGX_HTTP_AGENT_EV_TEXT_DELTA        14
+#define NGX_HTTP_AGENT_EV_THINKING_DELTA    15
+#define NGX_HTTP_AGENT_EV_TOOL_CALL_DELTA   16
+#define NGX_HTTP_AGENT_EV_TOOL_PROGRESS     17
+#define NGX_HTTP_AGENT_EV_TURN_ENDED        18
 
 #define ngx_http_agent_event_canonical(type)                                 \
     ((type) < NGX_HTTP_AGENT_EV_TURN_STARTED)
@@ -342,6 +355,12 @@ ngx_http_agent_event_t *ngx_http_agent_log_restore_locked(
     ngx_uint_t type, ngx_str_t *data);
 void ngx_http_agent_zone_reserve_locked(ngx_http_agent_zone_t *z);
 ngx_queue_t *ngx_http_agent_log_turn_locked(ngx_http_agent_conv_t *conv);
+
+/*
+ * The first event of the context in the zone's log, the first after the
+ * newest summary's range (the sentinel if none)
+ */
+ngx_queue_t *ngx_http_agent_log_context_locked(ngx_http_agent_conv_t *conv);
 void ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
 /* frees the live events before pos (all: (uint64_t) -1); how many */

@@ -541,14 +541,23 @@ ngx_http_agent_fsm_start_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv, ngx_http_agent_fsm_t *fsm)
 {
     ngx_str_t                 empty, closed;
+    ngx_queue_t              *q;
     ngx_http_agent_event_t   *ev;
     ngx_http_agent_source_t  *src;
 
     ngx_str_set(&empty, "{}");
 
-    if (!ngx_queue_empty(&conv->log)) {
-        ev = ngx_queue_data(ngx_queue_last(&conv->log),
-                            ngx_http_agent_event_t, queue);
+    /* a summary made after the last turn ended is not part of it */
+
+    for (q = ngx_queue_last(&conv->log);
+         q != ngx_queue_sentinel(&conv->log);
+         q = ngx_queue_prev(q))
+    {
+        ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+        if (ev->type == NGX_HTTP_AGENT_EV_SUMMARY) {
+            continue;
+        }
 
         if (!ngx_http_agent_event_terminal(ev->type)) {
             ngx_str_set(&closed, "{\"reason\":\"the turn's end could not "
@@ -565,6 +574,8 @@ ngx_http_agent_fsm_start_locked(ngx_http_agent_zone_t *z,
                 return NGX_ERROR;
             }
         }
+
+        break;
     }
 
     conv->turn++;

@@ -42,6 +42,9 @@ static ngx_int_t ngx_http_agent_request_tool(ngx_http_agent_request_t *r,
 static ngx_uint_t ngx_http_agent_request_expired(ngx_http_agent_request_t *r,
     yajl_val event);
 static ngx_uint_t ngx_http_agent_request_uint(yajl_val v);
+static ngx_int_t ngx_http_agent_request_summary(ngx_http_agent_request_t *r);
+static ngx_uint_t ngx_http_agent_request_summarized(
+    ngx_http_agent_request_t *r, yajl_val event);
 
 
 ngx_int_t
@@ -81,9 +84,14 @@ ngx_http_agent_request_build(ngx_http_agent_request_format_t *format,
     failed |= ngx_http_agent_json_str(g, &agent->model);
     failed |= format->head(&r);
 
-    if (ngx_http_agent_request_retention(&r) != NGX_OK
+    if (ngx_http_agent_request_summary(&r) != NGX_OK
+        || ngx_http_agent_request_retention(&r) != NGX_OK
         || ngx_http_agent_request_walk(&r, &failed) != NGX_OK)
     {
+        if (r.summary) {
+            yajl_tree_free(r.summary);
+        }
+
         return NGX_ERROR;
     }
 
@@ -169,6 +177,16 @@ static ngx_int_t
 ngx_http_agent_request_read(ngx_http_agent_request_t *r,
     ngx_http_agent_request_event_t *ev)
 {
+    if (r->summary) {
+        ngx_memzero(ev, sizeof(ngx_http_agent_request_event_t));
+
+        ev->event = r->summary;
+        ev->kind = NGX_HTTP_AGENT_REQUEST_USER;
+        r->summary = NULL;
+
+        return NGX_OK;
+    }
+
     while (r->next < r->nevents) {
         ngx_memzero(ev, sizeof(ngx_http_agent_request_event_t));
 
@@ -178,7 +196,9 @@ ngx_http_agent_request_read(ngx_http_agent_request_t *r,
             return NGX_ERROR;
         }
 
-        ev->kind = ngx_http_agent_request_kind(r, ev);
+        ev->kind = ngx_http_agent_request_summarized(r, ev->event)
+                   ? NGX_HTTP_AGENT_REQUEST_NONE
+                   : ngx_http_agent_request_kind(r, ev);
 
         if (ev->partial && ngx_http_agent_request_cut(r, ev) != NGX_OK) {
             yajl_tree_free(ev->event);
@@ -594,7 +614,8 @@ ngx_http_agent_request_retention(ngx_http_agent_request_t *r)
 
         if (r->left
             && ngx_http_agent_provider_is(
-                   ngx_http_agent_provider_get(ev, "type"), "tool_result"))
+                   ngx_http_agent_provider_get(ev, "type"), "tool_result")
+            && !ngx_http_agent_request_summarized(r, ev))
         {
             n = ngx_http_agent_request_tool(r, ev);
 
@@ -687,4 +708,103 @@ ngx_http_agent_request_uint(yajl_val v)
     }
 
     return (ngx_uint_t) YAJL_GET_INTEGER(v);
+}
+
+
+/*
+ * The newest summary, found from the end of the log: the events of its
+ * range are left out, and its text is sent first, after the system
+ * prompt, as a user message (a user message follows: the range ends at
+ * a turn's end, so no call is sent without its result).
+ */
+
+static ngx_int_t
+ngx_http_agent_request_summary(ngx_http_agent_request_t *r)
+{
+    u_char      *p;
+    yajl_gen     g;
+    yajl_val     ev;
+    ngx_str_t    text, content, json;
+    ngx_uint_t   i, failed;
+
+    static u_char  type[] = "{\"type\":\"summary\"";
+
+    for (i = r->nevents; i > 0; i--) {
+        if (r->events[i - 1].len >= sizeof(type) - 1
+            && ngx_strncmp(r->events[i - 1].data, type, sizeof(type) - 1)
+               == 0)
+        {
+            break;
+        }
+    }
+
+    if (i == 0) {
+        return NGX_OK;
+    }
+
+    ev = ngx_http_agent_provider_event(r->pool, &r->scratch,
+                                       &r->events[i - 1]);
+    if (ev == NULL) {
+        return NGX_ERROR;
+    }
+
+    r->summary_to = ngx_http_agent_request_uint(
+                        ngx_http_agent_provider_get(ev, "to_seq"));
+
+    if (ngx_http_agent_provider_string(ngx_http_agent_provider_get(ev, "text"),
+                                       &text)
+        != NGX_OK)
+    {
+        ngx_str_set(&text, "");
+    }
+
+    content.len = sizeof(NGX_HTTP_AGENT_SUMMARY_PREFIX) - 1 + text.len;
+    content.data = ngx_pnalloc(r->pool, content.len);
+
+    g = ngx_http_agent_json_gen(r->pool);
+
+    if (content.data == NULL || g == NULL) {
+        yajl_tree_free(ev);
+        return NGX_ERROR;
+    }
+
+    p = ngx_cpymem(content.data, NGX_HTTP_AGENT_SUMMARY_PREFIX,
+                   sizeof(NGX_HTTP_AGENT_SUMMARY_PREFIX) - 1);
+    ngx_memcpy(p, text.data, text.len);
+
+    yajl_tree_free(ev);
+
+    failed = yajl_gen_map_open(g);
+    failed |= ngx_http_agent_json_key(g, "type");
+    failed |= ngx_http_agent_json_key(g, "user_msg");
+    failed |= ngx_http_agent_json_key(g, "content");
+    failed |= ngx_http_agent_json_str(g, &content);
+    failed |= yajl_gen_map_close(g);
+
+    if (ngx_http_agent_json_result(g, failed, &json) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    r->summary = ngx_http_agent_provider_event(r->pool, &r->scratch, &json);
+
+    return r->summary ? NGX_OK : NGX_ERROR;
+}
+
+
+/* an event of the newest summary's range */
+
+static ngx_uint_t
+ngx_http_agent_request_summarized(ngx_http_agent_request_t *r,
+    yajl_val event)
+{
+    ngx_uint_t  seq;
+
+    if (r->summary_to == 0) {
+        return 0;
+    }
+
+    seq = ngx_http_agent_request_uint(ngx_http_agent_provider_get(event,
+                                                                  "seq"));
+
+    return seq && seq <= r->summary_to;
 }

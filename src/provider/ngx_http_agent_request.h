@@ -129,7 +129,18 @@ struct ngx_http_agent_request_s {
 
     /* the structured output the turn's message asks for, if any */
     ngx_http_agent_output_t           output;
+
+    /*
+     * the newest summary: the events up to summary_to are left out, and
+     * it is sent first, as a user message (NULL once it is)
+     */
+    uint64_t                          summary_to;
+    yajl_val                          summary;
 };
+
+
+/* what a summary is sent as, before its text */
+#define NGX_HTTP_AGENT_SUMMARY_PREFIX  "Summary of the conversation so far:\n\n"
 
 
 ngx_int_t ngx_http_agent_request_build(

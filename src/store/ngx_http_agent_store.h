@@ -48,6 +48,12 @@ typedef struct {
 
 #define NGX_HTTP_AGENT_STORE_TAIL  ((uint64_t) -1)
 
+/*
+ * after NGX_HTTP_AGENT_STORE_SUMMARY: the context, those after the range
+ * of the newest summary (the store sets after to where it starts)
+ */
+#define NGX_HTTP_AGENT_STORE_SUMMARY  ((uint64_t) -2)
+
 typedef struct {
     ngx_str_t                     id;
     uint64_t                      after;

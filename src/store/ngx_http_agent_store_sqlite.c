@@ -40,6 +40,8 @@ static ngx_int_t ngx_http_agent_sqlite_enqueue(ngx_str_t *path,
 static void ngx_http_agent_sqlite_close(void);
 static ngx_int_t ngx_http_agent_sqlite_text(ngx_pool_t *pool,
     sqlite3_stmt *stmt, int col, ngx_str_t *s);
+static ngx_int_t ngx_http_agent_sqlite_summary(sqlite3 *db,
+    ngx_http_agent_store_read_t *rd);
 
 
 ngx_http_agent_store_t  ngx_http_agent_store_sqlite = {
@@ -94,7 +96,8 @@ static sqlite3  *ngx_http_agent_sqlite_db;
 
 /*
  * what each event of the log derives: its calls' status, the message it
- * took from the queue, its conversation's state (a turn's end: at rest)
+ * took from the queue, its conversation's state (a turn's end: at rest;
+ * a summary, made after a turn, changes no state)
  */
 
 #define NGX_HTTP_AGENT_SQLITE_TRIGGER                                        \
@@ -136,7 +139,7 @@ static sqlite3  *ngx_http_agent_sqlite_db;
     "      WHERE conversation = new.conversation"                            \
     "        AND status = 'suspended') THEN 'awaiting_input'"                \
     "    ELSE 'running' END"                                                 \
-    "    WHERE id = new.conversation;"                                       \
+    "    WHERE id = new.conversation AND new.type <> 'summary';"             \
     "END;"
 
 
@@ -206,7 +209,10 @@ static char  ngx_http_agent_sqlite_migrate_3[] =
     "COMMIT;";
 
 
-/* version 4 did not know turn_halted ends a turn */
+/*
+ * version 4 did not know turn_halted ends a turn, and counted a summary
+ * as a turn running: the trigger is new
+ */
 
 static char  ngx_http_agent_sqlite_migrate_4[] =
     "BEGIN IMMEDIATE;"
@@ -563,6 +569,12 @@ ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
                  " ORDER BY seq", -1, &stmt, NULL);
 
     } else {
+        if (rd->after == NGX_HTTP_AGENT_STORE_SUMMARY
+            && ngx_http_agent_sqlite_summary(db, rd) != NGX_OK)
+        {
+            goto failed;
+        }
+
         rc = sqlite3_prepare_v2(db,
                  "SELECT seq, type, data FROM events WHERE conversation = ?1"
                  " AND seq > ?2 AND (?3 = 0 OR seq <= ?3) ORDER BY seq",
@@ -820,6 +832,55 @@ failed:
     sqlite3_close(db);
 
     return NGX_ERROR;
+}
+
+
+/*
+ * The start of the context: the events after the range of the newest
+ * summary (the summary itself follows that range).  The newest is found
+ * from the end of the log, so the read costs what the context holds.
+ */
+
+static ngx_int_t
+ngx_http_agent_sqlite_summary(sqlite3 *db, ngx_http_agent_store_read_t *rd)
+{
+    int            rc;
+    sqlite3_int64  to;
+    sqlite3_stmt  *stmt;
+
+    rc = sqlite3_prepare_v2(db,
+             "SELECT json_extract(data, '$.to_seq') FROM events"
+             " WHERE conversation = ?1 AND type = 'summary'"
+             " ORDER BY seq DESC LIMIT 1", -1, &stmt, NULL);
+    if (rc != SQLITE_OK) {
+        return NGX_ERROR;
+    }
+
+    sqlite3_bind_text(stmt, 1, (char *) rd->id.data, rd->id.len,
+                      SQLITE_STATIC);
+
+    to = 0;
+    rc = sqlite3_step(stmt);
+
+    if (rc == SQLITE_ROW) {
+        to = sqlite3_column_int64(stmt, 0);
+
+    } else if (rc != SQLITE_DONE) {
+        sqlite3_finalize(stmt);
+        return NGX_ERROR;
+    }
+
+    sqlite3_finalize(stmt);
+
+    /* nothing is read if the zone holds the events after the range */
+
+    if (to < 0 || (rd->upto && (uint64_t) to > rd->upto)) {
+        to = rd->upto;
+    }
+
+    rd->after = to;
+
+    return NGX_OK;
 }
 
 

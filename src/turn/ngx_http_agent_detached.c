@@ -283,3 +283,61 @@ ngx_http_agent_detached_subrequest(ngx_http_request_t *r, ngx_str_t *uri,
 
     return NGX_OK;
 }
+
+
+/*
+ * What a post_subrequest handler returns: an error of a subrequest ends
+ * that subrequest, never the detached request, which terminating would
+ * close as a connection without a socket.
+ */
+
+ngx_int_t
+ngx_http_agent_detached_rc(ngx_int_t rc)
+{
+    if (rc == NGX_ERROR || rc == NGX_HTTP_CLIENT_CLOSED_REQUEST
+        || rc == NGX_HTTP_REQUEST_TIME_OUT)
+    {
+        return NGX_OK;
+    }
+
+    return rc;
+}
+
+
+/*
+ * A captured subrequest's output, consumed: each buffer in memory goes
+ * to handler; NGX_DECLINED if some was in a file (proxy_buffering put a
+ * stream there) and NGX_ERROR if handler failed.
+ */
+
+ngx_int_t
+ngx_http_agent_detached_take(ngx_chain_t *in,
+    ngx_http_agent_detached_take_pt handler, void *data)
+{
+    ngx_int_t     rc;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    rc = NGX_OK;
+
+    for (cl = in; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (!ngx_buf_in_memory(b)) {
+            if (ngx_buf_size(b)) {
+                rc = NGX_DECLINED;
+                b->file_pos = b->file_last;
+            }
+
+            continue;
+        }
+
+        if (b->last > b->pos && handler(data, b->pos, b->last) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        b->pos = b->last;
+    }
+
+    return rc;
+}

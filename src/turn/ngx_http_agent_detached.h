@@ -29,4 +29,15 @@ ngx_int_t ngx_http_agent_detached_subrequest(ngx_http_request_t *r,
     ngx_http_request_t **psr);
 
 
+/* what a subrequest's post_subrequest handler returns for rc */
+ngx_int_t ngx_http_agent_detached_rc(ngx_int_t rc);
+
+typedef ngx_int_t (*ngx_http_agent_detached_take_pt)(void *data, u_char *p,
+    u_char *last);
+
+/* a captured subrequest's output, each buffer to handler, consumed */
+ngx_int_t ngx_http_agent_detached_take(ngx_chain_t *in,
+    ngx_http_agent_detached_take_pt handler, void *data);
+
+
 #endif /* _NGX_HTTP_AGENT_DETACHED_H_INCLUDED_ */

@@ -24,6 +24,7 @@
 #include "ngx_http_agent_provider.h"
 #include "ngx_http_agent_mcp_rpc.h"
 #include "ngx_http_agent_notify.h"
+#include "ngx_http_agent_detached.h"
 
 
 #define NGX_HTTP_AGENT_MCP_INIT         0
@@ -521,13 +522,7 @@ ngx_http_agent_mcp_rpc_ended(ngx_http_request_t *r, void *data, ngx_int_t rc)
 
     ngx_post_event(&rpc->event, &ngx_posted_events);
 
-    if (rc == NGX_ERROR || rc == NGX_HTTP_CLIENT_CLOSED_REQUEST
-        || rc == NGX_HTTP_REQUEST_TIME_OUT)
-    {
-        return NGX_OK;
-    }
-
-    return rc;
+    return ngx_http_agent_detached_rc(rc);
 }
 
 

@@ -697,13 +697,7 @@ ngx_http_agent_notify_done(ngx_http_request_t *r, void *data, ngx_int_t rc)
 
     ngx_post_event(&n->event, &ngx_posted_events);
 
-    if (rc == NGX_ERROR || rc == NGX_HTTP_CLIENT_CLOSED_REQUEST
-        || rc == NGX_HTTP_REQUEST_TIME_OUT)
-    {
-        return NGX_OK;
-    }
-
-    return rc;
+    return ngx_http_agent_detached_rc(rc);
 }
 
 

@@ -581,7 +581,16 @@ ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
         src->seq = ss[i - 1].seq;
     }
 
-    if (ngx_http_agent_event_terminal(ev[rd->events->nelts - 1].type)) {
+    /* a summary made after the turn ended is not part of it */
+
+    for (i = rd->events->nelts - 1;
+         i > 0 && ev[i].type == NGX_HTTP_AGENT_EV_SUMMARY;
+         i--)
+    {
+        /* void */
+    }
+
+    if (ngx_http_agent_event_terminal(ev[i].type)) {
         /* a message that waited runs now */
 
         if (ngx_http_agent_fsm_locked(z, conv,
@@ -829,9 +838,14 @@ ngx_http_agent_revive_turn_history(ngx_http_agent_turn_t *t)
         return NGX_OK;
     }
 
-    /* what left since the last read is added to it */
+    /*
+     * what left since the last read is added to it; the first read starts
+     * at the newest summary's range: the context, not the whole log
+     */
 
-    if (ngx_http_agent_store_read(t->request->pool, &t->id, t->history_upto,
+    if (ngx_http_agent_store_read(t->request->pool, &t->id,
+                                  t->nhistory ? t->history_upto
+                                              : NGX_HTTP_AGENT_STORE_SUMMARY,
                                   base, ngx_http_agent_turn_history_read, t)
         != NGX_OK)
     {

@@ -17,6 +17,7 @@
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_mcp_rpc.h"
 #include "ngx_http_agent_client_tools.h"
+#include "ngx_http_agent_detached.h"
 
 #include <yajl/yajl_tree.h>
 
@@ -584,15 +585,7 @@ ngx_http_agent_tools_done(ngx_http_request_t *r, void *data, ngx_int_t rc)
         ngx_http_agent_turn_tools_done(t);
     }
 
-    /* an error of a tool call ends that call, never the turn's request */
-
-    if (rc == NGX_ERROR || rc == NGX_HTTP_CLIENT_CLOSED_REQUEST
-        || rc == NGX_HTTP_REQUEST_TIME_OUT)
-    {
-        return NGX_OK;
-    }
-
-    return rc;
+    return ngx_http_agent_detached_rc(rc);
 }
 
 

@@ -24,6 +24,7 @@
 #include "ngx_http_agent_mcp_rpc.h"
 #include "ngx_http_agent_hook.h"
 #include "ngx_http_agent_client_tools.h"
+#include "ngx_http_agent_summary.h"
 
 #include <yajl/yajl_tree.h>
 
@@ -31,6 +32,8 @@
 static ngx_int_t ngx_http_agent_turn_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_agent_turn_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
+static ngx_int_t ngx_http_agent_turn_take(void *data, u_char *p,
+    u_char *last);
 static ngx_int_t ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t,
     ngx_str_t *body);
 static ngx_int_t ngx_http_agent_turn_post_subrequest(ngx_http_request_t *r,
@@ -146,12 +149,9 @@ ngx_http_agent_turn_header_filter(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_agent_turn_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
-    size_t                   n;
-    ngx_buf_t               *b;
-    ngx_chain_t             *cl;
-    ngx_http_agent_sub_t    *sub;
-    ngx_http_agent_turn_t   *t;
-    ngx_http_agent_reply_t  *reply;
+    ngx_int_t               rc;
+    ngx_http_agent_sub_t   *sub;
+    ngx_http_agent_turn_t  *t;
 
     sub = ngx_http_get_module_ctx(r, ngx_http_agent_module);
 
@@ -172,49 +172,49 @@ ngx_http_agent_turn_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     }
 
     t = (ngx_http_agent_turn_t *) sub;
-    reply = t->reply;
 
-    for (cl = in; cl; cl = cl->next) {
-        b = cl->buf;
+    rc = ngx_http_agent_detached_take(in, ngx_http_agent_turn_take, t);
 
-        if (!ngx_buf_in_memory(b)) {
-            if (ngx_buf_size(b)) {
-                /* proxy_buffering put the stream in a file */
-                t->parse_error = 1;
-                b->file_pos = b->file_last;
-            }
-
-            continue;
-        }
-
-        n = b->last - b->pos;
-
-        if (n == 0 || t->parse_error) {
-            b->pos = b->last;
-            continue;
-        }
-
-        if (t->status >= NGX_HTTP_OK && t->status < NGX_HTTP_SPECIAL_RESPONSE) {
-
-            if (t->agent->provider->feed(reply, b->pos, b->last) != NGX_OK) {
-                t->parse_error = 1;
-            }
-
-        } else if (t->error_body.len < NGX_HTTP_AGENT_ERROR_BODY) {
-            n = ngx_min(n, NGX_HTTP_AGENT_ERROR_BODY - t->error_body.len);
-
-            if (ngx_http_agent_bytes_append(t->pool, &t->error_body, b->pos,
-                                            n)
-                != NGX_OK)
-            {
-                return NGX_ERROR;
-            }
-        }
-
-        b->pos = b->last;
+    if (rc == NGX_DECLINED) {
+        /* proxy_buffering put the stream in a file */
+        t->parse_error = 1;
+        return NGX_OK;
     }
 
-    return NGX_OK;
+    return rc;
+}
+
+
+/* the reply's bytes to the adapter's parser, or an error's kept */
+
+static ngx_int_t
+ngx_http_agent_turn_take(void *data, u_char *p, u_char *last)
+{
+    ngx_http_agent_turn_t  *t = data;
+
+    size_t  n;
+
+    if (t->parse_error) {
+        return NGX_OK;
+    }
+
+    if (t->status >= NGX_HTTP_OK && t->status < NGX_HTTP_SPECIAL_RESPONSE) {
+
+        if (t->agent->provider->feed(t->reply, p, last) != NGX_OK) {
+            t->parse_error = 1;
+        }
+
+        return NGX_OK;
+    }
+
+    if (t->error_body.len >= NGX_HTTP_AGENT_ERROR_BODY) {
+        return NGX_OK;
+    }
+
+    n = ngx_min((size_t) (last - p),
+                NGX_HTTP_AGENT_ERROR_BODY - t->error_body.len);
+
+    return ngx_http_agent_bytes_append(t->pool, &t->error_body, p, n);
 }
 
 
@@ -431,6 +431,8 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
         goto failed;
     }
 
+    t->context_len = body.len;
+
     if (ngx_http_agent_budget_spend(&t->id, t->pool, &body) != NGX_OK) {
         ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_FAIL, &body);
         return;
@@ -519,7 +521,7 @@ ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t, ngx_str_t *body)
         events[i] = t->history[i];
     }
 
-    for (q = ngx_queue_head(&conv->log);
+    for (q = ngx_http_agent_log_context_locked(conv);
          q != ngx_queue_sentinel(&conv->log);
          q = ngx_queue_next(q))
     {
@@ -646,18 +648,7 @@ ngx_http_agent_turn_sub_ended(ngx_http_agent_turn_t *t,
     t->event.handler = handler;
     ngx_post_event(&t->event, &ngx_posted_events);
 
-    /*
-     * an error of the subrequest ends it, never the turn's own request:
-     * terminating it would close a connection without a socket
-     */
-
-    if (rc == NGX_ERROR || rc == NGX_HTTP_CLIENT_CLOSED_REQUEST
-        || rc == NGX_HTTP_REQUEST_TIME_OUT)
-    {
-        return NGX_OK;
-    }
-
-    return rc;
+    return ngx_http_agent_detached_rc(rc);
 }
 
 
@@ -791,7 +782,11 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
 void
 ngx_http_agent_turn_replied(ngx_http_agent_turn_t *t)
 {
-    ngx_str_t  reason;
+    u_char                  id_data[NGX_HTTP_AGENT_ID_LEN];
+    ngx_str_t               reason, id;
+    ngx_uint_t              summary;
+    ngx_http_agent_t       *agent;
+    ngx_http_agent_zone_t  *zone;
 
     if (t->reply->calls.nelts) {
         switch (ngx_http_agent_tools_dispatch(t)) {
@@ -827,8 +822,22 @@ ngx_http_agent_turn_replied(ngx_http_agent_turn_t *t)
         return;
     }
 
+    /* the turn ends first: no one waits for its summary */
+
+    agent = t->agent;
+    zone = t->zone;
+    summary = ngx_http_agent_summary_due(t);
+
+    ngx_memcpy(id_data, t->id.data, t->id.len);
+    id.data = id_data;
+    id.len = t->id.len;
+
     ngx_str_set(&reason, "{}");
     ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_COMPLETE, &reason);
+
+    if (summary) {
+        ngx_http_agent_summary_start(agent, zone, &id);
+    }
 }
 
 

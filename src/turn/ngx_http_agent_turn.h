@@ -26,6 +26,7 @@
 #define NGX_HTTP_AGENT_SUB_NOTIFY    2
 #define NGX_HTTP_AGENT_SUB_MCP       3
 #define NGX_HTTP_AGENT_SUB_HOOK      4
+#define NGX_HTTP_AGENT_SUB_SUMMARY   5
 
 
 /* the ctx of a turn's subrequest, first in what it belongs to */
@@ -63,8 +64,9 @@ struct ngx_http_agent_turn_s {
     ngx_uint_t                    nhistory;
     uint64_t                      history_upto;
 
-    /* the model call in progress */
+    /* the model call in progress, and its request's size */
     ngx_pool_t                   *pool;
+    size_t                        context_len;
     ngx_http_agent_reply_t       *reply;
     ngx_int_t                     rc;
     ngx_uint_t                    status;
