@@ -159,7 +159,15 @@ static sqlite3  *ngx_http_agent_sqlite_db;
     "  started INTEGER NOT NULL, worker INTEGER NOT NULL,"                   \
     "  PRIMARY KEY (conversation, call)) WITHOUT ROWID;"                     \
     "CREATE INDEX model_calls_start ON model_calls"                          \
-    "  (conversation, started, worker);"
+    "  (conversation, started, worker);"                                     \
+    NGX_HTTP_AGENT_SQLITE_AUDIT_RUNNING
+
+
+/* the calls still running: a start looks for them, never through all */
+
+#define NGX_HTTP_AGENT_SQLITE_AUDIT_RUNNING                                  \
+    "CREATE INDEX IF NOT EXISTS model_calls_running ON model_calls"          \
+    "  (conversation, started, worker) WHERE status = 'running';"
 
 
 static char  ngx_http_agent_sqlite_create[] =
@@ -211,13 +219,15 @@ static char  ngx_http_agent_sqlite_migrate_3[] =
 
 /*
  * version 4 did not know turn_halted ends a turn, and counted a summary
- * as a turn running: the trigger is new
+ * as a turn running: the trigger is new; and it had no index of the
+ * model calls running
  */
 
 static char  ngx_http_agent_sqlite_migrate_4[] =
     "BEGIN IMMEDIATE;"
     "DROP TRIGGER events_derive;"
     NGX_HTTP_AGENT_SQLITE_TRIGGER
+    NGX_HTTP_AGENT_SQLITE_AUDIT_RUNNING
     "UPDATE meta SET value = '5' WHERE key = 'schema_version';"
     "COMMIT;";
 

@@ -40,9 +40,13 @@ static ngx_int_t ngx_http_agent_sqlite_audit_json(ngx_pool_t *pool,
 static sqlite3  *ngx_http_agent_sqlite_audit_db;
 
 
+/* row values: the index on (conversation, started, worker) finds them */
+
 #define NGX_HTTP_AGENT_AUDIT_LATER                                           \
-    " WHERE conversation = ?1"                                               \
-    " AND (started > ?2 OR (started = ?2 AND worker > ?3))"
+    " WHERE conversation = ?1 AND (started, worker) > (?2, ?3)"
+
+#define NGX_HTTP_AGENT_AUDIT_EARLIER                                         \
+    " WHERE conversation = ?1 AND (started, worker) < (?2, ?3)"
 
 #define NGX_HTTP_AGENT_AUDIT_STMTS  5
 #define NGX_HTTP_AGENT_AUDIT_END    4
@@ -51,8 +55,7 @@ static sqlite3  *ngx_http_agent_sqlite_audit_db;
 static char  *ngx_http_agent_sqlite_audit_sql[] = {
 
     "UPDATE model_calls SET status = 'lost'"
-    " WHERE conversation = ?1 AND status = 'running'"
-    " AND (started < ?2 OR (started = ?2 AND worker < ?3))",
+    NGX_HTTP_AGENT_AUDIT_EARLIER " AND status = 'running'",
 
     /* the later calls up by one, through negative numbers: no clash */
     "UPDATE model_calls SET call = -call - 1" NGX_HTTP_AGENT_AUDIT_LATER,
@@ -60,11 +63,13 @@ static char  *ngx_http_agent_sqlite_audit_sql[] = {
     "UPDATE model_calls SET call = -call"
     " WHERE conversation = ?1 AND call < 0",
 
+    /* the number after the last earlier call's, found by the index */
     "INSERT INTO model_calls (conversation, call, started, worker, turn,"
     " attempt, adapter, model, status)"
-    " SELECT ?1, count(*) + 1, ?2, ?3, ?4, ?5, ?6, ?7, 'running'"
-    " FROM model_calls WHERE conversation = ?1"
-    " AND (started < ?2 OR (started = ?2 AND worker < ?3))",
+    " VALUES (?1, coalesce((SELECT call FROM model_calls"
+    NGX_HTTP_AGENT_AUDIT_EARLIER
+    " ORDER BY started DESC, worker DESC LIMIT 1), 0) + 1,"
+    " ?2, ?3, ?4, ?5, ?6, ?7, 'running')",
 
     "UPDATE model_calls SET status = ?4, error = ?5, input_tokens = ?6,"
     " output_tokens = ?7, cached_tokens = ?8, time_to_first_token_ms = ?9,"
