@@ -774,6 +774,18 @@ EOF
         error => 'invalid parameter "nope", it must be zone=name',
     },
     {
+        name => 'agent_create without an agent',
+        conf => <<'EOF',
+    agent_zone zone=z:1m;
+    server {
+        location /new {
+            agent_create;  #!
+        }
+    }
+EOF
+        error => '"agent_create" needs an "agent" in the location',
+    },
+    {
         name => 'agent_zone with an unknown parameter',
         conf => "    agent_zone zone=z:1m keep_everything;  #!\n",
         error => 'invalid parameter "keep_everything"',

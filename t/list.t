@@ -58,17 +58,7 @@ $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
     agent => 'tools ask_user;'));
 $t->run;
 
-sub req {
-    my ($user, $method, $uri, $body) = @_;
-
-    my %h = defined $user ? ('X-User' => $user) : ();
-    $h{'Content-Type'} = 'application/json' if defined $body;
-
-    my $r = http(http_request($method, $uri, $body, headers => \%h),
-                 port => $t->port(8080));
-    $r->{json} = eval { decode_json($r->{body}) };
-    return $r;
-}
+sub req { owner_request($t, @_) }
 
 sub list {
     my ($user, $args) = @_;

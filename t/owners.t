@@ -85,21 +85,10 @@ $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
     agent => 'tools ask_user send;'));
 $t->run;
 
-my $port = $t->port(8080);
 
 # a request as a user (undef: with no X-User header)
 
-sub req {
-    my ($user, $method, $uri, $body) = @_;
-
-    my %h = defined $user ? ('X-User' => $user) : ();
-    $h{'Content-Type'} = 'application/json' if defined $body;
-
-    my $r = http(http_request($method, $uri, $body, headers => \%h),
-                 port => $port);
-    $r->{json} = eval { decode_json($r->{body}) };
-    return $r;
-}
+sub req { owner_request($t, @_) }
 
 # every verb on a conversation, as the user; a message to an unknown
 # id would create it, so the verbs to send may be named

@@ -310,3 +310,77 @@ ngx_http_agent_api_conv_lock(ngx_http_request_t *r,
 
     return conv;
 }
+
+
+/*
+ * A new conversation's record, under the lock.  NULL: the zone has no
+ * room; it is unlocked and the 503 answered, *rc set.
+ */
+
+ngx_http_agent_conv_t *
+ngx_http_agent_api_conv_create_locked(ngx_http_request_t *r,
+    ngx_http_agent_zone_t *z, ngx_str_t *id, ngx_int_t *rc)
+{
+    ngx_http_agent_conv_t  *conv;
+
+    conv = ngx_http_agent_conv_create_locked(z, id);
+
+    if (conv == NULL) {
+        ngx_http_agent_zone_unlock(z);
+        *rc = ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                        "zone_full",
+                                        "no room for the conversation");
+    }
+
+    return conv;
+}
+
+
+/* the directive that makes a location an API endpoint with handler */
+
+char *
+ngx_http_agent_api_set(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_http_agent_loc_conf_t *alcf, ngx_http_handler_pt handler)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+
+    if (alcf->api || alcf->describe) {
+        return "is duplicate";
+    }
+
+    alcf->api = handler;
+    alcf->api_name = cmd->name;
+    alcf->api_file = cf->conf_file->file.name.data;
+    alcf->api_line = cf->conf_file->line;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = handler;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * The owner of a request to an endpoint that needs one where agent_owner
+ * is set.  NGX_OK: go on; NGX_DONE: *rc is what the handler returns (the
+ * 401 is answered).
+ */
+
+ngx_int_t
+ngx_http_agent_api_owner_check(ngx_http_request_t *r, ngx_str_t **owner,
+    ngx_int_t *rc)
+{
+    switch (ngx_http_agent_api_owner(r, owner)) {
+
+    case NGX_OK:
+        return NGX_OK;
+
+    case NGX_DECLINED:
+        *rc = ngx_http_agent_api_anonymous(r);
+        return NGX_DONE;
+
+    default:
+        *rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NGX_DONE;
+    }
+}

@@ -47,12 +47,26 @@ ngx_int_t ngx_http_agent_api_approver(ngx_http_request_t *r,
     ngx_str_t **approver);
 ngx_int_t ngx_http_agent_api_anonymous(ngx_http_request_t *r);
 
+/* the owner; NGX_DONE: *rc is what the handler returns (401 answered) */
+ngx_int_t ngx_http_agent_api_owner_check(ngx_http_request_t *r,
+    ngx_str_t **owner, ngx_int_t *rc);
+
 /* the answer for a conversation of another agent: as an unknown one */
 ngx_int_t ngx_http_agent_api_foreign(ngx_http_request_t *r);
 
 /* the conversation, zone locked; NULL: answered, unlocked, *rc set */
 ngx_http_agent_conv_t *ngx_http_agent_api_conv_lock(ngx_http_request_t *r,
     ngx_http_agent_zone_t *z, ngx_str_t *id, ngx_int_t *rc);
+
+
+/* a new conversation, zone locked; NULL: no room, unlocked, *rc set */
+ngx_http_agent_conv_t *ngx_http_agent_api_conv_create_locked(
+    ngx_http_request_t *r, ngx_http_agent_zone_t *z, ngx_str_t *id,
+    ngx_int_t *rc);
+
+/* agent_list, agent_create...: the location's handler */
+char *ngx_http_agent_api_set(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_http_agent_loc_conf_t *alcf, ngx_http_handler_pt handler);
 
 
 #endif /* _NGX_HTTP_AGENT_API_H_INCLUDED_ */

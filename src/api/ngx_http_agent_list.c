@@ -61,23 +61,7 @@ static ngx_int_t ngx_http_agent_list_answer(ngx_http_request_t *r,
 char *
 ngx_http_agent_list(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_http_agent_loc_conf_t *alcf = conf;
-
-    ngx_http_core_loc_conf_t  *clcf;
-
-    if (alcf->api || alcf->describe) {
-        return "is duplicate";
-    }
-
-    alcf->api = ngx_http_agent_list_handler;
-    alcf->api_name = cmd->name;
-    alcf->api_file = cf->conf_file->file.name.data;
-    alcf->api_line = cf->conf_file->line;
-
-    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-    clcf->handler = ngx_http_agent_list_handler;
-
-    return NGX_CONF_OK;
+    return ngx_http_agent_api_set(cf, cmd, conf, ngx_http_agent_list_handler);
 }
 
 
@@ -105,16 +89,8 @@ ngx_http_agent_list_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    switch (ngx_http_agent_api_owner(r, &ctx->owner)) {
-
-    case NGX_OK:
-        break;
-
-    case NGX_DECLINED:
-        return ngx_http_agent_api_anonymous(r);
-
-    default:
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    if (ngx_http_agent_api_owner_check(r, &ctx->owner, &rc) != NGX_OK) {
+        return rc;
     }
 
     err = ngx_http_agent_list_args(r, ctx);

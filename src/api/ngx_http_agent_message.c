@@ -624,14 +624,10 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
     }
 
     if (conv == NULL) {
-        conv = ngx_http_agent_conv_create_locked(z, id);
+        conv = ngx_http_agent_api_conv_create_locked(r, z, id, &rc);
 
         if (conv == NULL) {
-            ngx_http_agent_zone_unlock(z);
-            return ngx_http_agent_json_error(r,
-                                             NGX_HTTP_SERVICE_UNAVAILABLE,
-                                             "zone_full",
-                                             "no room for the conversation");
+            return rc;
         }
     }
 

@@ -33,6 +33,7 @@
 #include "ngx_http_agent_notify.h"
 #include "ngx_http_agent_summary.h"
 #include "ngx_http_agent_list.h"
+#include "ngx_http_agent_create.h"
 
 
 static void *ngx_http_agent_create_main_conf(ngx_conf_t *cf);
@@ -304,6 +305,13 @@ static ngx_command_t  ngx_http_agent_commands[] = {
     { ngx_string("agent_list"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_agent_list,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("agent_create"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_agent_create,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
@@ -713,7 +721,8 @@ ngx_http_agent_merge_api(ngx_conf_t *cf, ngx_http_agent_loc_conf_t *conf)
     if (conf->conversation == NULL
         && conf->api != ngx_http_agent_aisdk_handler
         && conf->api != ngx_http_agent_agui_handler
-        && conf->api != ngx_http_agent_list_handler)
+        && conf->api != ngx_http_agent_list_handler
+        && conf->api != ngx_http_agent_create_handler)
     {
         ngx_http_agent_conf_error(cf, conf->api_file, conf->api_line,
                                   "\"%V\" needs an \"agent_conversation\"",

@@ -20,8 +20,8 @@ use Time::HiRes qw(time sleep);
 use Test::Agent::HTTP;
 
 our @EXPORT = qw(engine_conf send_message inspect wait_state wait_pending
-                 log_types events_request resolve cancel $ECHO_TOOL
-                 $ECHO_LOCATION);
+                 log_types events_request resolve cancel owner_request
+                 $ECHO_TOOL $ECHO_LOCATION);
 
 # a server tool "echo" (for tools), and its location (for server), which
 # answers {"args": the arguments it got}
@@ -176,6 +176,21 @@ sub cancel {
 
     my $r = http_post("/c/$cid/cancel", '', port => $t->port(8080));
     $r->{json} = eval { decode_json($r->{body}) } if $r;
+    return $r;
+}
+
+# a request on port 8080 as an owner, named in X-User (undef: none), its
+# answer with the JSON body decoded
+
+sub owner_request {
+    my ($t, $user, $method, $uri, $body) = @_;
+
+    my %h = defined $user ? ('X-User' => $user) : ();
+    $h{'Content-Type'} = 'application/json' if defined $body;
+
+    my $r = http(http_request($method, $uri, $body, headers => \%h),
+                 port => $t->port(8080));
+    $r->{json} = eval { decode_json($r->{body}) };
     return $r;
 }
 
