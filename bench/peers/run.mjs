@@ -8,7 +8,8 @@
 // below), PEERS_PACINGS (trickle,burst), PEERS_MODULE (the module's .so),
 // PEERS_NGINX (/usr/sbin/nginx), PEERS_WARMUP (conversations before the
 // measure), PEERS_PROFILE=1 (perf record of the module's worker, the top
-// of each profile printed, the table not written).
+// of each profile printed).  Only a run of every server and both pacings,
+// unprofiled, writes its table.
 //
 // One turn: the client sends the chat (useChat's body); the model asks
 // for get_weather with its arguments in 4 chunks; the tool runs; the
@@ -65,6 +66,13 @@ const servers = [
       start: (dir) => nginxStart(dir, moduleConf(dir, false)) },
     { name: 'module-store',
       label: 'this module with `agent_store` (`agent_aisdk`)',
+      start: (dir) => nginxStart(dir, moduleConf(dir, true)) },
+    { name: 'module-events', events: true,
+      label: 'this module, zone only (`agent_message` + `agent_events`)',
+      start: (dir) => nginxStart(dir, moduleConf(dir, false)) },
+    { name: 'module-store-events', events: true,
+      label: 'this module with `agent_store` (`agent_message` +'
+             + ' `agent_events`)',
       start: (dir) => nginxStart(dir, moduleConf(dir, true)) },
 ];
 
@@ -170,6 +178,18 @@ ${httpGlobals(dir)}
         location = /api/chat {
             agent chat;
             agent_aisdk;
+        }
+
+        location ~ ^/c/(?<cid>[^/]+)/messages$ {
+            agent chat;
+            agent_conversation $cid;
+            agent_message;
+        }
+
+        location ~ ^/c/(?<cid>[^/]+)/events$ {
+            agent chat;
+            agent_conversation $cid;
+            agent_events;
         }
 
         location = /tools/weather {
@@ -349,6 +369,72 @@ async function chatTurn(conv, n) {
     }
 }
 
+/*
+ * the module's own API: the message posted (202), then its events read
+ * from its user_msg on until the turn's end, and the stream closed
+ */
+
+function events(cid, after) {
+    return new Promise((resolve, reject) => {
+        const seen = { tool: false, text: null };
+        let buf = '';
+
+        const req = http.get({
+            host: '127.0.0.1', port: SERVER_PORT, agent: false,
+            path: `/c/${cid}/events?after=${after}`,
+        }, (res) => {
+            res.setEncoding('utf8');
+            res.on('data', (d) => {
+                buf += d;
+
+                let i;
+
+                while ((i = buf.indexOf('\n\n')) >= 0) {
+                    const frame = buf.slice(0, i);
+                    buf = buf.slice(i + 2);
+
+                    const ev = /^event: (.*)$/m.exec(frame);
+                    const data = /^data: (.*)$/m.exec(frame);
+
+                    if (!ev || !data) {
+                        continue;
+                    }
+
+                    if (ev[1] === 'tool_result') {
+                        seen.tool = true;
+
+                    } else if (ev[1] === 'assistant_msg') {
+                        seen.text = JSON.parse(data[1]).content;
+
+                    } else if (ev[1] === 'turn_completed'
+                               || ev[1] === 'turn_failed')
+                    {
+                        seen.end = ev[1];
+                        req.destroy();
+                        resolve(seen);
+                        return;
+                    }
+                }
+            });
+            res.on('end', () => resolve(seen));
+        });
+
+        req.on('error', (e) => (seen.end ? resolve(seen) : reject(e)));
+    });
+}
+
+async function eventsTurn(conv, n) {
+    const r = await post(`/c/${conv.id}/messages`,
+                         { content: `weather in Paris, ${n}?` });
+
+    check(r.status === 202, `turn ${n}: status ${r.status}`, r.body);
+
+    const seen = await events(conv.id, JSON.parse(r.body).seq - 1);
+
+    check(seen.end === 'turn_completed' && seen.tool && seen.text === want,
+          `turn ${n}: the reply`, JSON.stringify(seen));
+}
+
 /* the floor: the turn's two provider replies through proxy_pass */
 
 async function floorTurn(conv, n) {
@@ -389,7 +475,8 @@ async function load(server, prefix, count) {
                            ui: !server.name.startsWith('langgraph') };
 
             for (let n = 1; n <= TURNS; n++) {
-                await (server.floor ? floorTurn : chatTurn)(conv, n);
+                await (server.floor ? floorTurn
+                       : server.events ? eventsTurn : chatTurn)(conv, n);
             }
         }
     };
@@ -438,15 +525,22 @@ function perfStart(pid, dir) {
                  { stdio: 'ignore' });
 }
 
-function perfTop(dir) {
+function perfReport(dir, sort, limit, lines) {
     const out = execFileSync('perf', [
-        'report', '--stdio',
-        '--percent-limit', '1.5', '-i', path.join(dir, 'perf.data'),
-        '--sort', 'dso,symbol'], { stdio: ['ignore', 'pipe', 'ignore'] });
+        'report', '--stdio', '--percent-limit', String(limit),
+        '-i', path.join(dir, 'perf.data'), '--sort', sort],
+        { stdio: ['ignore', 'pipe', 'ignore'] });
 
     return out.toString().split('\n')
-        .filter((l) => l && !l.startsWith('#')).slice(0, 25)
-        .map((l) => l.replace(/[\s-]+$/, '')).join('\n');
+        .filter((l) => l && !l.startsWith('#')).slice(0, lines)
+        .map((l) => l.replace(/[\s-]+$/, ''));
+}
+
+/* the worker's time by object, then its top functions */
+
+function perfTop(dir) {
+    return perfReport(dir, 'dso', 1, 8).concat([''],
+        perfReport(dir, 'dso,symbol', 1.5, 20)).join('\n');
 }
 
 async function measure(server, pacing) {
@@ -611,8 +705,11 @@ async function main() {
 
     process.stdout.write('\n' + md);
 
-    /* perf's interrupts are charged to the worker: not the figures */
-    if (!profile) {
+    /*
+     * only a whole run goes into the README; perf's interrupts are
+     * charged to the worker: a profiled run's figures are not the table
+     */
+    if (!profile && !only && !process.env.PEERS_PACINGS) {
         readme(md);
     }
     agent.destroy();
