@@ -611,6 +611,22 @@ function nginxVersion() {
     return r.trim().replace(/^nginx version: nginx\//, '');
 }
 
+function wrap(text, width) {
+    const lines = [];
+    let line = '';
+
+    for (const w of text.split(' ')) {
+        if (line && line.length + 1 + w.length > width) {
+            lines.push(line);
+            line = w;
+        } else {
+            line = line ? `${line} ${w}` : w;
+        }
+    }
+
+    return lines.concat([line]).join('\n');
+}
+
 /* the table into bench/README.md, between its two markers */
 
 function readme(md) {
@@ -684,7 +700,7 @@ async function main() {
     }
 
     const m = after;
-    md += `\n${conversations} conversations of ${TURNS} turns (${
+    const note = `${conversations} conversations of ${TURNS} turns (${
         conversations * TURNS} turns) per server and pacing, ${concurrency}`
         + ` at a time, after ${warmup} conversations of warm-up.`
         + ` Machine: ${m.cpu}, ${m.memory}, ${m.os}; nginx ${m.nginx};`
@@ -696,7 +712,9 @@ async function main() {
         + ` @langchain/openai ${pkgVersion('@langchain/openai')},`
         + ` @langchain/langgraph-checkpoint-sqlite`
         + ` ${pkgVersion('@langchain/langgraph-checkpoint-sqlite')}.`
-        + ` Load average before ${before.load}, after ${after.load}.\n`;
+        + ` Load average before ${before.load}, after ${after.load}.`;
+
+    md += '\n' + wrap(note, 72) + '\n';
 
     for (const t of tops) {
         md += `\nProfile of the worker, ${t.name}, ${t.pacing}`
