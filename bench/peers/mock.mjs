@@ -10,7 +10,7 @@
 //   node mock.mjs PORT trickle|burst
 //
 // trickle: each SSE frame written on its own, 1 ms apart; burst: the
-// whole reply in one write.
+// whole reply in one write.  GET /served: the requests answered so far.
 
 import http from 'node:http';
 import { randomBytes } from 'node:crypto';

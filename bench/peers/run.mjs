@@ -484,6 +484,20 @@ async function load(server, prefix, count) {
     await Promise.all(Array.from({ length: concurrency }, worker));
 }
 
+/* the requests the mock has answered */
+
+function served() {
+    return new Promise((resolve, reject) => {
+        http.get({ host: '127.0.0.1', port: MOCK_PORT, path: '/served',
+                   agent: false }, (res) => {
+            const parts = [];
+            res.on('data', (d) => parts.push(d));
+            res.on('end', () => resolve(
+                JSON.parse(Buffer.concat(parts).toString()).served));
+        }).on('error', reject);
+    });
+}
+
 async function ready() {
     for (let i = 0; i < 200; i++) {
         const ok = await new Promise((resolve) => {
@@ -560,8 +574,15 @@ async function measure(server, pacing) {
 
         const c0 = cpu(pids);
         const t0 = Date.now();
+        const s0 = await served();
 
         await load(server, `run-${pacing}`, conversations);
+
+        /* two model calls a turn, no more (no retries, no extra calls) */
+        const calls = await served() - s0;
+
+        check(calls === 2 * TURNS * conversations,
+              `${server.name}: ${calls} model calls`, '');
 
         /* what the server does after the last turn (a store's flush) */
         await sleep(500);
