@@ -59,6 +59,29 @@ ngx_http_agent_store_t  ngx_http_agent_store_sqlite = {
 static sqlite3  *ngx_http_agent_sqlite_db;
 
 
+/*
+ * Its statements, prepared with it: preparing the insert of an event
+ * compiles the trigger too, which cost more than a small batch's writes
+ */
+
+#define NGX_HTTP_AGENT_SQLITE_EVENT  0
+#define NGX_HTTP_AGENT_SQLITE_CONV   1
+
+static sqlite3_stmt  *ngx_http_agent_sqlite_stmts[2];
+
+static char  *ngx_http_agent_sqlite_stmts_sql[] = {
+
+    "INSERT OR IGNORE INTO events (conversation, seq, type, data)"
+    " VALUES (?, ?, ?, ?)",
+
+    "INSERT INTO conversations (id, agent, owner, last_seq, updated)"
+    " VALUES (?, ?, ?, ?, strftime('%s','now'))"
+    " ON CONFLICT (id) DO UPDATE SET"
+    " last_seq = max(last_seq, excluded.last_seq),"
+    " updated = excluded.updated"
+};
+
+
 #define NGX_HTTP_AGENT_SQLITE_TABLES                                         \
     "CREATE TABLE conversations ("                                           \
     "  id TEXT PRIMARY KEY, agent TEXT NOT NULL,"                            \
@@ -401,41 +424,27 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_event_t *ev,
     ngx_uint_t n, ngx_log_t *log)
 {
     int            rc;
+    sqlite3       *db;
     ngx_uint_t     i;
     sqlite3_stmt  *event, *conv;
 
-    if (ngx_http_agent_sqlite_db == NULL) {
-        ngx_http_agent_sqlite_db = ngx_http_agent_sqlite_connect(path, log,
-                                                                 NGX_LOG_ERR);
-        if (ngx_http_agent_sqlite_db == NULL) {
+    db = ngx_http_agent_sqlite_db;
+
+    if (db == NULL) {
+        db = ngx_http_agent_sqlite_open_prepared(path, log,
+                                        ngx_http_agent_sqlite_stmts_sql,
+                                        ngx_http_agent_sqlite_stmts, 2);
+        if (db == NULL) {
             return NGX_ERROR;
         }
+
+        ngx_http_agent_sqlite_db = db;
     }
 
-    event = NULL;
-    conv = NULL;
+    event = ngx_http_agent_sqlite_stmts[NGX_HTTP_AGENT_SQLITE_EVENT];
+    conv = ngx_http_agent_sqlite_stmts[NGX_HTTP_AGENT_SQLITE_CONV];
 
-    rc = sqlite3_exec(ngx_http_agent_sqlite_db, "BEGIN IMMEDIATE", NULL, NULL,
-                      NULL);
-    if (rc != SQLITE_OK) {
-        goto failed;
-    }
-
-    rc = sqlite3_prepare_v2(ngx_http_agent_sqlite_db,
-                            "INSERT OR IGNORE INTO events"
-                            " (conversation, seq, type, data)"
-                            " VALUES (?, ?, ?, ?)", -1, &event, NULL);
-    if (rc != SQLITE_OK) {
-        goto failed;
-    }
-
-    rc = sqlite3_prepare_v2(ngx_http_agent_sqlite_db,
-                            "INSERT INTO conversations"
-                            " (id, agent, owner, last_seq, updated)"
-                            " VALUES (?, ?, ?, ?, strftime('%s','now'))"
-                            " ON CONFLICT (id) DO UPDATE SET"
-                            " last_seq = max(last_seq, excluded.last_seq),"
-                            " updated = excluded.updated", -1, &conv, NULL);
+    rc = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
     if (rc != SQLITE_OK) {
         goto failed;
     }
@@ -453,6 +462,7 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_event_t *ev,
 
         rc = sqlite3_step(conv);
         sqlite3_reset(conv);
+        sqlite3_clear_bindings(conv);
 
         if (rc != SQLITE_DONE) {
             goto failed;
@@ -470,19 +480,16 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_event_t *ev,
 
         rc = sqlite3_step(event);
         sqlite3_reset(event);
+        sqlite3_clear_bindings(event);
 
         if (rc != SQLITE_DONE) {
             goto failed;
         }
     }
 
-    sqlite3_finalize(event);
-    sqlite3_finalize(conv);
-
-    rc = sqlite3_exec(ngx_http_agent_sqlite_db, "COMMIT", NULL, NULL, NULL);
+    rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK) {
-        (void) sqlite3_exec(ngx_http_agent_sqlite_db, "ROLLBACK", NULL, NULL,
-                            NULL);
+        (void) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
         return NGX_ERROR;
     }
 
@@ -491,14 +498,50 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_event_t *ev,
 failed:
 
     ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\": %s", path,
-                  sqlite3_errmsg(ngx_http_agent_sqlite_db));
+                  sqlite3_errmsg(db));
 
-    sqlite3_finalize(event);
-    sqlite3_finalize(conv);
-    (void) sqlite3_exec(ngx_http_agent_sqlite_db, "ROLLBACK", NULL, NULL,
-                        NULL);
+    (void) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
 
     return NGX_ERROR;
+}
+
+
+/*
+ * A connection of a pool thread's with its statements prepared, kept for
+ * the worker's life; NULL: an error, logged
+ */
+
+sqlite3 *
+ngx_http_agent_sqlite_open_prepared(ngx_str_t *path, ngx_log_t *log,
+    char **sql, sqlite3_stmt **stmts, ngx_uint_t n)
+{
+    sqlite3     *db;
+    ngx_uint_t   i;
+
+    db = ngx_http_agent_sqlite_connect(path, log, NGX_LOG_ERR);
+    if (db == NULL) {
+        return NULL;
+    }
+
+    for (i = 0; i < n; i++) {
+        if (sqlite3_prepare_v3(db, sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+                               &stmts[i], NULL)
+            != SQLITE_OK)
+        {
+            ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\": %s",
+                          path, sqlite3_errmsg(db));
+
+            while (i--) {
+                sqlite3_finalize(stmts[i]);
+                stmts[i] = NULL;
+            }
+
+            sqlite3_close(db);
+            return NULL;
+        }
+    }
+
+    return db;
 }
 
 

@@ -52,6 +52,11 @@ static sqlite3  *ngx_http_agent_sqlite_audit_db;
 #define NGX_HTTP_AGENT_AUDIT_END    4
 
 
+/* the audit connection's statements, prepared with it */
+static sqlite3_stmt  *ngx_http_agent_sqlite_audit_stmts[
+                                                  NGX_HTTP_AGENT_AUDIT_STMTS];
+
+
 static char  *ngx_http_agent_sqlite_audit_sql[] = {
 
     "UPDATE model_calls SET status = 'lost'"
@@ -82,17 +87,19 @@ ngx_int_t
 ngx_http_agent_sqlite_audit_write(ngx_str_t *path,
     ngx_http_agent_audit_row_t *rows, ngx_uint_t n, ngx_log_t *log)
 {
-    int            rc;
-    sqlite3       *db;
-    ngx_uint_t     i;
-    sqlite3_stmt  *stmt[NGX_HTTP_AGENT_AUDIT_STMTS];
-
-    ngx_memzero(stmt, sizeof(stmt));
+    int             rc;
+    sqlite3        *db;
+    ngx_uint_t      i;
+    sqlite3_stmt  **stmt;
 
     db = ngx_http_agent_sqlite_audit_db;
+    stmt = ngx_http_agent_sqlite_audit_stmts;
 
     if (db == NULL) {
-        db = ngx_http_agent_sqlite_connect(path, log, NGX_LOG_ERR);
+        db = ngx_http_agent_sqlite_open_prepared(path, log,
+                                             ngx_http_agent_sqlite_audit_sql,
+                                             stmt,
+                                             NGX_HTTP_AGENT_AUDIT_STMTS);
         if (db == NULL) {
             return NGX_ERROR;
         }
@@ -105,22 +112,10 @@ ngx_http_agent_sqlite_audit_write(ngx_str_t *path,
         goto failed;
     }
 
-    for (i = 0; i < NGX_HTTP_AGENT_AUDIT_STMTS; i++) {
-        rc = sqlite3_prepare_v2(db, ngx_http_agent_sqlite_audit_sql[i], -1,
-                                &stmt[i], NULL);
-        if (rc != SQLITE_OK) {
-            goto failed;
-        }
-    }
-
     for (i = 0; i < n; i++) {
         if (ngx_http_agent_sqlite_audit_row(stmt, &rows[i]) != NGX_OK) {
             goto failed;
         }
-    }
-
-    for (i = 0; i < NGX_HTTP_AGENT_AUDIT_STMTS; i++) {
-        sqlite3_finalize(stmt[i]);
     }
 
     rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
@@ -135,10 +130,6 @@ failed:
 
     ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\": %s", path,
                   sqlite3_errmsg(db));
-
-    for (i = 0; i < NGX_HTTP_AGENT_AUDIT_STMTS; i++) {
-        sqlite3_finalize(stmt[i]);
-    }
 
     (void) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
 

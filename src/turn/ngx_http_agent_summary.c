@@ -53,6 +53,9 @@ typedef struct {
     /* the events read from the store, then those of the zone */
     ngx_array_t                   events;     /* ngx_str_t */
 
+    /* reads of the store: the zone may give it more meanwhile */
+    ngx_uint_t                    reads;
+
     ngx_http_agent_reply_t       *reply;
     ngx_uint_t                    status;
     unsigned                      parse_error:1;
@@ -73,6 +76,7 @@ static void ngx_http_agent_summary_read(ngx_http_agent_store_read_t *rd,
 static ngx_int_t ngx_http_agent_summary_add(ngx_http_agent_summary_t *s,
     ngx_str_t *data, uint64_t seq, ngx_uint_t type);
 static void ngx_http_agent_summary_send(ngx_http_agent_summary_t *s);
+static void ngx_http_agent_summary_fetch(ngx_http_agent_summary_t *s);
 static ngx_int_t ngx_http_agent_summary_collect(ngx_http_agent_summary_t *s);
 static ngx_int_t ngx_http_agent_summary_body(ngx_http_agent_summary_t *s,
     ngx_str_t *body);
@@ -162,19 +166,28 @@ ngx_http_agent_summary_start(ngx_http_agent_t *agent,
     /* the events that left the zone are read from the store first */
 
     if (s->upto) {
-        if (ngx_http_agent_store_read(s->pool, &s->id,
-                                      NGX_HTTP_AGENT_STORE_SUMMARY, s->upto,
-                                      ngx_http_agent_summary_read, s)
-            != NGX_OK)
-        {
-            ngx_http_agent_summary_release(s, "the store cannot be read");
-            ngx_http_agent_detached_close(s->request);
-        }
-
+        ngx_http_agent_summary_fetch(s);
         return;
     }
 
     ngx_http_agent_summary_send(s);
+}
+
+
+static void
+ngx_http_agent_summary_fetch(ngx_http_agent_summary_t *s)
+{
+    s->reads++;
+    s->events.nelts = 0;
+
+    if (ngx_http_agent_store_read(s->pool, &s->id,
+                                  NGX_HTTP_AGENT_STORE_SUMMARY, s->upto,
+                                  ngx_http_agent_summary_read, s)
+        != NGX_OK)
+    {
+        ngx_http_agent_summary_release(s, "the store cannot be read");
+        ngx_http_agent_detached_close(s->request);
+    }
 }
 
 
@@ -335,14 +348,20 @@ ngx_http_agent_summary_add(ngx_http_agent_summary_t *s, ngx_str_t *data,
 static void
 ngx_http_agent_summary_send(ngx_http_agent_summary_t *s)
 {
+    ngx_int_t                    rc;
     ngx_str_t                    body;
     ngx_http_request_t          *sr;
     ngx_http_agent_reply_t      *reply;
     ngx_http_post_subrequest_t  *ps;
 
-    if (ngx_http_agent_summary_collect(s) != NGX_OK
-        || ngx_http_agent_summary_body(s, &body) != NGX_OK)
-    {
+    rc = ngx_http_agent_summary_collect(s);
+
+    if (rc == NGX_AGAIN && s->reads < 4) {
+        ngx_http_agent_summary_fetch(s);
+        return;
+    }
+
+    if (rc != NGX_OK || ngx_http_agent_summary_body(s, &body) != NGX_OK) {
         ngx_http_agent_summary_release(s, "its request could not be built");
         ngx_http_agent_detached_close(s->request);
         return;
@@ -423,9 +442,16 @@ ngx_http_agent_summary_collect(ngx_http_agent_summary_t *s)
 
     conv = ngx_http_agent_conv_find_locked(s->zone, &s->id);
 
-    if (conv == NULL || (s->upto && conv->base != s->upto)) {
+    if (conv == NULL) {
         ngx_http_agent_zone_unlock(s->zone);
         return NGX_ERROR;
+    }
+
+    if (s->zone->store && conv->base != s->upto) {
+        /* the zone gave the store more of the log since it was read */
+        s->upto = conv->base;
+        ngx_http_agent_zone_unlock(s->zone);
+        return NGX_AGAIN;
     }
 
     for (q = ngx_http_agent_log_context_locked(conv);
