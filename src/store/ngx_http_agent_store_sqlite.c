@@ -965,8 +965,28 @@ ngx_http_agent_sqlite_text(ngx_pool_t *pool, sqlite3_stmt *stmt, int col,
 static void
 ngx_http_agent_sqlite_close(void)
 {
-    if (ngx_http_agent_sqlite_db) {
-        sqlite3_close(ngx_http_agent_sqlite_db);
-        ngx_http_agent_sqlite_db = NULL;
+    ngx_http_agent_sqlite_close_prepared(&ngx_http_agent_sqlite_db,
+                                         ngx_http_agent_sqlite_stmts, 2);
+}
+
+
+/* a connection of ngx_http_agent_sqlite_open_prepared(), closed */
+
+void
+ngx_http_agent_sqlite_close_prepared(sqlite3 **db, sqlite3_stmt **stmts,
+    ngx_uint_t n)
+{
+    ngx_uint_t  i;
+
+    if (*db == NULL) {
+        return;
     }
+
+    for (i = 0; i < n; i++) {
+        sqlite3_finalize(stmts[i]);
+        stmts[i] = NULL;
+    }
+
+    sqlite3_close(*db);
+    *db = NULL;
 }

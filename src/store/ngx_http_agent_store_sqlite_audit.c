@@ -373,8 +373,7 @@ ngx_http_agent_sqlite_audit_json(ngx_pool_t *pool, ngx_http_agent_bytes_t *b,
 void
 ngx_http_agent_sqlite_audit_close(void)
 {
-    if (ngx_http_agent_sqlite_audit_db) {
-        sqlite3_close(ngx_http_agent_sqlite_audit_db);
-        ngx_http_agent_sqlite_audit_db = NULL;
-    }
+    ngx_http_agent_sqlite_close_prepared(&ngx_http_agent_sqlite_audit_db,
+                                         ngx_http_agent_sqlite_audit_stmts,
+                                         NGX_HTTP_AGENT_AUDIT_STMTS);
 }
