@@ -310,7 +310,8 @@ $mock->stop;
 ###############################################################################
 
 # every adapter, with a store: the summary outlives a restart, and is
-# sent first
+# sent first; "cache summary" puts Anthropic's cache breakpoint on it
+# (the OpenAI adapters ignore it)
 
 
 for my $adapter (qw(anthropic_messages openai_responses)) {
@@ -322,7 +323,7 @@ for my $adapter (qw(anthropic_messages openai_responses)) {
 
     $t->write_file_expand('nginx.conf', engine_conf($mock,
         adapter => $adapter, tools => $ECHO_TOOL, server => $ECHO_LOCATION,
-        agent => $AGENT, http => "agent_store $db;"));
+        agent => "$AGENT cache summary;", http => "agent_store $db;"));
     $t->run;
 
     turn($t, 'p', 'one');
@@ -347,7 +348,8 @@ for my $adapter (qw(anthropic_messages openai_responses)) {
         is($j->{system}, 'You are terse.', "$adapter: system");
         is_deeply($j->{messages}, [
             { role => 'user', content => [
-                { type => 'text', text => $PREFIX . 'SUMMARY-1' },
+                { type => 'text', text => $PREFIX . 'SUMMARY-1',
+                  cache_control => { type => 'ephemeral' } },
                 { type => 'text', text => 'two big' }] },
             { role => 'assistant', content => [
                 { type => 'text', text => 'Reply to two big' }] },

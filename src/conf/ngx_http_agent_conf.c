@@ -95,6 +95,7 @@ static ngx_conf_post_t  ngx_http_agent_conf_positive_post =
 static ngx_conf_bitmask_t  ngx_http_agent_cache_points[] = {
     { ngx_string("system"), NGX_HTTP_AGENT_CACHE_SYSTEM },
     { ngx_string("tools"), NGX_HTTP_AGENT_CACHE_TOOLS },
+    { ngx_string("summary"), NGX_HTTP_AGENT_CACHE_SUMMARY },
     { ngx_null_string, 0 }
 };
 

@@ -22,6 +22,7 @@
 /* the prompt cache breakpoints of an agent ("cache"), a bitmask */
 #define NGX_HTTP_AGENT_CACHE_SYSTEM          0x0002
 #define NGX_HTTP_AGENT_CACHE_TOOLS           0x0004
+#define NGX_HTTP_AGENT_CACHE_SUMMARY         0x0008
 
 #define NGX_HTTP_AGENT_APPROVAL_AUTO         0
 #define NGX_HTTP_AGENT_APPROVAL_REQUIRED     1

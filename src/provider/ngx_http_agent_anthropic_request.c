@@ -33,6 +33,8 @@ static ngx_uint_t ngx_http_agent_anthropic_close(
     ngx_http_agent_request_t *r);
 static ngx_uint_t ngx_http_agent_anthropic_alone(
     ngx_http_agent_request_t *r);
+static ngx_uint_t ngx_http_agent_anthropic_cached(
+    ngx_http_agent_request_t *r);
 static ngx_uint_t ngx_http_agent_anthropic_user(ngx_http_agent_request_t *r);
 static ngx_uint_t ngx_http_agent_anthropic_assistant(
     ngx_http_agent_request_t *r);
@@ -172,13 +174,26 @@ ngx_http_agent_anthropic_close(ngx_http_agent_request_t *r)
 }
 
 
-/* a user message with neither a tool result nor a message beside it */
+/*
+ * a user message with neither a tool result nor a message beside it, and
+ * no cache breakpoint (the summary's is on its block)
+ */
 
 static ngx_uint_t
 ngx_http_agent_anthropic_alone(ngx_http_agent_request_t *r)
 {
     return r->first && r->last
-           && r->ev.kind == NGX_HTTP_AGENT_REQUEST_USER;
+           && r->ev.kind == NGX_HTTP_AGENT_REQUEST_USER
+           && !ngx_http_agent_anthropic_cached(r);
+}
+
+
+/* the summary, with "cache summary": a breakpoint after it */
+
+static ngx_uint_t
+ngx_http_agent_anthropic_cached(ngx_http_agent_request_t *r)
+{
+    return r->ev.summary && (r->agent->cache & NGX_HTTP_AGENT_CACHE_SUMMARY);
 }
 
 
@@ -201,6 +216,11 @@ ngx_http_agent_anthropic_user(ngx_http_agent_request_t *r)
     failed |= ngx_http_agent_json_key(r->g, "text");
     failed |= ngx_http_agent_json_key(r->g, "text");
     failed |= ngx_http_agent_provider_value(r->g, content);
+
+    if (ngx_http_agent_anthropic_cached(r)) {
+        failed |= ngx_http_agent_anthropic_cache_control(r->g);
+    }
+
     failed |= yajl_gen_map_close(r->g);
 
     return failed;

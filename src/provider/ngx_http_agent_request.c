@@ -182,6 +182,7 @@ ngx_http_agent_request_read(ngx_http_agent_request_t *r,
 
         ev->event = r->summary;
         ev->kind = NGX_HTTP_AGENT_REQUEST_USER;
+        ev->summary = 1;
         r->summary = NULL;
 
         return NGX_OK;

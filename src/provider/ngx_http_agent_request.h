@@ -40,6 +40,9 @@ typedef struct {
     yajl_val                          raw;
 
     unsigned                          partial:1;
+
+    /* the newest summary, sent as the first user message */
+    unsigned                          summary:1;
 } ngx_http_agent_request_event_t;
 
 
