@@ -191,9 +191,10 @@ ngx_http_agent_json_start_array(void *ctx)
 /*
  * The one door for JSON from outside: provider events, tool results,
  * client bodies and resolutions, and the log read back.  yajl's tree
- * parser reads up to a NUL, so it is given a NUL-terminated copy: the
- * text is read up to len, never past it.  Before yajl builds a tree (which it frees
- * recursively) the nesting is checked against NGX_HTTP_AGENT_JSON_DEPTH,
+ * parser reads up to a NUL, so it is given a NUL-terminated copy (on
+ * the stack for a stream event's size, the common case): the text is
+ * read up to len, never past it.  Before yajl builds a tree (which it
+ * frees recursively) the nesting is checked against NGX_HTTP_AGENT_JSON_DEPTH,
  * (NGX_HTTP_AGENT_JSON_LOG_DEPTH for the log, whose events wrap what
  * came from outside), and a NUL, raw or escaped, is refused: the tree's
  * strings are NUL-terminated and would end there.  NULL: err says why,
@@ -206,6 +207,7 @@ ngx_http_agent_json_parse(u_char *json, size_t len, ngx_uint_t depth,
     char *err, size_t size)
 {
     char      *reason, *lf, *copy, msg[NGX_HTTP_AGENT_JSON_ERR];
+    char       small[NGX_HTTP_AGENT_JSON_SMALL];
     u_char    *p;
     yajl_val   v;
 
@@ -214,7 +216,7 @@ ngx_http_agent_json_parse(u_char *json, size_t len, ngx_uint_t depth,
         return NULL;
     }
 
-    copy = ngx_alloc(len + 1, ngx_cycle->log);
+    copy = (len < sizeof(small)) ? small : ngx_alloc(len + 1, ngx_cycle->log);
     if (copy == NULL) {
         ngx_cpystrn((u_char *) err, (u_char *) "could not be copied", size);
         return NULL;
@@ -227,7 +229,9 @@ ngx_http_agent_json_parse(u_char *json, size_t len, ngx_uint_t depth,
 
     v = yajl_tree_parse(copy, msg, sizeof(msg));
 
-    ngx_free(copy);
+    if (copy != small) {
+        ngx_free(copy);
+    }
 
     if (v == NULL) {
         /* yajl's message goes on with an excerpt on lines of its own */

@@ -32,6 +32,9 @@
 #define ngx_http_agent_json_key(g, s)                                        \
     yajl_gen_string(g, (const unsigned char *) s, sizeof(s) - 1)
 
+/* JSON shorter than this is parsed from a copy on the stack */
+#define NGX_HTTP_AGENT_JSON_SMALL  4096
+
 /* JSON's whitespace */
 #define ngx_http_agent_json_space(c)                                         \
     ((c) == ' ' || (c) == '\t' || (c) == CR || (c) == LF)

@@ -139,8 +139,8 @@ failed:
 
 /*
  * A start marks what still runs of the conversation's earlier calls
- * lost, moves the later ones up and inserts; an end updates.  Each statement is keyed by ?1, ?2, ?3: conversation,
- * start and worker.
+ * lost, moves the later ones up and inserts; an end updates.  Each
+ * statement is keyed by ?1, ?2, ?3: conversation, start and worker.
  */
 
 static ngx_int_t
