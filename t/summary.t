@@ -23,6 +23,7 @@ use Time::HiRes qw(sleep time);
 use Test::Agent;
 use Test::Agent::HTTP;
 use Test::Agent::Engine;
+use Test::Agent::Store;
 use Test::Agent::MockProvider;
 
 my $PROMPT = 'Sum it up.';
@@ -331,6 +332,11 @@ for my $adapter (qw(anthropic_messages openai_responses)) {
 
     $s = wait_summaries($t, 'p', 1);
     is(scalar @$s, 1, "$adapter: a summary");
+
+    # written behind, as every event: the restart comes once it is
+    is(Test::Agent::Store->new($db)->wait_sql("SELECT count(*) FROM events"
+           . " WHERE conversation = 'p' AND type = 'summary'", qr/^1$/),
+       1, "$adapter: the summary written");
 
     $t->stop;
     is($t->{unclean}, undef, "$adapter: stopped");
