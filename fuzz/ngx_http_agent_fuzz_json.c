@@ -29,7 +29,8 @@
  *     ngx_http_agent_provider_value(), _text()   a tree written back
  *     ngx_http_agent_provider_result(), _mark(), _partial(), _get()
  *
- * Checks: a tree that parsed is written back without failing, and what
+ * Checks: a tree that parsed is the tree yajl's own yajl_tree_parse()
+ * builds from the text; it is written back without failing, and what
  * is written parses again to the very same text; an error message is a
  * NUL-terminated string; the bytes utf8_fix() returns are UTF-8 for
  * ngx_http_agent_json_utf8() and for yajl's generator alike, and text that
@@ -39,6 +40,7 @@
 
 static void ngx_http_agent_fuzz_json_tree(ngx_pool_t *pool, u_char *p,
     size_t len, ngx_uint_t depth);
+static ngx_uint_t ngx_http_agent_fuzz_json_same(yajl_val a, yajl_val b);
 static void ngx_http_agent_fuzz_json_event(ngx_pool_t *pool, u_char *p,
     size_t len);
 static void ngx_http_agent_fuzz_json_utf8(ngx_pool_t *pool, u_char *p,
@@ -90,7 +92,7 @@ ngx_http_agent_fuzz_json_tree(ngx_pool_t *pool, u_char *p, size_t len,
     char        err[NGX_HTTP_AGENT_JSON_ERR];
     u_char     *again;
     yajl_gen    g, g2;
-    yajl_val    v, v2;
+    yajl_val    v, v2, yv;
     ngx_str_t   text, text2;
 
     ngx_memset(err, 'x', sizeof(err));
@@ -108,6 +110,17 @@ ngx_http_agent_fuzz_json_tree(ngx_pool_t *pool, u_char *p, size_t len,
         return;
     }
 
+    /* the arena's tree is yajl's tree, node for node */
+
+    again = ngx_http_agent_fuzz_copy(pool, p, len);
+    yv = yajl_tree_parse((char *) again, NULL, 0);
+
+    if (yv == NULL || !ngx_http_agent_fuzz_json_same(v, yv)) {
+        ngx_http_agent_fuzz_fail("the tree is not yajl's tree", p, len);
+    }
+
+    yajl_tree_free(yv);
+
     g = ngx_http_agent_json_gen(pool);
     if (g == NULL) {
         abort();
@@ -118,7 +131,7 @@ ngx_http_agent_fuzz_json_tree(ngx_pool_t *pool, u_char *p, size_t len,
                                  p, len);
     }
 
-    yajl_tree_free(v);
+    ngx_http_agent_json_free(v);
 
     again = ngx_http_agent_fuzz_copy(pool, text.data, text.len);
 
@@ -142,7 +155,67 @@ ngx_http_agent_fuzz_json_tree(ngx_pool_t *pool, u_char *p, size_t len,
                                  text.data, text.len);
     }
 
-    yajl_tree_free(v2);
+    ngx_http_agent_json_free(v2);
+}
+
+
+static ngx_uint_t
+ngx_http_agent_fuzz_json_same(yajl_val a, yajl_val b)
+{
+    size_t  i;
+
+    if (a->type != b->type) {
+        return 0;
+    }
+
+    switch (a->type) {
+
+    case yajl_t_string:
+        return ngx_strcmp(a->u.string, b->u.string) == 0;
+
+    case yajl_t_number:
+        return ngx_strcmp(a->u.number.r, b->u.number.r) == 0
+               && a->u.number.flags == b->u.number.flags
+               && (!(a->u.number.flags & YAJL_NUMBER_INT_VALID)
+                   || a->u.number.i == b->u.number.i)
+               && (!(a->u.number.flags & YAJL_NUMBER_DOUBLE_VALID)
+                   || ngx_memcmp(&a->u.number.d, &b->u.number.d,
+                                 sizeof(double)) == 0);
+
+    case yajl_t_object:
+        if (a->u.object.len != b->u.object.len) {
+            return 0;
+        }
+
+        for (i = 0; i < a->u.object.len; i++) {
+            if (ngx_strcmp(a->u.object.keys[i], b->u.object.keys[i]) != 0
+                || !ngx_http_agent_fuzz_json_same(a->u.object.values[i],
+                                                  b->u.object.values[i]))
+            {
+                return 0;
+            }
+        }
+
+        return 1;
+
+    case yajl_t_array:
+        if (a->u.array.len != b->u.array.len) {
+            return 0;
+        }
+
+        for (i = 0; i < a->u.array.len; i++) {
+            if (!ngx_http_agent_fuzz_json_same(a->u.array.values[i],
+                                               b->u.array.values[i]))
+            {
+                return 0;
+            }
+        }
+
+        return 1;
+
+    default:
+        return 1;
+    }
 }
 
 
@@ -192,7 +265,7 @@ ngx_http_agent_fuzz_json_event(ngx_pool_t *pool, u_char *p, size_t len)
     (void) ngx_http_agent_provider_mark(pool, v, &content);
     (void) ngx_http_agent_fuzz_hash(0, content.data, content.len);
 
-    yajl_tree_free(v);
+    ngx_http_agent_json_free(v);
 }
 
 

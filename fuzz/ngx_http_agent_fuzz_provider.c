@@ -416,5 +416,5 @@ ngx_http_agent_fuzz_provider_check(ngx_str_t *json, char *what)
                                  "back from the log", json->data, json->len);
     }
 
-    yajl_tree_free(v);
+    ngx_http_agent_json_free(v);
 }

@@ -166,7 +166,7 @@ __wrap_ngx_http_agent_emit(ngx_http_agent_zone_t *zone, ngx_str_t *id,
                                  fields->data, fields->len);
     }
 
-    yajl_tree_free(v);
+    ngx_http_agent_json_free(v);
 
     return NGX_OK;
 }

@@ -40,6 +40,7 @@ const nginx = process.env.PEERS_NGINX || '/usr/sbin/nginx';
 const module = process.env.PEERS_MODULE
     || path.join(repo, 'build/nginx/objs/ngx_http_agent_module.so');
 const profile = process.env.PEERS_PROFILE === '1';
+const deltaInterval = process.env.PEERS_DELTA_INTERVAL || '0';
 
 const MOCK_PORT = 18190;
 const SERVER_PORT = 18191;
@@ -158,6 +159,7 @@ http {
 ${httpGlobals(dir)}
     agent_zone zone=agents:256m;
     ${store ? `agent_store ${dir}/agent.db;` : ''}
+    agent_delta_interval ${deltaInterval};
 
     agent_tool get_weather {
         description "The weather in a city";

@@ -161,7 +161,7 @@ ngx_http_agent_agui_body(ngx_http_request_t *r)
     }
 
     if (in->root) {
-        yajl_tree_free(in->root);
+        ngx_http_agent_json_free(in->root);
     }
 
     if (rc == NGX_ABORT) {
@@ -490,7 +490,7 @@ ngx_http_agent_agui_answer(ngx_http_request_t *r,
 done:
 
     if (parsed) {
-        yajl_tree_free(parsed);
+        ngx_http_agent_json_free(parsed);
     }
 
     return rc;

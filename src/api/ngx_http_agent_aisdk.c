@@ -159,7 +159,7 @@ ngx_http_agent_aisdk_body(ngx_http_request_t *r)
     }
 
     if (!YAJL_IS_OBJECT(root)) {
-        yajl_tree_free(root);
+        ngx_http_agent_json_free(root);
         ngx_http_finalize_request(r,
             ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
                                       "invalid_message",
@@ -179,7 +179,7 @@ ngx_http_agent_aisdk_body(ngx_http_request_t *r)
     rc = ngx_http_agent_aisdk_id(r, &chat, &id);
 
     if (rc != NGX_OK) {
-        yajl_tree_free(root);
+        ngx_http_agent_json_free(root);
         ngx_http_finalize_request(r, rc);
         return;
     }
@@ -194,7 +194,7 @@ ngx_http_agent_aisdk_body(ngx_http_request_t *r)
 
     if (v && ngx_strcmp(v->u.string, "assistant") == 0) {
         rc = ngx_http_agent_aisdk_results(r, &id, m);
-        yajl_tree_free(root);
+        ngx_http_agent_json_free(root);
         ngx_http_finalize_request(r, rc);
         return;
     }
@@ -213,7 +213,7 @@ ngx_http_agent_aisdk_body(ngx_http_request_t *r)
         rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    yajl_tree_free(root);
+    ngx_http_agent_json_free(root);
 
     ngx_http_finalize_request(r, rc);
 }

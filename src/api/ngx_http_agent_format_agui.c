@@ -259,7 +259,7 @@ ngx_http_agent_agui_frame(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
 
     rc = ngx_http_agent_agui_event(sub, b, ev, root);
 
-    yajl_tree_free(root);
+    ngx_http_agent_json_free(root);
 
     return rc;
 }
@@ -1007,7 +1007,7 @@ ngx_http_agent_agui_partial(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
 
 done:
 
-    yajl_tree_free(root);
+    ngx_http_agent_json_free(root);
 
     return rc;
 }

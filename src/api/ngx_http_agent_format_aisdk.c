@@ -162,7 +162,7 @@ ngx_http_agent_aisdk_frame(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
 
     rc = ngx_http_agent_aisdk_event(sub, b, ev->type, root);
 
-    yajl_tree_free(root);
+    ngx_http_agent_json_free(root);
 
     return rc;
 }
@@ -749,7 +749,7 @@ ngx_http_agent_aisdk_partial(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
 
 done:
 
-    yajl_tree_free(root);
+    ngx_http_agent_json_free(root);
 
     return rc;
 }

@@ -159,7 +159,7 @@ ngx_http_agent_aisdk_input(ngx_http_agent_aisdk_t *a, ngx_buf_t *b,
 
     if (input) {
         ngx_http_agent_aisdk_value(a, input);
-        yajl_tree_free(input);
+        ngx_http_agent_json_free(input);
 
     } else {
         a->failed |= ngx_http_agent_json_str(a->g, args);

@@ -417,7 +417,7 @@ ngx_http_agent_inspect_call(ngx_http_request_t *r,
                         ngx_http_agent_provider_get(v, "tool_call_id"), &id)
         != NGX_OK)
     {
-        yajl_tree_free(v);
+        ngx_http_agent_json_free(v);
         return NGX_OK;
     }
 
@@ -430,7 +430,7 @@ ngx_http_agent_inspect_call(ngx_http_request_t *r,
 
     call = ngx_array_push(calls);
     if (call == NULL) {
-        yajl_tree_free(v);
+        ngx_http_agent_json_free(v);
         return NGX_ERROR;
     }
 
@@ -440,7 +440,7 @@ ngx_http_agent_inspect_call(ngx_http_request_t *r,
     call->name.len = name.len;
     call->name.data = name.len ? ngx_pstrdup(r->pool, &name) : NULL;
 
-    yajl_tree_free(v);
+    ngx_http_agent_json_free(v);
 
     if (call->id.data == NULL || (name.len && call->name.data == NULL)) {
         return NGX_ERROR;

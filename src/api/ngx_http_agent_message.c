@@ -201,7 +201,7 @@ ngx_http_agent_message_parse(ngx_http_request_t *r, ngx_str_t *body,
         rc = ngx_http_agent_message_output(r, v, msg, err);
 
         if (rc != NGX_OK) {
-            yajl_tree_free(root);
+            ngx_http_agent_json_free(root);
             return rc;
         }
     }
@@ -213,7 +213,7 @@ ngx_http_agent_message_parse(ngx_http_request_t *r, ngx_str_t *body,
     msg->source_id.data = msg->source_id.len
         ? ngx_pstrdup(r->pool, &msg->source_id) : NULL;
 
-    yajl_tree_free(root);
+    ngx_http_agent_json_free(root);
 
     if (msg->source_id.len && msg->source_id.data == NULL) {
         return NGX_ERROR;
@@ -224,7 +224,7 @@ ngx_http_agent_message_parse(ngx_http_request_t *r, ngx_str_t *body,
 declined:
 
     if (root) {
-        yajl_tree_free(root);
+        ngx_http_agent_json_free(root);
     }
 
     return NGX_DECLINED;

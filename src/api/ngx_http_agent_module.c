@@ -169,6 +169,13 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       offsetof(ngx_http_agent_main_conf_t, heartbeat),
       NULL },
 
+    { ngx_string("agent_delta_interval"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_agent_main_conf_t, delta_interval),
+      NULL },
+
     { ngx_string("agent_client_grace"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_msec_slot,
@@ -389,6 +396,7 @@ ngx_http_agent_create_main_conf(ngx_conf_t *cf)
     }
 
     amcf->heartbeat = NGX_CONF_UNSET_MSEC;
+    amcf->delta_interval = NGX_CONF_UNSET_MSEC;
     amcf->client_grace = NGX_CONF_UNSET_MSEC;
     amcf->evict_idle = NGX_CONF_UNSET_MSEC;
     amcf->evict_awaiting = NGX_CONF_UNSET_MSEC;
@@ -405,6 +413,7 @@ ngx_http_agent_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_http_agent_main_conf_t  *amcf = conf;
 
     ngx_conf_init_msec_value(amcf->heartbeat, 15000);
+    ngx_conf_init_msec_value(amcf->delta_interval, 0);
 
     if (amcf->store && amcf->zone == NULL) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,

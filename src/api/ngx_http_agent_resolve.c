@@ -252,7 +252,7 @@ done:
 failed:
 
     if (root) {
-        yajl_tree_free(root);
+        ngx_http_agent_json_free(root);
     }
 
     return rc;
@@ -727,12 +727,12 @@ ngx_http_agent_resolve_args_locked(ngx_http_request_t *r,
         {
             args->data = ngx_pstrdup(r->pool, &s);
             args->len = s.len;
-            yajl_tree_free(v);
+            ngx_http_agent_json_free(v);
 
             return args->data ? NGX_OK : NGX_ERROR;
         }
 
-        yajl_tree_free(v);
+        ngx_http_agent_json_free(v);
     }
 
     ngx_str_set(args, "{}");

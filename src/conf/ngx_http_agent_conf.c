@@ -568,7 +568,7 @@ ngx_http_agent_options(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 static void
 ngx_http_agent_options_cleanup(void *data)
 {
-    yajl_tree_free(data);
+    ngx_http_agent_json_free(data);
 }
 
 

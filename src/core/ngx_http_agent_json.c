@@ -190,62 +190,607 @@ ngx_http_agent_json_start_array(void *ctx)
 
 /*
  * The one door for JSON from outside: provider events, tool results,
- * client bodies and resolutions, and the log read back.  yajl's tree
- * parser reads up to a NUL, so it is given a NUL-terminated copy (on
- * the stack for a stream event's size, the common case): the text is
- * read up to len, never past it.  Before yajl builds a tree (which it
- * frees recursively) the nesting is checked against NGX_HTTP_AGENT_JSON_DEPTH,
- * (NGX_HTTP_AGENT_JSON_LOG_DEPTH for the log, whose events wrap what
- * came from outside), and a NUL, raw or escaped, is refused: the tree's
+ * client bodies and resolutions, and the log read back.  yajl's parser
+ * builds the tree through callbacks, in an arena: the nodes, their
+ * strings and yajl's own buffers are carved out of blocks that go
+ * together in ngx_http_agent_json_free(), and the worker keeps one block
+ * for the next text, so a stream event costs no allocation.  The text is
+ * read up to len, never past it.  The nesting is checked against depth
+ * (NGX_HTTP_AGENT_JSON_DEPTH, or NGX_HTTP_AGENT_JSON_LOG_DEPTH for the
+ * log, whose events wrap what came from outside), since the tree's
+ * readers recurse, and a NUL, raw or escaped, is refused: the tree's
  * strings are NUL-terminated and would end there.  NULL: err says why,
  * on one line, as a predicate ("is nested deeper than 64 levels");
  * size > 1.
  */
 
+#define NGX_HTTP_AGENT_JSON_BLOCK  16384
+#define NGX_HTTP_AGENT_JSON_MAGIC  0x6a736f6e74726565
+
+
+typedef struct ngx_http_agent_json_block_s  ngx_http_agent_json_block_t;
+
+struct ngx_http_agent_json_block_s {
+    ngx_http_agent_json_block_t  *next;
+    size_t                        size;
+    uint64_t                      magic;
+    /* the first block's first node is the root */
+    struct yajl_val_s             root[1];
+};
+
+
+typedef struct {
+    yajl_val                      node;
+    size_t                        slots;
+    const char                   *key;
+} ngx_http_agent_json_frame_t;
+
+
+typedef struct {
+    ngx_http_agent_json_block_t  *first;
+    ngx_http_agent_json_block_t  *last;
+    u_char                       *pos;
+    u_char                       *end;
+    yajl_val                      root;
+    ngx_uint_t                    depth;
+    ngx_uint_t                    max;
+    char                         *reason;
+    ngx_http_agent_json_frame_t   stack[NGX_HTTP_AGENT_JSON_LOG_DEPTH + 1];
+} ngx_http_agent_json_tree_t;
+
+
+static void *ngx_http_agent_json_alloc(ngx_http_agent_json_tree_t *t,
+    size_t size);
+static void *ngx_http_agent_json_yajl_malloc(void *ctx, size_t size);
+static void *ngx_http_agent_json_yajl_realloc(void *ctx, void *ptr,
+    size_t size);
+static void ngx_http_agent_json_yajl_free(void *ctx, void *ptr);
+static yajl_val ngx_http_agent_json_node(ngx_http_agent_json_tree_t *t,
+    yajl_type type);
+static int ngx_http_agent_json_add(ngx_http_agent_json_tree_t *t,
+    yajl_val v);
+static char *ngx_http_agent_json_strdup(ngx_http_agent_json_tree_t *t,
+    const unsigned char *s, size_t len);
+static int ngx_http_agent_json_t_null(void *ctx);
+static int ngx_http_agent_json_t_boolean(void *ctx, int b);
+static int ngx_http_agent_json_t_number(void *ctx, const char *s,
+    size_t len);
+static int ngx_http_agent_json_t_string(void *ctx, const unsigned char *s,
+    size_t len);
+static int ngx_http_agent_json_t_map_key(void *ctx, const unsigned char *s,
+    size_t len);
+static int ngx_http_agent_json_t_start(ngx_http_agent_json_tree_t *t,
+    yajl_type type);
+static int ngx_http_agent_json_t_start_map(void *ctx);
+static int ngx_http_agent_json_t_start_array(void *ctx);
+static int ngx_http_agent_json_t_end(void *ctx);
+static void ngx_http_agent_json_blocks_free(ngx_http_agent_json_block_t *b);
+
+
+static yajl_callbacks  ngx_http_agent_json_tree_callbacks = {
+    ngx_http_agent_json_t_null,
+    ngx_http_agent_json_t_boolean,
+    NULL,
+    NULL,
+    ngx_http_agent_json_t_number,
+    ngx_http_agent_json_t_string,
+    ngx_http_agent_json_t_start_map,
+    ngx_http_agent_json_t_map_key,
+    ngx_http_agent_json_t_end,
+    ngx_http_agent_json_t_start_array,
+    ngx_http_agent_json_t_end
+};
+
+
+/* the block kept for the next text, one per thread that parses */
+static __thread ngx_http_agent_json_block_t  *ngx_http_agent_json_spare;
+
+
 yajl_val
 ngx_http_agent_json_parse(u_char *json, size_t len, ngx_uint_t depth,
     char *err, size_t size)
 {
-    char      *reason, *lf, *copy, msg[NGX_HTTP_AGENT_JSON_ERR];
-    char       small[NGX_HTTP_AGENT_JSON_SMALL];
-    u_char    *p;
-    yajl_val   v;
+    u_char                       *p, *msg;
+    yajl_status                   status;
+    yajl_handle                   h;
+    yajl_alloc_funcs              afs;
+    ngx_http_agent_json_block_t  *b;
+    ngx_http_agent_json_tree_t    t;
 
-    if (ngx_http_agent_json_scan(json, len, depth, &reason) != NGX_OK) {
-        ngx_cpystrn((u_char *) err, (u_char *) reason, size);
+    if (len && ngx_strlchr(json, json + len, '\0')) {
+        ngx_cpystrn((u_char *) err, (u_char *) "holds a NUL byte", size);
         return NULL;
     }
 
-    copy = (len < sizeof(small)) ? small : ngx_alloc(len + 1, ngx_cycle->log);
-    if (copy == NULL) {
-        ngx_cpystrn((u_char *) err, (u_char *) "could not be copied", size);
-        return NULL;
-    }
+    b = ngx_http_agent_json_spare;
 
-    ngx_memcpy(copy, json, len);
-    copy[len] = '\0';
+    if (b) {
+        ngx_http_agent_json_spare = NULL;
 
-    msg[0] = '\0';
-
-    v = yajl_tree_parse(copy, msg, sizeof(msg));
-
-    if (copy != small) {
-        ngx_free(copy);
-    }
-
-    if (v == NULL) {
-        /* yajl's message goes on with an excerpt on lines of its own */
-        lf = ngx_strchr(msg, LF);
-        if (lf) {
-            *lf = '\0';
+    } else {
+        b = ngx_alloc(NGX_HTTP_AGENT_JSON_BLOCK, ngx_cycle->log);
+        if (b == NULL) {
+            ngx_cpystrn((u_char *) err, (u_char *) "could not be allocated",
+                        size);
+            return NULL;
         }
 
-        p = ngx_snprintf((u_char *) err, size - 1, "is not valid JSON: %s",
-                         msg);
-        *p = '\0';
+        b->size = NGX_HTTP_AGENT_JSON_BLOCK;
     }
 
+    b->next = NULL;
+    b->magic = NGX_HTTP_AGENT_JSON_MAGIC;
+
+    t.first = b;
+    t.last = b;
+    t.pos = (u_char *) &b->root[1];
+    t.end = (u_char *) b + b->size;
+    t.root = NULL;
+    t.depth = 0;
+    t.max = ngx_min(depth, NGX_HTTP_AGENT_JSON_LOG_DEPTH);
+    t.reason = NULL;
+
+    afs.malloc = ngx_http_agent_json_yajl_malloc;
+    afs.realloc = ngx_http_agent_json_yajl_realloc;
+    afs.free = ngx_http_agent_json_yajl_free;
+    afs.ctx = &t;
+
+    h = yajl_alloc(&ngx_http_agent_json_tree_callbacks, &afs, &t);
+    if (h == NULL) {
+        ngx_http_agent_json_blocks_free(t.first);
+        ngx_cpystrn((u_char *) err, (u_char *) "could not be allocated",
+                    size);
+        return NULL;
+    }
+
+    yajl_config(h, yajl_allow_comments, 1);
+
+    status = yajl_parse(h, json, len);
+
+    if (status == yajl_status_ok) {
+        status = yajl_complete_parse(h);
+    }
+
+    if (status == yajl_status_ok && t.root) {
+        /* yajl's buffers stay in the arena until the tree goes */
+        yajl_free(h);
+        return t.root;
+    }
+
+    if (t.reason) {
+        ngx_cpystrn((u_char *) err, (u_char *) t.reason, size);
+
+    } else {
+        msg = yajl_get_error(h, 0, json, len);
+
+        /* yajl's message ends with a line feed */
+        p = ngx_snprintf((u_char *) err, size - 1, "is not valid JSON: %s",
+                         msg ? (char *) msg : "could not be read");
+        *p = '\0';
+
+        p = (u_char *) ngx_strchr(err, LF);
+        if (p) {
+            *p = '\0';
+        }
+    }
+
+    yajl_free(h);
+    ngx_http_agent_json_blocks_free(t.first);
+
+    return NULL;
+}
+
+
+void
+ngx_http_agent_json_free(yajl_val v)
+{
+    ngx_http_agent_json_block_t  *b;
+
+    if (v == NULL) {
+        return;
+    }
+
+    b = (ngx_http_agent_json_block_t *)
+            ((u_char *) v - offsetof(ngx_http_agent_json_block_t, root));
+
+    /* only a tree's root is freed, and with it the whole tree */
+    if (b->magic != NGX_HTTP_AGENT_JSON_MAGIC) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                      "agent json: freeing a value that is not a root");
+        return;
+    }
+
+    b->magic = 0;
+
+    ngx_http_agent_json_blocks_free(b);
+}
+
+
+static void
+ngx_http_agent_json_blocks_free(ngx_http_agent_json_block_t *b)
+{
+    ngx_http_agent_json_block_t  *next;
+
+    for ( /* void */ ; b; b = next) {
+        next = b->next;
+
+        if (ngx_http_agent_json_spare == NULL
+            && b->size == NGX_HTTP_AGENT_JSON_BLOCK)
+        {
+            ngx_http_agent_json_spare = b;
+            continue;
+        }
+
+        ngx_free(b);
+    }
+}
+
+
+static void *
+ngx_http_agent_json_alloc(ngx_http_agent_json_tree_t *t, size_t size)
+{
+    u_char                       *p;
+    size_t                        bsize;
+    ngx_http_agent_json_block_t  *b;
+
+    size = ngx_align(size, sizeof(uint64_t));
+
+    if ((size_t) (t->end - t->pos) < size) {
+        bsize = ngx_max(t->last->size * 2,
+                        size + offsetof(ngx_http_agent_json_block_t, root));
+
+        b = ngx_alloc(bsize, ngx_cycle->log);
+        if (b == NULL) {
+            t->reason = "could not be allocated";
+            return NULL;
+        }
+
+        b->next = NULL;
+        b->size = bsize;
+        b->magic = 0;
+
+        t->last->next = b;
+        t->last = b;
+        t->pos = (u_char *) b->root;
+        t->end = (u_char *) b + bsize;
+    }
+
+    p = t->pos;
+    t->pos += size;
+
+    return p;
+}
+
+
+/* yajl's own allocations: the size goes before each, for realloc */
+
+static void *
+ngx_http_agent_json_yajl_malloc(void *ctx, size_t size)
+{
+    uint64_t  *p;
+
+    p = ngx_http_agent_json_alloc(ctx, size + sizeof(uint64_t));
+    if (p == NULL) {
+        return NULL;
+    }
+
+    *p = size;
+
+    return p + 1;
+}
+
+
+static void *
+ngx_http_agent_json_yajl_realloc(void *ctx, void *ptr, size_t size)
+{
+    void      *p;
+    uint64_t   old;
+
+    if (ptr == NULL) {
+        return ngx_http_agent_json_yajl_malloc(ctx, size);
+    }
+
+    old = ((uint64_t *) ptr)[-1];
+
+    if (size <= old) {
+        return ptr;
+    }
+
+    p = ngx_http_agent_json_yajl_malloc(ctx, size);
+    if (p == NULL) {
+        return NULL;
+    }
+
+    ngx_memcpy(p, ptr, old);
+
+    return p;
+}
+
+
+static void
+ngx_http_agent_json_yajl_free(void *ctx, void *ptr)
+{
+    /* the arena goes as a whole */
+}
+
+
+static yajl_val
+ngx_http_agent_json_node(ngx_http_agent_json_tree_t *t, yajl_type type)
+{
+    yajl_val  v;
+
+    if (t->root == NULL && t->depth == 0) {
+        /* the root has its place at the first block's head */
+        v = t->first->root;
+
+    } else {
+        v = ngx_http_agent_json_alloc(t, sizeof(struct yajl_val_s));
+        if (v == NULL) {
+            return NULL;
+        }
+    }
+
+    ngx_memzero(v, sizeof(struct yajl_val_s));
+    v->type = type;
+
     return v;
+}
+
+
+static int
+ngx_http_agent_json_add(ngx_http_agent_json_tree_t *t, yajl_val v)
+{
+    size_t                        n;
+    void                         *p;
+    yajl_val                      c;
+    ngx_http_agent_json_frame_t  *f;
+
+    if (t->depth == 0) {
+        t->root = v;
+        return 1;
+    }
+
+    f = &t->stack[t->depth - 1];
+    c = f->node;
+
+    n = (c->type == yajl_t_object) ? c->u.object.len : c->u.array.len;
+
+    if (n == f->slots) {
+        f->slots = f->slots ? f->slots * 2 : 4;
+
+        p = ngx_http_agent_json_alloc(t, f->slots * sizeof(yajl_val));
+        if (p == NULL) {
+            return 0;
+        }
+
+        if (c->type == yajl_t_array) {
+            if (n) {
+                ngx_memcpy(p, c->u.array.values, n * sizeof(yajl_val));
+            }
+
+            c->u.array.values = p;
+
+        } else {
+            if (n) {
+                ngx_memcpy(p, c->u.object.values, n * sizeof(yajl_val));
+            }
+
+            c->u.object.values = p;
+
+            p = ngx_http_agent_json_alloc(t, f->slots * sizeof(char *));
+            if (p == NULL) {
+                return 0;
+            }
+
+            if (n) {
+                ngx_memcpy(p, c->u.object.keys, n * sizeof(char *));
+            }
+
+            c->u.object.keys = p;
+        }
+    }
+
+    if (c->type == yajl_t_object) {
+        c->u.object.keys[n] = f->key;
+        c->u.object.values[n] = v;
+        c->u.object.len++;
+
+    } else {
+        c->u.array.values[n] = v;
+        c->u.array.len++;
+    }
+
+    return 1;
+}
+
+
+static char *
+ngx_http_agent_json_strdup(ngx_http_agent_json_tree_t *t,
+    const unsigned char *s, size_t len)
+{
+    u_char  *p;
+
+    if (len && ngx_strlchr((u_char *) s, (u_char *) s + len, '\0')) {
+        t->reason = "holds a NUL character (\\u0000)";
+        return NULL;
+    }
+
+    p = ngx_http_agent_json_alloc(t, len + 1);
+    if (p == NULL) {
+        return NULL;
+    }
+
+    if (len) {
+        ngx_memcpy(p, s, len);
+    }
+
+    p[len] = '\0';
+
+    return (char *) p;
+}
+
+
+static int
+ngx_http_agent_json_t_null(void *ctx)
+{
+    yajl_val  v;
+
+    v = ngx_http_agent_json_node(ctx, yajl_t_null);
+
+    return v && ngx_http_agent_json_add(ctx, v);
+}
+
+
+static int
+ngx_http_agent_json_t_boolean(void *ctx, int b)
+{
+    yajl_val  v;
+
+    v = ngx_http_agent_json_node(ctx, b ? yajl_t_true : yajl_t_false);
+
+    return v && ngx_http_agent_json_add(ctx, v);
+}
+
+
+/* as yajl's tree has it: the text, and the integer or double it reads */
+
+static int
+ngx_http_agent_json_t_number(void *ctx, const char *s, size_t len)
+{
+    ngx_http_agent_json_tree_t *t = ctx;
+
+    char       *r, *end;
+    size_t      i;
+    yajl_val    v;
+    long long   n, digit;
+
+    v = ngx_http_agent_json_node(t, yajl_t_number);
+    if (v == NULL) {
+        return 0;
+    }
+
+    r = ngx_http_agent_json_strdup(t, (const unsigned char *) s, len);
+    if (r == NULL) {
+        return 0;
+    }
+
+    v->u.number.r = r;
+
+    i = (r[0] == '-');
+    n = 0;
+
+    for ( /* void */ ; i < len; i++) {
+        if (r[i] < '0' || r[i] > '9') {
+            break;
+        }
+
+        digit = r[i] - '0';
+
+        if (n > (LLONG_MAX - digit) / 10) {
+            break;
+        }
+
+        n = n * 10 + digit;
+    }
+
+    if (i == len && len > (size_t) (r[0] == '-')) {
+        v->u.number.i = (r[0] == '-') ? -n : n;
+        v->u.number.flags |= YAJL_NUMBER_INT_VALID;
+    }
+
+    errno = 0;
+    v->u.number.d = strtod(r, &end);
+
+    if (errno == 0 && *end == '\0') {
+        v->u.number.flags |= YAJL_NUMBER_DOUBLE_VALID;
+    }
+
+    return ngx_http_agent_json_add(t, v);
+}
+
+
+static int
+ngx_http_agent_json_t_string(void *ctx, const unsigned char *s, size_t len)
+{
+    ngx_http_agent_json_tree_t *t = ctx;
+
+    yajl_val  v;
+
+    v = ngx_http_agent_json_node(t, yajl_t_string);
+    if (v == NULL) {
+        return 0;
+    }
+
+    v->u.string = ngx_http_agent_json_strdup(t, s, len);
+    if (v->u.string == NULL) {
+        return 0;
+    }
+
+    return ngx_http_agent_json_add(t, v);
+}
+
+
+static int
+ngx_http_agent_json_t_map_key(void *ctx, const unsigned char *s, size_t len)
+{
+    ngx_http_agent_json_tree_t *t = ctx;
+
+    t->stack[t->depth - 1].key = ngx_http_agent_json_strdup(t, s, len);
+
+    return t->stack[t->depth - 1].key != NULL;
+}
+
+
+static int
+ngx_http_agent_json_t_start(ngx_http_agent_json_tree_t *t, yajl_type type)
+{
+    yajl_val                      v;
+    ngx_http_agent_json_frame_t  *f;
+
+    if (t->depth == t->max) {
+        t->reason = (t->max == NGX_HTTP_AGENT_JSON_DEPTH)
+                    ? "is nested deeper than "
+                      NGX_HTTP_AGENT_JSON_DEPTH_STR " levels"
+                    : "is nested too deep";
+        return 0;
+    }
+
+    v = ngx_http_agent_json_node(t, type);
+    if (v == NULL || !ngx_http_agent_json_add(t, v)) {
+        return 0;
+    }
+
+    f = &t->stack[t->depth++];
+    f->node = v;
+    f->slots = 0;
+    f->key = NULL;
+
+    return 1;
+}
+
+
+static int
+ngx_http_agent_json_t_start_map(void *ctx)
+{
+    return ngx_http_agent_json_t_start(ctx, yajl_t_object);
+}
+
+
+static int
+ngx_http_agent_json_t_start_array(void *ctx)
+{
+    return ngx_http_agent_json_t_start(ctx, yajl_t_array);
+}
+
+
+static int
+ngx_http_agent_json_t_end(void *ctx)
+{
+    ngx_http_agent_json_tree_t *t = ctx;
+
+    t->depth--;
+
+    return 1;
 }
 
 
@@ -685,7 +1230,7 @@ ngx_http_agent_json_method(ngx_http_request_t *r, char *allow)
 
 
 /*
- * A request's JSON body, NUL-terminated for yajl_tree_parse().  It must
+ * A request's JSON body, in one piece, NUL-terminated.  It must
  * fit in client_body_buffer_size: it is kept in memory, and one that
  * nginx had to write to a file is too large (NGX_ABORT).  NGX_DECLINED:
  * there is no body.
@@ -716,7 +1261,7 @@ ngx_http_agent_json_body(ngx_http_request_t *r, ngx_str_t *body)
         return NGX_DECLINED;
     }
 
-    /* one more byte: yajl_tree_parse() takes a NUL-terminated text */
+    /* one more byte: the NUL after it */
 
     body->data = ngx_pnalloc(r->pool, len + 1);
     if (body->data == NULL) {

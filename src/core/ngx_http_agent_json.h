@@ -32,9 +32,6 @@
 #define ngx_http_agent_json_key(g, s)                                        \
     yajl_gen_string(g, (const unsigned char *) s, sizeof(s) - 1)
 
-/* JSON shorter than this is parsed from a copy on the stack */
-#define NGX_HTTP_AGENT_JSON_SMALL  4096
-
 /* JSON's whitespace */
 #define ngx_http_agent_json_space(c)                                         \
     ((c) == ' ' || (c) == '\t' || (c) == CR || (c) == LF)
@@ -45,6 +42,7 @@ ngx_int_t ngx_http_agent_json_object(ngx_pool_t *pool, ngx_str_t *json,
     ngx_str_t *err);
 yajl_val ngx_http_agent_json_parse(u_char *json, size_t len,
     ngx_uint_t depth, char *err, size_t size);
+void ngx_http_agent_json_free(yajl_val v);
 char *ngx_http_agent_json_reason(ngx_pool_t *pool, char *what, char *reason);
 ngx_int_t ngx_http_agent_json_utf8(ngx_str_t *s);
 ngx_int_t ngx_http_agent_json_utf8_fix(ngx_pool_t *pool, ngx_str_t *s);

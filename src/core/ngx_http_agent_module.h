@@ -188,6 +188,9 @@ typedef struct {
     ngx_msec_t                    heartbeat;
     ngx_msec_t                    client_grace;
 
+    /* live deltas of a turn: at most one live event per interval */
+    ngx_msec_t                    delta_interval;
+
     /* at rest this long, a conversation leaves the zone (with a store) */
     ngx_msec_t                    evict_idle;
     ngx_msec_t                    evict_awaiting;

@@ -932,7 +932,6 @@ ngx_http_agent_fsm_pair_event(ngx_pool_t *pool, ngx_http_agent_event_t *e,
     ngx_array_t *calls)
 {
     char                    err[NGX_HTTP_AGENT_JSON_ERR];
-    u_char                 *json;
     ngx_str_t               id;
     ngx_uint_t              i;
     yajl_val                root, list, v;
@@ -943,16 +942,7 @@ ngx_http_agent_fsm_pair_event(ngx_pool_t *pool, ngx_http_agent_event_t *e,
     static const char  *name_path[] = { "name", NULL };
     static const char  *result_path[] = { "tool_call_id", NULL };
 
-    /* NUL-terminated for yajl_tree_parse() */
-    json = ngx_pnalloc(pool, e->len + 1);
-    if (json == NULL) {
-        return NGX_ERROR;
-    }
-
-    ngx_memcpy(json, e->data, e->len);
-    json[e->len] = '\0';
-
-    root = ngx_http_agent_json_parse(json, e->len,
+    root = ngx_http_agent_json_parse(e->data, e->len,
                                      NGX_HTTP_AGENT_JSON_LOG_DEPTH, err,
                                      sizeof(err));
     if (root == NULL) {
@@ -977,7 +967,7 @@ ngx_http_agent_fsm_pair_event(ngx_pool_t *pool, ngx_http_agent_event_t *e,
             }
         }
 
-        yajl_tree_free(root);
+        ngx_http_agent_json_free(root);
         return NGX_OK;
     }
 
@@ -992,7 +982,7 @@ ngx_http_agent_fsm_pair_event(ngx_pool_t *pool, ngx_http_agent_event_t *e,
 
         c = ngx_array_push(calls);
         if (c == NULL) {
-            yajl_tree_free(root);
+            ngx_http_agent_json_free(root);
             return NGX_ERROR;
         }
 
@@ -1001,7 +991,7 @@ ngx_http_agent_fsm_pair_event(ngx_pool_t *pool, ngx_http_agent_event_t *e,
         if (ngx_http_agent_fsm_pair_copy(pool, &c->id, YAJL_GET_STRING(v))
             != NGX_OK)
         {
-            yajl_tree_free(root);
+            ngx_http_agent_json_free(root);
             return NGX_ERROR;
         }
 
@@ -1012,12 +1002,12 @@ ngx_http_agent_fsm_pair_event(ngx_pool_t *pool, ngx_http_agent_event_t *e,
                                      v ? YAJL_GET_STRING(v) : "")
             != NGX_OK)
         {
-            yajl_tree_free(root);
+            ngx_http_agent_json_free(root);
             return NGX_ERROR;
         }
     }
 
-    yajl_tree_free(root);
+    ngx_http_agent_json_free(root);
 
     return NGX_OK;
 }

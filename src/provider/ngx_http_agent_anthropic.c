@@ -199,7 +199,7 @@ ngx_http_agent_anthropic_cached(yajl_gen g, ngx_str_t *def)
                                   sizeof(err));
     if (!YAJL_IS_OBJECT(v)) {
         if (v) {
-            yajl_tree_free(v);
+            ngx_http_agent_json_free(v);
         }
 
         return 1;
@@ -216,7 +216,7 @@ ngx_http_agent_anthropic_cached(yajl_gen g, ngx_str_t *def)
     failed |= ngx_http_agent_anthropic_cache_control(g);
     failed |= yajl_gen_map_close(g);
 
-    yajl_tree_free(v);
+    ngx_http_agent_json_free(v);
 
     return failed;
 }
@@ -365,7 +365,7 @@ ngx_http_agent_anthropic_event(void *data, ngx_str_t *event,
         }
     }
 
-    yajl_tree_free(v);
+    ngx_http_agent_json_free(v);
 
     return rc;
 }

@@ -195,7 +195,7 @@ ngx_http_agent_anthropic_raw_block(ngx_http_agent_anthropic_ctx_t *ctx,
         failed |= ngx_http_agent_anthropic_built(ctx, g, block, n);
     }
 
-    yajl_tree_free(cb);
+    ngx_http_agent_json_free(cb);
 
     return failed | yajl_gen_map_close(g);
 }

@@ -445,7 +445,7 @@ ngx_http_agent_anthropic_input(yajl_gen g, u_char *json)
 
     if (!YAJL_IS_OBJECT(v)) {
         if (v) {
-            yajl_tree_free(v);
+            ngx_http_agent_json_free(v);
         }
 
         failed = yajl_gen_map_open(g);
@@ -454,7 +454,7 @@ ngx_http_agent_anthropic_input(yajl_gen g, u_char *json)
 
     failed = ngx_http_agent_provider_value(g, v);
 
-    yajl_tree_free(v);
+    ngx_http_agent_json_free(v);
 
     return failed;
 }

@@ -454,7 +454,7 @@ ngx_http_agent_openai_chat_event(void *data, ngx_str_t *event,
 
         rc = ngx_http_agent_openai_chat_chunk(ctx, chunk);
 
-        yajl_tree_free(chunk);
+        ngx_http_agent_json_free(chunk);
 
         return rc;
 

@@ -375,7 +375,7 @@ ngx_http_agent_openai_responses_event(void *data, ngx_str_t *event,
         }
     }
 
-    yajl_tree_free(ev);
+    ngx_http_agent_json_free(ev);
 
     return rc;
 }

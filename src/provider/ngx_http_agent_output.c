@@ -94,7 +94,7 @@ ngx_http_agent_output_find(ngx_pool_t *pool, ngx_str_t *events,
         }
     }
 
-    yajl_tree_free(ev);
+    ngx_http_agent_json_free(ev);
 
     if (scratch.data) {
         ngx_pfree(pool, scratch.data);
@@ -149,7 +149,7 @@ ngx_http_agent_output_reply(ngx_http_agent_reply_t *reply, ngx_str_t *name,
     }
 
     if (!YAJL_IS_OBJECT(v)) {
-        yajl_tree_free(v);
+        ngx_http_agent_json_free(v);
         *err = "the reply is JSON but not the object the output asks for";
         return NGX_DECLINED;
     }
@@ -160,7 +160,7 @@ ngx_http_agent_output_reply(ngx_http_agent_reply_t *reply, ngx_str_t *name,
          : ngx_http_agent_json_result(g, ngx_http_agent_provider_value(g, v),
                                       &reply->object);
 
-    yajl_tree_free(v);
+    ngx_http_agent_json_free(v);
 
     return rc;
 }

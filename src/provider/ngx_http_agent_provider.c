@@ -205,7 +205,7 @@ ngx_http_agent_provider_function(yajl_gen g, ngx_http_agent_tool_t *tool,
 
 /*
  * A NUL-terminated JSON text whose value is an object, as a yajl tree
- * the caller frees with yajl_tree_free(); NULL, logged, if it is not.
+ * the caller frees with ngx_http_agent_json_free(); NULL, logged, if it is not.
  * A NUL inside the text would end it early, so it is refused.
  */
 
@@ -245,7 +245,7 @@ ngx_http_agent_provider_tree(ngx_log_t *log, u_char *json, size_t len,
 
     if (!YAJL_IS_OBJECT(v)) {
         ngx_log_error(NGX_LOG_ERR, log, 0, "%s is not a JSON object", what);
-        yajl_tree_free(v);
+        ngx_http_agent_json_free(v);
         return NULL;
     }
 
@@ -765,14 +765,14 @@ ngx_http_agent_provider_body_error(ngx_http_agent_reply_t *reply,
     err = ngx_http_agent_provider_get(root, "error");
 
     if (err == NULL || !YAJL_IS_OBJECT(err)) {
-        yajl_tree_free(root);
+        ngx_http_agent_json_free(root);
         return NGX_DECLINED;
     }
 
     rc = ngx_http_agent_provider_error(reply, provider->errors, err,
                                        ngx_http_agent_provider_get(err,
                                                                    "type"));
-    yajl_tree_free(root);
+    ngx_http_agent_json_free(root);
 
     return rc;
 }

@@ -89,7 +89,7 @@ ngx_http_agent_request_build(ngx_http_agent_request_format_t *format,
         || ngx_http_agent_request_walk(&r, &failed) != NGX_OK)
     {
         if (r.summary) {
-            yajl_tree_free(r.summary);
+            ngx_http_agent_json_free(r.summary);
         }
 
         return NGX_ERROR;
@@ -152,7 +152,7 @@ ngx_http_agent_request_walk(ngx_http_agent_request_t *r, ngx_uint_t *failed)
     while (r->ev.event) {
 
         if (ngx_http_agent_request_read(r, &next) != NGX_OK) {
-            yajl_tree_free(r->ev.event);
+            ngx_http_agent_json_free(r->ev.event);
             return NGX_ERROR;
         }
 
@@ -163,7 +163,7 @@ ngx_http_agent_request_walk(ngx_http_agent_request_t *r, ngx_uint_t *failed)
 
         *failed |= ngx_http_agent_request_render(r);
 
-        yajl_tree_free(r->ev.event);
+        ngx_http_agent_json_free(r->ev.event);
         r->ev = next;
     }
 
@@ -202,7 +202,7 @@ ngx_http_agent_request_read(ngx_http_agent_request_t *r,
                    : ngx_http_agent_request_kind(r, ev);
 
         if (ev->partial && ngx_http_agent_request_cut(r, ev) != NGX_OK) {
-            yajl_tree_free(ev->event);
+            ngx_http_agent_json_free(ev->event);
             return NGX_ERROR;
         }
 
@@ -210,7 +210,7 @@ ngx_http_agent_request_read(ngx_http_agent_request_t *r,
             return NGX_OK;
         }
 
-        yajl_tree_free(ev->event);
+        ngx_http_agent_json_free(ev->event);
     }
 
     ngx_memzero(ev, sizeof(ngx_http_agent_request_event_t));
@@ -625,7 +625,7 @@ ngx_http_agent_request_retention(ngx_http_agent_request_t *r)
             }
         }
 
-        yajl_tree_free(ev);
+        ngx_http_agent_json_free(ev);
     }
 
     return NGX_OK;
@@ -765,7 +765,7 @@ ngx_http_agent_request_summary(ngx_http_agent_request_t *r)
     g = ngx_http_agent_json_gen(r->pool);
 
     if (content.data == NULL || g == NULL) {
-        yajl_tree_free(ev);
+        ngx_http_agent_json_free(ev);
         return NGX_ERROR;
     }
 
@@ -773,7 +773,7 @@ ngx_http_agent_request_summary(ngx_http_agent_request_t *r)
                    sizeof(NGX_HTTP_AGENT_SUMMARY_PREFIX) - 1);
     ngx_memcpy(p, text.data, text.len);
 
-    yajl_tree_free(ev);
+    ngx_http_agent_json_free(ev);
 
     failed = yajl_gen_map_open(g);
     failed |= ngx_http_agent_json_key(g, "type");

@@ -156,7 +156,7 @@ ngx_http_agent_client_tools_load(ngx_http_agent_turn_t *t)
         rc = ngx_http_agent_client_tools_make(t, ct,
                       ngx_http_agent_provider_get(root, "client_tools"));
 
-        yajl_tree_free(root);
+        ngx_http_agent_json_free(root);
 
         if (rc != NGX_OK) {
             return NULL;

@@ -494,14 +494,14 @@ ngx_http_agent_hook_answer(ngx_http_agent_hook_ctx_t *ctx, char *err,
     }
 
     if (!YAJL_IS_OBJECT(v)) {
-        yajl_tree_free(v);
+        ngx_http_agent_json_free(v);
         return "answered JSON that is not an object";
     }
 
     halt = ngx_http_agent_provider_get(v, "halt");
 
     if (halt && !YAJL_IS_STRING(halt)) {
-        yajl_tree_free(v);
+        ngx_http_agent_json_free(v);
         return "answered a \"halt\" that is not a string";
     }
 
@@ -515,7 +515,7 @@ ngx_http_agent_hook_answer(ngx_http_agent_hook_ctx_t *ctx, char *err,
 
         ngx_http_agent_hook_end(t, ctx->hook, NGX_HTTP_AGENT_FSM_HALT,
                                 &reason);
-        yajl_tree_free(v);
+        ngx_http_agent_json_free(v);
         return NULL;
     }
 
@@ -526,11 +526,11 @@ ngx_http_agent_hook_answer(ngx_http_agent_hook_ctx_t *ctx, char *err,
             break;
 
         case NGX_DECLINED:
-            yajl_tree_free(v);
+            ngx_http_agent_json_free(v);
             return "answered an \"inject\" that is not a string";
 
         default:
-            yajl_tree_free(v);
+            ngx_http_agent_json_free(v);
             ngx_str_set(&reason, "the injection could not be recorded");
             ngx_http_agent_hook_end(t, ctx->hook, NGX_HTTP_AGENT_FSM_FAIL,
                                     &reason);
@@ -538,7 +538,7 @@ ngx_http_agent_hook_answer(ngx_http_agent_hook_ctx_t *ctx, char *err,
         }
     }
 
-    yajl_tree_free(v);
+    ngx_http_agent_json_free(v);
 
     ngx_http_agent_hook_go_on(t, ctx->after);
 

@@ -599,7 +599,7 @@ ngx_http_agent_mcp_call_answers(ngx_http_agent_turn_t *t)
         }
 
         if (v) {
-            yajl_tree_free(v);
+            ngx_http_agent_json_free(v);
         }
     }
 

@@ -503,12 +503,12 @@ ngx_http_agent_mcp_list_make(ngx_pool_t *pool, ngx_http_agent_t *agent,
                                             v->u.array.values[j], tools)
                 != NGX_OK)
             {
-                yajl_tree_free(v);
+                ngx_http_agent_json_free(v);
                 return NGX_ERROR;
             }
         }
 
-        yajl_tree_free(v);
+        ngx_http_agent_json_free(v);
     }
 
     all = tools->elts;

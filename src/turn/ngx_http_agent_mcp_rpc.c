@@ -42,7 +42,7 @@ static void ngx_http_agent_mcp_rpc_finish(ngx_http_agent_mcp_rpc_t *rpc,
     char *failure);
 static ngx_int_t ngx_http_agent_mcp_rpc_event(void *ctx, ngx_str_t *event,
     ngx_str_t *data);
-static void ngx_http_agent_mcp_rpc_message(ngx_http_agent_mcp_rpc_t *rpc,
+static ngx_uint_t ngx_http_agent_mcp_rpc_message(ngx_http_agent_mcp_rpc_t *rpc,
     yajl_val v);
 static void ngx_http_agent_mcp_rpc_json(ngx_http_agent_mcp_rpc_t *rpc);
 static void ngx_http_agent_mcp_rpc_cleanup(void *data);
@@ -114,8 +114,9 @@ ngx_http_agent_mcp_rpc_cleanup(void *data)
 void
 ngx_http_agent_mcp_rpc_free(ngx_http_agent_mcp_rpc_t *rpc)
 {
-    if (rpc->answer) {
-        yajl_tree_free(rpc->answer);
+    if (rpc->answer_tree) {
+        ngx_http_agent_json_free(rpc->answer_tree);
+        rpc->answer_tree = NULL;
         rpc->answer = NULL;
     }
 }
@@ -380,23 +381,30 @@ ngx_http_agent_mcp_rpc_event(void *ctx, ngx_str_t *event, ngx_str_t *data)
         return NGX_OK;
     }
 
-    ngx_http_agent_mcp_rpc_message(rpc, v);
+    if (ngx_http_agent_mcp_rpc_message(rpc, v)) {
+        rpc->answer_tree = v;
+
+    } else {
+        ngx_http_agent_json_free(v);
+    }
 
     return NGX_OK;
 }
 
 
-/* the answer to our request is kept; a notification is passed on */
+/*
+ * The answer to our request is kept (1: the caller keeps its tree); a
+ * notification is passed on.
+ */
 
-static void
+static ngx_uint_t
 ngx_http_agent_mcp_rpc_message(ngx_http_agent_mcp_rpc_t *rpc, yajl_val v)
 {
     yajl_val     id, method;
     ngx_str_t    want;
 
     if (!YAJL_IS_OBJECT(v)) {
-        yajl_tree_free(v);
-        return;
+        return 0;
     }
 
     id = ngx_http_agent_provider_get(v, "id");
@@ -411,7 +419,7 @@ ngx_http_agent_mcp_rpc_message(ngx_http_agent_mcp_rpc_t *rpc, yajl_val v)
             && ngx_strncmp(want.data, id->u.string, want.len) == 0)
         {
             rpc->answer = v;
-            return;
+            return 1;
         }
     }
 
@@ -427,7 +435,7 @@ ngx_http_agent_mcp_rpc_message(ngx_http_agent_mcp_rpc_t *rpc, yajl_val v)
                       "supported", &rpc->server->name, method->u.string);
     }
 
-    yajl_tree_free(v);
+    return 0;
 }
 
 
@@ -438,7 +446,8 @@ ngx_http_agent_mcp_rpc_json(ngx_http_agent_mcp_rpc_t *rpc)
 {
     char        err[NGX_HTTP_AGENT_JSON_ERR];
     size_t      i;
-    yajl_val    v, one;
+    yajl_val    v;
+    ngx_uint_t  kept;
 
     if (rpc->body.len == 0
         || ngx_http_agent_bytes_append(rpc->pool, &rpc->body,
@@ -458,18 +467,24 @@ ngx_http_agent_mcp_rpc_json(ngx_http_agent_mcp_rpc_t *rpc)
         return;
     }
 
+    kept = 0;
+
     if (!YAJL_IS_ARRAY(v)) {
-        ngx_http_agent_mcp_rpc_message(rpc, v);
-        return;
+        kept = ngx_http_agent_mcp_rpc_message(rpc, v);
+
+    } else {
+        for (i = 0; i < v->u.array.len; i++) {
+            kept |= ngx_http_agent_mcp_rpc_message(rpc,
+                                                   v->u.array.values[i]);
+        }
     }
 
-    for (i = 0; i < v->u.array.len; i++) {
-        one = v->u.array.values[i];
-        v->u.array.values[i] = NULL;
-        ngx_http_agent_mcp_rpc_message(rpc, one);
-    }
+    if (kept) {
+        rpc->answer_tree = v;
 
-    yajl_tree_free(v);
+    } else {
+        ngx_http_agent_json_free(v);
+    }
 }
 
 

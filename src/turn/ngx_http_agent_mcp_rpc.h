@@ -68,6 +68,7 @@ struct ngx_http_agent_mcp_rpc_s {
     ngx_http_agent_bytes_t         body;
     ngx_http_agent_sse_t          *sse;
     yajl_val                       answer;    /* the message with our id */
+    yajl_val                       answer_tree;    /* the tree it is in */
 
     char                          *failure;
 

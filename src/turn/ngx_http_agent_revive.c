@@ -398,7 +398,7 @@ ngx_http_agent_revive_calls(ngx_pool_t *pool, ngx_http_agent_store_read_t *rd,
                 ngx_http_agent_provider_get(root, "tool_call_id"), &id)
             != NGX_OK)
         {
-            yajl_tree_free(root);
+            ngx_http_agent_json_free(root);
             continue;
         }
 
@@ -414,13 +414,13 @@ ngx_http_agent_revive_calls(ngx_pool_t *pool, ngx_http_agent_store_read_t *rd,
 
         if (j == calls->nelts) {
             if (ev[i].type != NGX_HTTP_AGENT_EV_TOOL_CALL) {
-                yajl_tree_free(root);
+                ngx_http_agent_json_free(root);
                 continue;
             }
 
             call = ngx_array_push(calls);
             if (call == NULL) {
-                yajl_tree_free(root);
+                ngx_http_agent_json_free(root);
                 return NGX_ERROR;
             }
 
@@ -430,7 +430,7 @@ ngx_http_agent_revive_calls(ngx_pool_t *pool, ngx_http_agent_store_read_t *rd,
             call->id.len = id.len;
 
             if (call->id.data == NULL) {
-                yajl_tree_free(root);
+                ngx_http_agent_json_free(root);
                 return NGX_ERROR;
             }
 
@@ -443,7 +443,7 @@ ngx_http_agent_revive_calls(ngx_pool_t *pool, ngx_http_agent_store_read_t *rd,
              * a question of an MCP server to a running call: the call
              * is sent again, and the server asks again
              */
-            yajl_tree_free(root);
+            ngx_http_agent_json_free(root);
             continue;
         }
 
@@ -502,7 +502,7 @@ ngx_http_agent_revive_calls(ngx_pool_t *pool, ngx_http_agent_store_read_t *rd,
             break;
         }
 
-        yajl_tree_free(root);
+        ngx_http_agent_json_free(root);
     }
 
     return NGX_OK;

@@ -570,7 +570,7 @@ ngx_http_agent_tools_done(ngx_http_request_t *r, void *data, ngx_int_t rc)
                                                (u_char *) "", 1)
                    == NGX_OK)
         {
-            /* NUL-terminated for yajl_tree_parse(), not counted */
+            /* NUL-terminated, not counted */
             result.data = call->body.data;
             result.len = call->body.len - 1;
             (void) ngx_http_agent_tools_result(call, &result, NULL);
@@ -889,7 +889,7 @@ ngx_http_agent_tools_result(ngx_http_agent_call_t *call, ngx_str_t *result,
 
         if (v != NULL) {
             failed |= ngx_http_agent_provider_value(g, v);
-            yajl_tree_free(v);
+            ngx_http_agent_json_free(v);
 
         } else {
             /* not JSON, or JSON too deep to take apart: the text as is */

@@ -155,15 +155,6 @@ ngx_http_agent_tools_line(ngx_http_agent_call_t *call)
         return NGX_OK;
     }
 
-    /* NUL-terminated for yajl_tree_parse() */
-
-    if (ngx_http_agent_bytes_append(call->turn->pool, &call->line,
-                                    (u_char *) "", 1)
-        != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
     data = call->line.data;
     call->line.len = 0;
 
@@ -172,7 +163,7 @@ ngx_http_agent_tools_line(ngx_http_agent_call_t *call)
 
     if (!YAJL_IS_OBJECT(v)) {
         if (v) {
-            yajl_tree_free(v);
+            ngx_http_agent_json_free(v);
             ngx_cpystrn((u_char *) err, (u_char *) "is not a JSON object",
                         sizeof(err));
         }
@@ -205,7 +196,7 @@ ngx_http_agent_tools_line(ngx_http_agent_call_t *call)
         rc = ngx_http_agent_tools_progress(call, progress);
     }
 
-    yajl_tree_free(v);
+    ngx_http_agent_json_free(v);
 
     return rc;
 }

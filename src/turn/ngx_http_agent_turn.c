@@ -390,6 +390,7 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
     t->status = 0;
     t->retry_after = 0;
     t->delta_seq = 0;
+    t->delta_once = 0;
     t->parse_error = 0;
     t->sr_done = 0;
     t->timed_out = 0;
@@ -975,6 +976,10 @@ ngx_http_agent_turn_close(ngx_http_agent_turn_t *t)
 
     if (t->delta_event.posted) {
         ngx_delete_posted_event(&t->delta_event);
+    }
+
+    if (t->delta_event.timer_set) {
+        ngx_del_timer(&t->delta_event);
     }
 
     if (t->deadline.timer_set) {

@@ -93,11 +93,16 @@ struct ngx_http_agent_turn_s {
     /* the JSON of a live delta, reused for every one */
     ngx_http_agent_bytes_t        scratch;
 
-    /* deltas of one kind joined until the event loop's pass ends */
+    /*
+     * deltas of one kind joined until the event loop's pass ends, or
+     * until agent_delta_interval has passed since the last live event
+     */
     ngx_http_agent_bytes_t        delta;
     ngx_uint_t                    delta_kind;
     ngx_uint_t                    delta_index;
     ngx_event_t                   delta_event;
+    ngx_msec_t                    delta_sent;
+    unsigned                      delta_once:1;
 
     ngx_event_t                   event;
     ngx_log_t                     log;

@@ -48,7 +48,11 @@ static ngx_str_t  ngx_http_agent_status_names[] = {
  * emitted by a posted event once the upstream has been read: a provider
  * that puts many events in one read, or a burst after a pause, makes a
  * few live events, not one per token, and a subscriber that keeps up
- * (its pull is posted after them) misses none of them.
+ * (its pull is posted after them) misses none of them.  With
+ * agent_delta_interval, a delta that comes sooner than that after the
+ * last live event waits for the rest of the interval, joined with those
+ * after it: the first delta goes at once, the rest at most once an
+ * interval.
  */
 
 void
@@ -56,6 +60,9 @@ ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply, ngx_uint_t kind,
     ngx_uint_t index, ngx_str_t *s)
 {
     ngx_http_agent_turn_t *t = reply->data;
+
+    ngx_msec_t                   interval, elapsed;
+    ngx_http_agent_main_conf_t  *amcf;
 
     ngx_http_agent_turn_first_chunk(t);
 
@@ -78,13 +85,26 @@ ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply, ngx_uint_t kind,
     t->delta_kind = kind;
     t->delta_index = index;
 
-    if (!t->delta_event.posted) {
-        t->delta_event.handler = ngx_http_agent_turn_delta_handler;
-        t->delta_event.data = t;
-        t->delta_event.log = &t->log;
-
-        ngx_post_event(&t->delta_event, &ngx_posted_events);
+    if (t->delta_event.posted || t->delta_event.timer_set) {
+        return;
     }
+
+    t->delta_event.handler = ngx_http_agent_turn_delta_handler;
+    t->delta_event.data = t;
+    t->delta_event.log = &t->log;
+    t->delta_event.cancelable = 1;
+
+    amcf = ngx_http_get_module_main_conf(t->request, ngx_http_agent_module);
+
+    interval = amcf->delta_interval;
+    elapsed = ngx_current_msec - t->delta_sent;
+
+    if (interval && t->delta_once && elapsed < interval) {
+        ngx_add_timer(&t->delta_event, interval - elapsed);
+        return;
+    }
+
+    ngx_post_event(&t->delta_event, &ngx_posted_events);
 }
 
 
@@ -116,9 +136,16 @@ ngx_http_agent_turn_delta_flush(ngx_http_agent_turn_t *t)
         ngx_delete_posted_event(&t->delta_event);
     }
 
+    if (t->delta_event.timer_set) {
+        ngx_del_timer(&t->delta_event);
+    }
+
     if (t->delta.len == 0) {
         return;
     }
+
+    t->delta_sent = ngx_current_msec;
+    t->delta_once = 1;
 
     s.data = t->delta.data;
     s.len = t->delta.len;

@@ -154,7 +154,7 @@ ngx_http_agent_turn_resume(ngx_event_t *ev)
             break;
         }
 
-        /* NUL-terminated for yajl_tree_parse() */
+        /* out of the zone, to be read once it is unlocked */
         p = ngx_pnalloc(t->pool, e->len + 1);
         if (p == NULL) {
             ngx_http_agent_zone_unlock(t->zone);
@@ -447,7 +447,7 @@ done:
 
     for (i = 0; i < n; i++) {
         if (parsed[i]) {
-            yajl_tree_free(parsed[i]);
+            ngx_http_agent_json_free(parsed[i]);
         }
     }
 
