@@ -154,5 +154,25 @@ for my $i (1 .. 3) {
     is(stored($cid), zone_log($c), "$cid: as logged");
 }
 
+# a store that cannot be written: the worker gives up, says so and exits
+# (the thread's write and its own each wait out the busy timeout)
+
+my $cid = 'locked' . ++$n;
+my $c = turn_behind_lock($cid, $n);
+
+my $start = time;
+$t->stop('QUIT');
+my $took = time - $start;
+
+is($t->{unclean}, undef, "$cid: nginx exited cleanly");
+cmp_ok($took, '<', 20, "$cid: within the busy timeouts ($took s)");
+like($t->read_file('error.log'),
+     qr/agent store could not write 5 events as the worker exits/,
+     "$cid: the events not written are named in the error log");
+
+$db->unlock;
+is(stored($cid), "1|user_msg|question $cid",
+   "$cid: what was acknowledged is written, the rest was lost");
+
 $mock->stop;
 $t->done;
