@@ -285,10 +285,18 @@ ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle)
             break;
         }
 
-        f->rc = f->conf->store->write(&f->conf->path, f->events, f->nevents,
-                                      f->log);
+        ngx_time_update();
 
-        ngx_http_agent_metrics_store(f->zone, f->nevents, f->rc);
+        if (ngx_current_msec - start < NGX_HTTP_AGENT_STORE_EXIT_WAIT) {
+            f->rc = f->conf->store->write(&f->conf->path, f->events,
+                                          f->nevents, f->log);
+
+            ngx_http_agent_metrics_store(f->zone, f->nevents, f->rc);
+
+        } else {
+            /* not tried: the claims go as after a failure */
+            f->rc = NGX_DECLINED;
+        }
 
         ngx_http_agent_zone_lock(f->zone);
         ngx_http_agent_store_written_locked(f);
@@ -302,20 +310,12 @@ ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle)
         if (rc != NGX_OK) {
             ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
                           "agent store could not write %ui events as the "
-                          "worker exits", n);
+                          "worker exits%s", n,
+                          rc == NGX_DECLINED ? ", out of time" : "");
             break;
         }
 
         total += n;
-
-        ngx_time_update();
-
-        if (ngx_current_msec - start >= NGX_HTTP_AGENT_STORE_EXIT_WAIT) {
-            ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
-                          "agent store: the worker exits with events not "
-                          "written after %M ms", ngx_current_msec - start);
-            break;
-        }
     }
 
     if (total) {
