@@ -18,6 +18,7 @@ use Test::Agent::HTTP;
 use IO::Select;
 use IO::Socket::INET;
 use Test::Agent::MockProvider;
+use Test::Agent::Store;
 
 plan(skip_all => 'no sqlite3 command') unless `sqlite3 -version 2>&1` =~ /^3/;
 
@@ -107,20 +108,9 @@ $t->run;
 send_message($t, 'w0', 'first');
 wait_state($t, 'w0', 'idle');
 
-# the lock is known to be held only once sqlite3 says so: it may take
-# a while to start on a loaded machine, and wait for a flush of w0's
-# turn to finish
-my $held = $t->testdir . '/lock.out';
-open my $lock, '|-', "sqlite3 '$db' > '$held'" or die "sqlite3: $!\n";
-$lock->autoflush(1);
-print $lock ".bail on\n.timeout 10000\nBEGIN IMMEDIATE;\n"
-    . "INSERT INTO meta VALUES ('lock', 'held');\nSELECT 'held';\n";
-for (1 .. 300) {
-    last if -s $held;
-    select undef, undef, undef, 0.05;
-}
-is($t->read_file('lock.out'), "held\n",
-   'the database is locked by another process');
+# another process holds the write lock (see Test::Agent::Store)
+my $store = Test::Agent::Store->new($db);
+ok($store->lock, 'the database is locked by another process');
 
 my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
                                  PeerPort => $t->port(8080)) or die "$!\n";
@@ -137,8 +127,7 @@ is($r->{status}, 200, 'the worker answers another request meanwhile');
 cmp_ok(time - $start, '<', 2,
        'at once, not after the 5 s busy timeout: the event loop is free');
 
-print $lock "ROLLBACK;\n";
-close $lock;
+$store->unlock;
 
 ok($sel->can_read(8), 'the answer once the lock is gone');
 sysread($sock, my $answer, 4096);

@@ -19,14 +19,17 @@
 /*
  * The canonical log is written behind, in batches, on a thread of the
  * pool: each worker flushes the conversations marked dirty in the zone,
- * one batch at a time, and marks what it wrote as flushed.
+ * one batch at a time, and marks what it wrote as flushed.  A worker that
+ * exits writes what is left in itself, for at most EXIT_WAIT ms.
  */
 
-#define NGX_HTTP_AGENT_STORE_BATCH  256
+#define NGX_HTTP_AGENT_STORE_BATCH      256
+#define NGX_HTTP_AGENT_STORE_EXIT_WAIT  5000
 
 
 typedef struct {
     ngx_http_agent_store_conf_t  *conf;
+    ngx_thread_task_t            *task;
     ngx_http_agent_zone_t        *zone;
     ngx_pool_t                   *pool;
     ngx_http_agent_store_event_t *events;
@@ -38,11 +41,15 @@ typedef struct {
 
 static ngx_int_t ngx_http_agent_store_dir_check(ngx_cycle_t *cycle,
     ngx_core_conf_t *ccf, ngx_str_t *path);
+static void ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle);
 static void ngx_http_agent_store_flush(ngx_event_t *ev);
+static ngx_http_agent_flush_t *ngx_http_agent_store_claim(
+    ngx_cycle_t *cycle);
 static ngx_uint_t ngx_http_agent_store_collect_locked(
     ngx_http_agent_flush_t *f, ngx_http_agent_conv_t *conv);
 static void ngx_http_agent_store_thread(void *data, ngx_log_t *log);
 static void ngx_http_agent_store_done(ngx_event_t *ev);
+static void ngx_http_agent_store_written_locked(ngx_http_agent_flush_t *f);
 
 
 static ngx_event_t    ngx_http_agent_store_event;
@@ -231,7 +238,10 @@ ngx_http_agent_store_init_process(ngx_cycle_t *cycle)
 
 /*
  * The thread pool module exits first: its threads are gone, no write
- * uses the store's connection any more.
+ * uses the store's connection any more, and a batch that was in flight
+ * is written, but its completion never runs here.  What this worker can
+ * claim of the dirty conversations, that batch's included (written
+ * again, which changes nothing), is written now, in the worker itself.
  */
 
 void
@@ -243,9 +253,76 @@ ngx_http_agent_store_exit_process(ngx_cycle_t *cycle)
     amcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_agent_module);
     scf = amcf->store;
 
+    ngx_http_agent_store_exit_flush(cycle);
+
     ngx_http_agent_store_audit_exit(&scf->path);
     scf->store->close();
     ngx_http_agent_sqlite_audit_close();
+}
+
+
+/*
+ * Batch after batch until none is left, a write fails (the events stay
+ * dirty: a live worker writes them after a reload) or EXIT_WAIT has
+ * passed: an exit never waits for a store that does not answer.
+ */
+
+static void
+ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle)
+{
+    ngx_int_t                rc;
+    ngx_msec_t               start;
+    ngx_uint_t               n, total;
+    ngx_http_agent_flush_t  *f;
+
+    ngx_time_update();
+    start = ngx_current_msec;
+    total = 0;
+
+    for ( ;; ) {
+        f = ngx_http_agent_store_claim(cycle);
+        if (f == NULL) {
+            break;
+        }
+
+        ngx_time_update();
+
+        if (ngx_current_msec - start < NGX_HTTP_AGENT_STORE_EXIT_WAIT) {
+            f->rc = f->conf->store->write(&f->conf->path, f->events,
+                                          f->nevents, f->log);
+
+            ngx_http_agent_metrics_store(f->zone, f->nevents, f->rc);
+
+        } else {
+            /* not tried: the claims go as after a failure */
+            f->rc = NGX_DECLINED;
+        }
+
+        ngx_http_agent_zone_lock(f->zone);
+        ngx_http_agent_store_written_locked(f);
+        ngx_http_agent_zone_unlock(f->zone);
+
+        rc = f->rc;
+        n = f->nevents;
+
+        ngx_destroy_pool(f->pool);
+
+        if (rc != NGX_OK) {
+            ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
+                          "agent store could not write %ui events as the "
+                          "worker exits%s", n,
+                          rc == NGX_DECLINED ? ", out of time" : "");
+            break;
+        }
+
+        total += n;
+    }
+
+    if (total) {
+        ngx_log_error(NGX_LOG_INFO, cycle->log, 0,
+                      "agent store wrote %ui events as the worker exits",
+                      total);
+    }
 }
 
 
@@ -262,17 +339,46 @@ ngx_http_agent_store_kick(void)
 }
 
 
-/*
- * One batch: the dirty conversations' events past what was flushed, at
- * most NGX_HTTP_AGENT_STORE_BATCH, claimed for this worker under the lock
- * (a dead claimant's claim is taken over).
- */
+/* a batch on the thread pool, one at a time */
 
 static void
 ngx_http_agent_store_flush(ngx_event_t *ev)
 {
-    ngx_cycle_t *cycle = ev->data;
+    ngx_thread_task_t       *task;
+    ngx_http_agent_flush_t  *f;
 
+    if (ngx_http_agent_store_busy) {
+        return;
+    }
+
+    f = ngx_http_agent_store_claim(ev->data);
+    if (f == NULL) {
+        return;
+    }
+
+    task = f->task;
+    task->handler = ngx_http_agent_store_thread;
+    task->event.handler = ngx_http_agent_store_done;
+    task->event.data = f;
+
+    if (ngx_thread_task_post(f->conf->thread_pool, task) != NGX_OK) {
+        ngx_http_agent_store_done(&task->event);
+        return;
+    }
+
+    ngx_http_agent_store_busy = 1;
+}
+
+
+/*
+ * One batch: the dirty conversations' events past what was flushed, at
+ * most NGX_HTTP_AGENT_STORE_BATCH, claimed for this worker under the lock
+ * (a dead claimant's claim is taken over); NULL: nothing to write.
+ */
+
+static ngx_http_agent_flush_t *
+ngx_http_agent_store_claim(ngx_cycle_t *cycle)
+{
     ngx_pool_t                   *pool;
     ngx_queue_t                  *q, *next;
     ngx_thread_task_t            *task;
@@ -281,26 +387,23 @@ ngx_http_agent_store_flush(ngx_event_t *ev)
     ngx_http_agent_flush_t       *f;
     ngx_http_agent_main_conf_t   *amcf;
 
-    if (ngx_http_agent_store_busy) {
-        return;
-    }
-
     amcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_agent_module);
     z = amcf->zone;
 
     pool = ngx_create_pool(4096, cycle->log);
     if (pool == NULL) {
-        return;
+        return NULL;
     }
 
     task = ngx_thread_task_alloc(pool, sizeof(ngx_http_agent_flush_t));
     if (task == NULL) {
         ngx_destroy_pool(pool);
-        return;
+        return NULL;
     }
 
     f = task->ctx;
     f->conf = amcf->store;
+    f->task = task;
     f->zone = z;
     f->pool = pool;
     f->log = cycle->log;
@@ -309,7 +412,7 @@ ngx_http_agent_store_flush(ngx_event_t *ev)
                                  * sizeof(ngx_http_agent_store_event_t));
     if (f->events == NULL) {
         ngx_destroy_pool(pool);
-        return;
+        return NULL;
     }
 
     ngx_http_agent_zone_lock(z);
@@ -339,19 +442,10 @@ ngx_http_agent_store_flush(ngx_event_t *ev)
 
     if (f->nevents == 0) {
         ngx_destroy_pool(pool);
-        return;
+        return NULL;
     }
 
-    task->handler = ngx_http_agent_store_thread;
-    task->event.handler = ngx_http_agent_store_done;
-    task->event.data = f;
-
-    if (ngx_thread_task_post(f->conf->thread_pool, task) != NGX_OK) {
-        ngx_http_agent_store_done(&task->event);
-        return;
-    }
-
-    ngx_http_agent_store_busy = 1;
+    return f;
 }
 
 
@@ -436,10 +530,7 @@ ngx_http_agent_store_done(ngx_event_t *ev)
 {
     ngx_http_agent_flush_t *f = ev->data;
 
-    ngx_int_t               rc;
-    ngx_str_t               id;
-    ngx_uint_t              i;
-    ngx_http_agent_conv_t  *conv;
+    ngx_int_t  rc;
 
     ngx_http_agent_store_busy = 0;
     ngx_http_agent_metrics_store(f->zone, f->nevents, f->rc);
@@ -451,6 +542,35 @@ ngx_http_agent_store_done(ngx_event_t *ev)
     }
 
     ngx_http_agent_zone_lock(f->zone);
+    ngx_http_agent_store_written_locked(f);
+    ngx_http_agent_zone_unlock(f->zone);
+
+    rc = f->rc;
+
+    /* the task and f go with the pool */
+    ngx_destroy_pool(f->pool);
+
+    if (rc == NGX_OK) {
+        ngx_http_agent_store_kick();
+
+    } else if (!ngx_http_agent_store_event.timer_set) {
+        /* not in a loop: a second later */
+        ngx_add_timer(&ngx_http_agent_store_event, 1000);
+    }
+}
+
+
+/*
+ * What was written is flushed; a conversation with more stays dirty.  Its
+ * claim goes either way: after a failure it is tried again.
+ */
+
+static void
+ngx_http_agent_store_written_locked(ngx_http_agent_flush_t *f)
+{
+    ngx_str_t               id;
+    ngx_uint_t              i;
+    ngx_http_agent_conv_t  *conv;
 
     for (i = 0; i < f->nevents; i++) {
         id = f->events[i].conv;
@@ -479,21 +599,6 @@ ngx_http_agent_store_done(ngx_event_t *ev)
             ngx_queue_remove(&conv->dirty);
             conv->dirty_linked = 0;
         }
-    }
-
-    ngx_http_agent_zone_unlock(f->zone);
-
-    rc = f->rc;
-
-    /* the task and f go with the pool */
-    ngx_destroy_pool(f->pool);
-
-    if (rc == NGX_OK) {
-        ngx_http_agent_store_kick();
-
-    } else if (!ngx_http_agent_store_event.timer_set) {
-        /* not in a loop: a second later */
-        ngx_add_timer(&ngx_http_agent_store_event, 1000);
     }
 }
 

@@ -6,6 +6,7 @@ package Test::Agent::Store;
 #   my $db = Test::Agent::Store->new($t->testdir . '/agent.db');
 #   $db->sql("SELECT ...");                   # rows as "a|b\nc|d"
 #   $db->wait_sql("SELECT ...", qr/.../, 10); # until it matches, or the last
+#   $db->lock; ... $db->unlock;               # another process's write lock
 
 use strict;
 use warnings;
@@ -39,6 +40,44 @@ sub wait_sql {
     }
 
     return $got;
+}
+
+# BEGIN IMMEDIATE in a sqlite3 process of its own, held until unlock():
+# the workers' writes wait for it, up to their busy timeout.  True once
+# sqlite3 says it holds it: it may take a while to start on a loaded
+# machine, and wait for a write in progress to finish.
+
+sub lock {
+    my ($self) = @_;
+
+    my $held = "$self->{path}.held";
+    unlink $held;
+
+    open my $lock, '|-', "sqlite3 '$self->{path}' > '$held'"
+        or die "sqlite3: $!\n";
+    $lock->autoflush(1);
+    print $lock ".bail on\n.timeout 10000\nBEGIN IMMEDIATE;\n"
+        . "INSERT INTO meta VALUES ('lock', 'held');\nSELECT 'held';\n";
+    $self->{lock} = $lock;
+
+    for (1 .. 300) {
+        last if -s $held;
+        sleep 0.05;
+    }
+
+    open my $fh, '<', $held or return 0;
+    my $out = <$fh> // '';
+    close $fh;
+
+    return $out eq "held\n";
+}
+
+sub unlock {
+    my ($self) = @_;
+
+    my $lock = delete $self->{lock} or return;
+    print $lock "ROLLBACK;\n";
+    close $lock;
 }
 
 1;
