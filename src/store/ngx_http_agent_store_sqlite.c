@@ -546,28 +546,84 @@ ngx_http_agent_sqlite_open_prepared(ngx_str_t *path, ngx_log_t *log,
 
 
 /*
- * On a pool thread, with a connection of its own (reads run beside a
- * flush): the conversation's row, its events, and the source ids of its
- * last messages.
+ * Reads run on pool threads beside a flush, each with a connection of
+ * its own.  A connection and its statements are kept for the next read
+ * (opening one parses the whole schema, triggers included, which cost
+ * more than the read): up to NGX_HTTP_AGENT_SQLITE_READERS of them, taken
+ * and given back under a mutex.
+ */
+
+#define NGX_HTTP_AGENT_SQLITE_READERS  4
+
+#define NGX_HTTP_AGENT_SQLITE_R_BEGIN     0
+#define NGX_HTTP_AGENT_SQLITE_R_CONV      1
+#define NGX_HTTP_AGENT_SQLITE_R_TAIL      2
+#define NGX_HTTP_AGENT_SQLITE_R_RANGE     3
+#define NGX_HTTP_AGENT_SQLITE_R_SOURCES   4
+#define NGX_HTTP_AGENT_SQLITE_R_QUEUED    5
+#define NGX_HTTP_AGENT_SQLITE_R_COMMIT    6
+#define NGX_HTTP_AGENT_SQLITE_R_ROLLBACK  7
+#define NGX_HTTP_AGENT_SQLITE_R_N         8
+
+
+typedef struct {
+    sqlite3                      *db;
+    sqlite3_stmt                 *stmts[NGX_HTTP_AGENT_SQLITE_R_N];
+} ngx_http_agent_sqlite_reader_t;
+
+
+static char  *ngx_http_agent_sqlite_read_sql[] = {
+    "BEGIN",
+    "SELECT agent, last_seq, owner FROM conversations WHERE id = ?",
+    "SELECT seq, type, data FROM events WHERE conversation = ?1"
+    " AND seq >= coalesce((SELECT max(seq) FROM events"
+    " WHERE conversation = ?1 AND type = 'user_msg'), 1)"
+    " ORDER BY seq",
+    "SELECT seq, type, data FROM events WHERE conversation = ?1"
+    " AND seq > ?2 AND (?3 = 0 OR seq <= ?3) ORDER BY seq",
+    "SELECT seq, json_extract(data, '$.turn'),"
+    " json_extract(data, '$.source_id') FROM events"
+    " WHERE conversation = ? AND type = 'user_msg'"
+    " ORDER BY seq DESC LIMIT 16",
+    "SELECT id, data FROM queued WHERE conversation = ?"
+    " ORDER BY front DESC, CASE front WHEN 1 THEN -id ELSE id END",
+    "COMMIT",
+    "ROLLBACK"
+};
+
+
+static ngx_http_agent_sqlite_reader_t
+    ngx_http_agent_sqlite_readers[NGX_HTTP_AGENT_SQLITE_READERS];
+static ngx_uint_t       ngx_http_agent_sqlite_nreaders;
+static pthread_mutex_t  ngx_http_agent_sqlite_readers_mutex =
+    PTHREAD_MUTEX_INITIALIZER;
+
+
+static ngx_int_t ngx_http_agent_sqlite_reader_get(ngx_str_t *path,
+    ngx_log_t *log, ngx_http_agent_sqlite_reader_t *rdr);
+static void ngx_http_agent_sqlite_reader_put(
+    ngx_http_agent_sqlite_reader_t *rdr);
+static ngx_int_t ngx_http_agent_sqlite_read_events(sqlite3_stmt *stmt,
+    ngx_str_t *path, ngx_http_agent_store_read_t *rd, ngx_pool_t *pool,
+    ngx_log_t *log);
+
+
+/*
+ * The conversation's row, its events, and the source ids of its last
+ * messages, in one read transaction: the row and the events agree.
  */
 
 static ngx_int_t
 ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
     ngx_pool_t *pool, ngx_log_t *log)
 {
-    int                             rc;
-    sqlite3                        *db;
-    sqlite3_stmt                   *stmt;
-    ngx_http_agent_store_event_t   *ev;
-    ngx_http_agent_store_queued_t  *q;
-    ngx_http_agent_store_source_t  *src;
-
-    db = ngx_http_agent_sqlite_connect(path, log, NGX_LOG_ERR);
-    if (db == NULL) {
-        return NGX_ERROR;
-    }
-
-    stmt = NULL;
+    int                              rc;
+    sqlite3                         *db;
+    ngx_uint_t                       i;
+    sqlite3_stmt                    *stmt, **stmts;
+    ngx_http_agent_store_queued_t   *q;
+    ngx_http_agent_store_source_t   *src;
+    ngx_http_agent_sqlite_reader_t   rdr;
 
     rd->events = ngx_array_create(pool, 16,
                                   sizeof(ngx_http_agent_store_event_t));
@@ -576,22 +632,21 @@ ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
     rd->queued = ngx_array_create(pool, 1,
                                   sizeof(ngx_http_agent_store_queued_t));
     if (rd->events == NULL || rd->sources == NULL || rd->queued == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_agent_sqlite_reader_get(path, log, &rdr) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    db = rdr.db;
+    stmts = rdr.stmts;
+
+    if (sqlite3_step(stmts[NGX_HTTP_AGENT_SQLITE_R_BEGIN]) != SQLITE_DONE) {
         goto failed;
     }
 
-    /* one read transaction: the row and the events agree */
-
-    rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
-    if (rc != SQLITE_OK) {
-        goto failed;
-    }
-
-    rc = sqlite3_prepare_v2(db, "SELECT agent, last_seq, owner"
-                                " FROM conversations WHERE id = ?",
-                            -1, &stmt, NULL);
-    if (rc != SQLITE_OK) {
-        goto failed;
-    }
+    stmt = stmts[NGX_HTTP_AGENT_SQLITE_R_CONV];
 
     sqlite3_bind_text(stmt, 1, (char *) rd->id.data, rd->id.len,
                       SQLITE_STATIC);
@@ -612,14 +667,8 @@ ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
 
     rd->last_seq = sqlite3_column_int64(stmt, 1);
 
-    sqlite3_finalize(stmt);
-
     if (rd->after == NGX_HTTP_AGENT_STORE_TAIL) {
-        rc = sqlite3_prepare_v2(db,
-                 "SELECT seq, type, data FROM events WHERE conversation = ?1"
-                 " AND seq >= coalesce((SELECT max(seq) FROM events"
-                 " WHERE conversation = ?1 AND type = 'user_msg'), 1)"
-                 " ORDER BY seq", -1, &stmt, NULL);
+        stmt = stmts[NGX_HTTP_AGENT_SQLITE_R_TAIL];
 
     } else {
         if (rd->after == NGX_HTTP_AGENT_STORE_SUMMARY
@@ -628,18 +677,105 @@ ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
             goto failed;
         }
 
-        rc = sqlite3_prepare_v2(db,
-                 "SELECT seq, type, data FROM events WHERE conversation = ?1"
-                 " AND seq > ?2 AND (?3 = 0 OR seq <= ?3) ORDER BY seq",
-                 -1, &stmt, NULL);
+        stmt = stmts[NGX_HTTP_AGENT_SQLITE_R_RANGE];
 
         sqlite3_bind_int64(stmt, 2, rd->after);
         sqlite3_bind_int64(stmt, 3, rd->upto);
     }
 
-    if (rc != SQLITE_OK) {
+    if (ngx_http_agent_sqlite_read_events(stmt, path, rd, pool, log)
+        != NGX_OK)
+    {
         goto failed;
     }
+
+    stmt = stmts[NGX_HTTP_AGENT_SQLITE_R_SOURCES];
+
+    sqlite3_bind_text(stmt, 1, (char *) rd->id.data, rd->id.len,
+                      SQLITE_STATIC);
+
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+        if (sqlite3_column_type(stmt, 2) != SQLITE_TEXT) {
+            continue;
+        }
+
+        src = ngx_array_push(rd->sources);
+        if (src == NULL
+            || ngx_http_agent_sqlite_text(pool, stmt, 2, &src->source_id)
+               != NGX_OK)
+        {
+            goto failed;
+        }
+
+        src->seq = sqlite3_column_int64(stmt, 0);
+        src->turn = sqlite3_column_int64(stmt, 1);
+    }
+
+    if (rc != SQLITE_DONE) {
+        goto failed;
+    }
+
+    /* messages waiting for their turn, in the order they will run */
+
+    stmt = stmts[NGX_HTTP_AGENT_SQLITE_R_QUEUED];
+
+    sqlite3_bind_text(stmt, 1, (char *) rd->id.data, rd->id.len,
+                      SQLITE_STATIC);
+
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+        q = ngx_array_push(rd->queued);
+        if (q == NULL
+            || ngx_http_agent_sqlite_text(pool, stmt, 1, &q->data) != NGX_OK)
+        {
+            goto failed;
+        }
+
+        q->id = sqlite3_column_int64(stmt, 0);
+    }
+
+    if (rc != SQLITE_DONE) {
+        goto failed;
+    }
+
+done:
+
+    for (i = 0; i < NGX_HTTP_AGENT_SQLITE_R_COMMIT; i++) {
+        sqlite3_reset(stmts[i]);
+        sqlite3_clear_bindings(stmts[i]);
+    }
+
+    (void) sqlite3_step(stmts[NGX_HTTP_AGENT_SQLITE_R_COMMIT]);
+    sqlite3_reset(stmts[NGX_HTTP_AGENT_SQLITE_R_COMMIT]);
+
+    ngx_http_agent_sqlite_reader_put(&rdr);
+
+    return NGX_OK;
+
+failed:
+
+    ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\" cannot read "
+                  "\"%V\": %s", path, &rd->id, sqlite3_errmsg(db));
+
+    for (i = 0; i < NGX_HTTP_AGENT_SQLITE_R_COMMIT; i++) {
+        sqlite3_reset(stmts[i]);
+        sqlite3_clear_bindings(stmts[i]);
+    }
+
+    (void) sqlite3_step(stmts[NGX_HTTP_AGENT_SQLITE_R_ROLLBACK]);
+    sqlite3_reset(stmts[NGX_HTTP_AGENT_SQLITE_R_ROLLBACK]);
+
+    ngx_http_agent_sqlite_reader_put(&rdr);
+
+    return NGX_ERROR;
+}
+
+
+static ngx_int_t
+ngx_http_agent_sqlite_read_events(sqlite3_stmt *stmt, ngx_str_t *path,
+    ngx_http_agent_store_read_t *rd, ngx_pool_t *pool, ngx_log_t *log)
+{
+    int                            rc;
+    ngx_http_agent_store_event_t  *ev;
 
     sqlite3_bind_text(stmt, 1, (char *) rd->id.data, rd->id.len,
                       SQLITE_STATIC);
@@ -647,7 +783,7 @@ ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
     while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
         ev = ngx_array_push(rd->events);
         if (ev == NULL) {
-            goto failed;
+            return NGX_ERROR;
         }
 
         ngx_memzero(ev, sizeof(ngx_http_agent_store_event_t));
@@ -674,97 +810,65 @@ ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
             ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\": event "
                           "%uL of \"%V\" cannot be read", path, ev->seq,
                           &rd->id);
-            goto failed;
+            return NGX_ERROR;
         }
     }
 
-    if (rc != SQLITE_DONE) {
-        goto failed;
+    return (rc == SQLITE_DONE) ? NGX_OK : NGX_ERROR;
+}
+
+
+static ngx_int_t
+ngx_http_agent_sqlite_reader_get(ngx_str_t *path, ngx_log_t *log,
+    ngx_http_agent_sqlite_reader_t *rdr)
+{
+    ngx_uint_t  found;
+
+    found = 0;
+
+    (void) pthread_mutex_lock(&ngx_http_agent_sqlite_readers_mutex);
+
+    if (ngx_http_agent_sqlite_nreaders) {
+        *rdr = ngx_http_agent_sqlite_readers[--ngx_http_agent_sqlite_nreaders];
+        found = 1;
     }
 
-    sqlite3_finalize(stmt);
+    (void) pthread_mutex_unlock(&ngx_http_agent_sqlite_readers_mutex);
 
-    rc = sqlite3_prepare_v2(db,
-             "SELECT seq, json_extract(data, '$.turn'),"
-             " json_extract(data, '$.source_id') FROM events"
-             " WHERE conversation = ? AND type = 'user_msg'"
-             " ORDER BY seq DESC LIMIT 16", -1, &stmt, NULL);
-    if (rc != SQLITE_OK) {
-        goto failed;
+    if (found) {
+        return NGX_OK;
     }
 
-    sqlite3_bind_text(stmt, 1, (char *) rd->id.data, rd->id.len,
-                      SQLITE_STATIC);
+    rdr->db = ngx_http_agent_sqlite_open_prepared(path, log,
+                                         ngx_http_agent_sqlite_read_sql,
+                                         rdr->stmts,
+                                         NGX_HTTP_AGENT_SQLITE_R_N);
 
-    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-        if (sqlite3_column_type(stmt, 2) != SQLITE_TEXT) {
-            continue;
-        }
+    return (rdr->db == NULL) ? NGX_ERROR : NGX_OK;
+}
 
-        src = ngx_array_push(rd->sources);
-        if (src == NULL
-            || ngx_http_agent_sqlite_text(pool, stmt, 2, &src->source_id)
-               != NGX_OK)
-        {
-            goto failed;
-        }
 
-        src->seq = sqlite3_column_int64(stmt, 0);
-        src->turn = sqlite3_column_int64(stmt, 1);
+static void
+ngx_http_agent_sqlite_reader_put(ngx_http_agent_sqlite_reader_t *rdr)
+{
+    ngx_uint_t  kept;
+
+    kept = 0;
+
+    (void) pthread_mutex_lock(&ngx_http_agent_sqlite_readers_mutex);
+
+    if (ngx_http_agent_sqlite_nreaders < NGX_HTTP_AGENT_SQLITE_READERS) {
+        ngx_http_agent_sqlite_readers[ngx_http_agent_sqlite_nreaders++] =
+            *rdr;
+        kept = 1;
     }
 
-    if (rc != SQLITE_DONE) {
-        goto failed;
+    (void) pthread_mutex_unlock(&ngx_http_agent_sqlite_readers_mutex);
+
+    if (!kept) {
+        ngx_http_agent_sqlite_close_prepared(&rdr->db, rdr->stmts,
+                                             NGX_HTTP_AGENT_SQLITE_R_N);
     }
-
-    sqlite3_finalize(stmt);
-
-    /* messages waiting for their turn, in the order they will run */
-
-    rc = sqlite3_prepare_v2(db,
-             "SELECT id, data FROM queued WHERE conversation = ?"
-             " ORDER BY front DESC, CASE front WHEN 1 THEN -id ELSE id END",
-             -1, &stmt, NULL);
-    if (rc != SQLITE_OK) {
-        goto failed;
-    }
-
-    sqlite3_bind_text(stmt, 1, (char *) rd->id.data, rd->id.len,
-                      SQLITE_STATIC);
-
-    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-        q = ngx_array_push(rd->queued);
-        if (q == NULL
-            || ngx_http_agent_sqlite_text(pool, stmt, 1, &q->data) != NGX_OK)
-        {
-            goto failed;
-        }
-
-        q->id = sqlite3_column_int64(stmt, 0);
-    }
-
-    if (rc != SQLITE_DONE) {
-        goto failed;
-    }
-
-done:
-
-    sqlite3_finalize(stmt);
-    (void) sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-    sqlite3_close(db);
-
-    return NGX_OK;
-
-failed:
-
-    ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\" cannot read "
-                  "\"%V\": %s", path, &rd->id, sqlite3_errmsg(db));
-
-    sqlite3_finalize(stmt);
-    (void) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-    sqlite3_close(db);
-
-    return NGX_ERROR;
 }
 
 
@@ -965,8 +1069,16 @@ ngx_http_agent_sqlite_text(ngx_pool_t *pool, sqlite3_stmt *stmt, int col,
 static void
 ngx_http_agent_sqlite_close(void)
 {
+    ngx_http_agent_sqlite_reader_t  *rdr;
+
     ngx_http_agent_sqlite_close_prepared(&ngx_http_agent_sqlite_db,
                                          ngx_http_agent_sqlite_stmts, 2);
+
+    while (ngx_http_agent_sqlite_nreaders) {
+        rdr = &ngx_http_agent_sqlite_readers[--ngx_http_agent_sqlite_nreaders];
+        ngx_http_agent_sqlite_close_prepared(&rdr->db, rdr->stmts,
+                                             NGX_HTTP_AGENT_SQLITE_R_N);
+    }
 }
 
 
