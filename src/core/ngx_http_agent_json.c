@@ -695,7 +695,14 @@ ngx_http_agent_json_t_number(void *ctx, const char *s, size_t len)
 
     if (i == len && len > (size_t) (r[0] == '-')) {
         v->u.number.i = (r[0] == '-') ? -n : n;
-        v->u.number.flags |= YAJL_NUMBER_INT_VALID;
+
+        /* strtod()'s double: the exact value rounded, "-0" negative */
+        v->u.number.d = (r[0] == '-') ? -(double) n : (double) n;
+
+        v->u.number.flags = YAJL_NUMBER_INT_VALID
+                            | YAJL_NUMBER_DOUBLE_VALID;
+
+        return ngx_http_agent_json_add(t, v);
     }
 
     errno = 0;

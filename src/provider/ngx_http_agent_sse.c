@@ -71,7 +71,7 @@ ngx_http_agent_sse_create(ngx_pool_t *pool, ngx_log_t *log,
 ngx_int_t
 ngx_http_agent_sse_feed(ngx_http_agent_sse_t *sse, u_char *p, u_char *last)
 {
-    u_char  *start;
+    u_char  *start, *lf, *cr;
 
     if (sse->failed) {
         return NGX_ERROR;
@@ -94,9 +94,12 @@ ngx_http_agent_sse_feed(ngx_http_agent_sse_t *sse, u_char *p, u_char *last)
         default: /* sw_line */
             start = p;
 
-            while (p < last && *p != CR && *p != LF) {
-                p++;
-            }
+            /* the line's end: memchr() reads a word at a time */
+
+            lf = memchr(p, LF, last - p);
+            cr = memchr(p, CR, (lf ? lf : last) - p);
+
+            p = cr ? cr : (lf ? lf : last);
 
             if (p == last) {
                 if (ngx_http_agent_sse_append(sse, &sse->line, start,
