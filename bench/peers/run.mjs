@@ -41,6 +41,8 @@ const module = process.env.PEERS_MODULE
     || path.join(repo, 'build/nginx/objs/ngx_http_agent_module.so');
 const profile = process.env.PEERS_PROFILE === '1';
 const deltaInterval = process.env.PEERS_DELTA_INTERVAL || '0';
+const storeFlush = process.env.PEERS_STORE_FLUSH
+    ? ` flush=${process.env.PEERS_STORE_FLUSH}` : '';
 
 const MOCK_PORT = 18190;
 const SERVER_PORT = 18191;
@@ -158,7 +160,7 @@ function moduleConf(dir, store) {
 http {
 ${httpGlobals(dir)}
     agent_zone zone=agents:256m;
-    ${store ? `agent_store ${dir}/agent.db;` : ''}
+    ${store ? `agent_store ${dir}/agent.db${storeFlush};` : ''}
     agent_delta_interval ${deltaInterval};
 
     agent_tool get_weather {

@@ -49,6 +49,7 @@ static ngx_uint_t ngx_http_agent_store_collect_locked(
     ngx_http_agent_flush_t *f, ngx_http_agent_conv_t *conv);
 static void ngx_http_agent_store_thread(void *data, ngx_log_t *log);
 static void ngx_http_agent_store_done(ngx_event_t *ev);
+static void ngx_http_agent_store_kick_now(void);
 static void ngx_http_agent_store_written_locked(ngx_http_agent_flush_t *f);
 
 
@@ -60,7 +61,7 @@ ngx_int_t  (*ngx_http_agent_store_revive)(ngx_http_request_t *r,
     ngx_str_t *id);
 
 
-/* agent_store path [thread_pool=name]; */
+/* agent_store path [thread_pool=name] [flush=time]; */
 
 char *
 ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -69,7 +70,8 @@ ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     ngx_http_agent_main_conf_t *amcf = conf;
 
     u_char                       *p;
-    ngx_str_t                    *value, name;
+    ngx_str_t                    *value, name, s;
+    ngx_uint_t                    i, flush;
     ngx_http_agent_store_conf_t  *scf;
 
     if (amcf->store) {
@@ -102,16 +104,36 @@ ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     scf->path.data = p;
 
     ngx_str_null(&name);
+    flush = 0;
 
-    if (cf->args->nelts == 3) {
-        if (ngx_strncmp(value[2].data, "thread_pool=", 12) != 0) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "invalid parameter \"%V\"", &value[2]);
-            return NGX_CONF_ERROR;
+    for (i = 2; i < cf->args->nelts; i++) {
+
+        if (ngx_strncmp(value[i].data, "thread_pool=", 12) == 0
+            && name.data == NULL)
+        {
+            name.data = value[i].data + 12;
+            name.len = value[i].len - 12;
+            continue;
         }
 
-        name.data = value[2].data + 12;
-        name.len = value[2].len - 12;
+        if (ngx_strncmp(value[i].data, "flush=", 6) == 0 && !flush) {
+            s.data = value[i].data + 6;
+            s.len = value[i].len - 6;
+
+            scf->flush = ngx_parse_time(&s, 0);
+            if (scf->flush == (ngx_msec_t) NGX_ERROR) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid flush time \"%V\"", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            flush = 1;
+            continue;
+        }
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid parameter \"%V\"", &value[i]);
+        return NGX_CONF_ERROR;
     }
 
     scf->thread_pool = ngx_thread_pool_add(cf, name.len ? &name : NULL);
@@ -230,6 +252,9 @@ ngx_http_agent_store_init_process(ngx_cycle_t *cycle)
     ev->log = cycle->log;
     ev->data = cycle;
 
+    /* a worker that exits writes what is left itself */
+    ev->cancelable = 1;
+
     ngx_http_agent_store_busy = 0;
 
     return NGX_OK;
@@ -326,16 +351,59 @@ ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle)
 }
 
 
+/*
+ * An event was added to the zone: a batch is posted, or with flush= it
+ * waits that long for the events after it.  While a batch is written,
+ * what comes meanwhile goes in the next, which follows at once.
+ */
+
 void
 ngx_http_agent_store_kick(void)
+{
+    ngx_event_t                  *ev;
+    ngx_http_agent_main_conf_t   *amcf;
+    ngx_http_agent_store_conf_t  *scf;
+
+    ev = &ngx_http_agent_store_event;
+
+    if (ev->handler == NULL || ev->posted || ngx_http_agent_store_busy) {
+        return;
+    }
+
+    amcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_agent_module);
+    scf = amcf->store;
+
+    if (scf->flush) {
+        if (!ev->timer_set) {
+            ngx_add_timer(ev, scf->flush);
+        }
+
+        return;
+    }
+
+    ngx_post_event(ev, &ngx_posted_events);
+}
+
+
+/* an input waits for its write, or a batch was written: no waiting */
+
+static void
+ngx_http_agent_store_kick_now(void)
 {
     ngx_event_t  *ev;
 
     ev = &ngx_http_agent_store_event;
 
-    if (ev->handler && !ev->posted && !ngx_http_agent_store_busy) {
-        ngx_post_event(ev, &ngx_posted_events);
+    if (ev->handler == NULL || ev->posted || ngx_http_agent_store_busy) {
+        return;
     }
+
+    if (ev->timer_set) {
+        ngx_del_timer(ev);
+    }
+
+    ngx_post_event(ev, &ngx_posted_events);
 }
 
 
@@ -551,7 +619,7 @@ ngx_http_agent_store_done(ngx_event_t *ev)
     ngx_destroy_pool(f->pool);
 
     if (rc == NGX_OK) {
-        ngx_http_agent_store_kick();
+        ngx_http_agent_store_kick_now();
 
     } else if (!ngx_http_agent_store_event.timer_set) {
         /* not in a loop: a second later */
@@ -665,7 +733,7 @@ ngx_http_agent_store_ack(ngx_http_request_t *r, ngx_str_t *id, uint64_t seq,
 
     r->main->count++;
 
-    ngx_http_agent_store_kick();
+    ngx_http_agent_store_kick_now();
     ngx_http_agent_store_ack_poll(&ack->timer);
 
     return NGX_DONE;

@@ -109,6 +109,8 @@ typedef struct {
     ngx_http_agent_store_t       *store;
     ngx_str_t                     path;
     ngx_thread_pool_t            *thread_pool;
+    /* how long an event that no input waits for may wait for a batch */
+    ngx_msec_t                    flush;
 } ngx_http_agent_store_conf_t;
 
 

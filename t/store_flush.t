@@ -1,0 +1,82 @@
+#!/usr/bin/perl
+
+# agent_store ... flush=time: events no input waits for wait up to that
+# long before their batch is written, together; an input's event is
+# written at once, so its answer does not wait for the flush time.  A
+# flush time that is not one is refused at configuration.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use JSON::PP;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+use Test::Agent;
+use Test::Agent::Engine;
+use Test::Agent::MockProvider;
+use Test::Agent::Store;
+
+plan(skip_all => 'no sqlite3 command') unless Test::Agent::Store->available;
+
+my $t = Test::Agent->new;
+my $mock = Test::Agent::MockProvider->new;
+my $db = $t->testdir . '/agent.db';
+my $store = Test::Agent::Store->new($db);
+
+# a flush time that is not one
+
+$t->write_file_expand('nginx.conf', engine_conf($mock,
+    http => "agent_store $db flush=soon;"));
+
+my $err = $t->test_config;
+like($err, qr/invalid flush time "flush=soon"/, 'flush=soon refused');
+
+$t->write_file_expand('nginx.conf', engine_conf($mock,
+    http => "agent_store $db flush=2s;"));
+$t->run;
+
+sub types {
+    my ($cid) = @_;
+    return $store->sql("SELECT group_concat(type, ' ') FROM (SELECT type"
+                       . " FROM events WHERE conversation = '$cid'"
+                       . " ORDER BY seq)");
+}
+
+# the reply comes once the user_msg's batch is written
+
+$mock->script({ text => 'Hello there', latency => 0.5 });
+
+my $start = time;
+my $r = send_message($t, 'one', 'hi');
+my $took = time - $start;
+
+is($r->{status}, 202, 'message accepted');
+ok($took < 1.5, sprintf('answered without waiting for the flush time '
+                        . '(%.3f s)', $took));
+like(types('one'), qr/^user_msg/, 'its user_msg is written');
+
+my $c = wait_state($t, 'one', 'idle');
+is($c->{messages}[-1]{type}, 'turn_completed', 'the turn completed');
+
+# the reply's events are in the zone, not yet in the file
+
+unlike(types('one'), qr/assistant_msg/,
+       'the reply waits for the flush time');
+
+my $stored = $store->wait_sql("SELECT count(*) FROM events"
+                              . " WHERE conversation = 'one'"
+                              . " AND type = 'turn_completed'", qr/^1$/, 5);
+is($stored, 1, 'and is written once it has passed');
+is(types('one'), join(' ', map { $_->{type} } @{$c->{messages}}),
+   'the file holds the log the zone holds');
+
+$t->stop;
+
+unlike($t->read_file('error.log'), qr/\[(alert|crit)\]/,
+       'no alert in error.log');
+
+done_testing;
