@@ -232,7 +232,7 @@ ngx_http_agent_expire_conv_locked(ngx_http_agent_zone_t *z,
     n = 0;
 
     /* the last one settled frees the slots */
-    for (i = 0; conv->pending && i < NGX_HTTP_AGENT_PENDING; i++) {
+    for (i = 0; conv->pending && i < conv->pending_slots; i++) {
         p = &conv->pending[i];
 
         if (p->kind == 0) {

@@ -237,7 +237,7 @@ ngx_http_agent_inspect_pending_locked(ngx_http_request_t *r,
 
     failed = yajl_gen_array_open(g);
 
-    for (i = 0; conv->pending && i < NGX_HTTP_AGENT_PENDING; i++) {
+    for (i = 0; conv->pending && i < conv->pending_slots; i++) {
         p = &conv->pending[i];
 
         if (p->kind == NGX_HTTP_AGENT_PENDING_NONE) {

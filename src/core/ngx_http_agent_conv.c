@@ -259,7 +259,7 @@ ngx_http_agent_conv_pending_locked(ngx_http_agent_conv_t *conv,
     ngx_uint_t                 i;
     ngx_http_agent_pending_t  *p;
 
-    for (i = 0; conv->pending && i < NGX_HTTP_AGENT_PENDING; i++) {
+    for (i = 0; conv->pending && i < conv->pending_slots; i++) {
         p = &conv->pending[i];
 
         if (p->kind && p->id_len == id->len

@@ -297,7 +297,7 @@ ngx_http_agent_json_parse(u_char *json, size_t len, ngx_uint_t depth,
     ngx_http_agent_json_block_t  *b;
     ngx_http_agent_json_tree_t    t;
 
-    if (len && ngx_strlchr(json, json + len, '\0')) {
+    if (len && memchr(json, '\0', len)) {
         ngx_cpystrn((u_char *) err, (u_char *) "holds a NUL byte", size);
         return NULL;
     }
@@ -610,7 +610,7 @@ ngx_http_agent_json_strdup(ngx_http_agent_json_tree_t *t,
 {
     u_char  *p;
 
-    if (len && ngx_strlchr((u_char *) s, (u_char *) s + len, '\0')) {
+    if (len && memchr(s, '\0', len)) {
         t->reason = "holds a NUL character (\\u0000)";
         return NULL;
     }

@@ -179,11 +179,13 @@ typedef struct {
     ngx_http_agent_sub_worker_t   subs[NGX_HTTP_AGENT_SUB_WORKERS];
 
     /*
-     * NGX_HTTP_AGENT_PENDING slots, allocated with the first call that
-     * waits and freed with the last: NULL at rest
+     * pending_slots slots (2, doubled as calls wait, up to
+     * NGX_HTTP_AGENT_PENDING), allocated with the first call that waits
+     * and freed with the last: NULL at rest
      */
     ngx_http_agent_pending_t     *pending;
     ngx_uint_t                    npending;
+    ngx_uint_t                    pending_slots;
 
     /* in the zone's queue of conversations with waiting calls */
     ngx_queue_t                   waiting;

@@ -463,7 +463,7 @@ ngx_http_agent_fsm_act_locked(ngx_http_agent_zone_t *z,
 
     case NGX_HTTP_AGENT_FSM_CLEAR:
         /* the last one settled frees the slots */
-        for (i = 0; conv->pending && i < NGX_HTTP_AGENT_PENDING; i++) {
+        for (i = 0; conv->pending && i < conv->pending_slots; i++) {
             if (conv->pending[i].kind) {
                 (void) ngx_http_agent_fsm_settle_locked(z, conv,
                                                 &conv->pending[i],
@@ -1076,7 +1076,7 @@ ngx_http_agent_fsm_pending_add_locked(ngx_http_agent_zone_t *z,
     ngx_uint_t executor, ngx_uint_t kind, uint64_t deadline)
 {
     size_t                     size;
-    ngx_uint_t                 i;
+    ngx_uint_t                 i, slots;
     ngx_http_agent_pending_t  *p;
 
     if (id->len > NGX_HTTP_AGENT_CALL_ID_LEN
@@ -1085,18 +1085,34 @@ ngx_http_agent_fsm_pending_add_locked(ngx_http_agent_zone_t *z,
         return NULL;
     }
 
-    if (conv->pending == NULL) {
-        size = sizeof(ngx_http_agent_pending_t) * NGX_HTTP_AGENT_PENDING;
+    /* the slots double when full: a pointer to one lasts until an add */
 
-        conv->pending = ngx_http_agent_zone_try_alloc_locked(z, conv, size);
-        if (conv->pending == NULL) {
+    if (conv->npending == conv->pending_slots) {
+        if (conv->pending_slots == NGX_HTTP_AGENT_PENDING) {
             return NULL;
         }
 
-        ngx_memzero(conv->pending, size);
+        slots = conv->pending_slots ? conv->pending_slots * 2 : 2;
+        size = sizeof(ngx_http_agent_pending_t) * slots;
+
+        p = ngx_http_agent_zone_try_alloc_locked(z, conv, size);
+        if (p == NULL) {
+            return NULL;
+        }
+
+        ngx_memzero(p, size);
+
+        if (conv->pending) {
+            ngx_memcpy(p, conv->pending,
+                       sizeof(ngx_http_agent_pending_t) * conv->pending_slots);
+            ngx_slab_free_locked(z->shpool, conv->pending);
+        }
+
+        conv->pending = p;
+        conv->pending_slots = slots;
     }
 
-    for (i = 0; i < NGX_HTTP_AGENT_PENDING; i++) {
+    for (i = 0; i < conv->pending_slots; i++) {
         p = &conv->pending[i];
 
         if (p->kind) {
@@ -1135,5 +1151,6 @@ ngx_http_agent_fsm_pending_remove_locked(ngx_http_agent_zone_t *z,
         ngx_queue_remove(&conv->waiting);
         ngx_slab_free_locked(z->shpool, conv->pending);
         conv->pending = NULL;
+        conv->pending_slots = 0;
     }
 }

@@ -300,7 +300,9 @@ ngx_http_agent_provider_get(yajl_val v, char *key)
     }
 
     for (i = 0; i < v->u.object.len; i++) {
-        if (ngx_strcmp(v->u.object.keys[i], key) == 0) {
+        if (v->u.object.keys[i][0] == key[0]
+            && ngx_strcmp(v->u.object.keys[i], key) == 0)
+        {
             return v->u.object.values[i];
         }
     }

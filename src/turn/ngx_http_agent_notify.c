@@ -277,7 +277,7 @@ ngx_http_agent_notify_walk_locked(ngx_http_agent_zone_t *z,
             continue;
         }
 
-        for (i = 0; i < NGX_HTTP_AGENT_PENDING; i++) {
+        for (i = 0; conv->pending && i < conv->pending_slots; i++) {
             p = &conv->pending[i];
 
             if (p->kind != NGX_HTTP_AGENT_PENDING_APPROVAL

@@ -203,7 +203,7 @@ ngx_http_agent_turn_questions_locked(ngx_http_agent_turn_t *t,
 {
     ngx_uint_t  i;
 
-    for (i = 0; conv->pending && i < NGX_HTTP_AGENT_PENDING; i++) {
+    for (i = 0; conv->pending && i < conv->pending_slots; i++) {
         if (conv->pending[i].kind
             && ngx_http_agent_pending_in_call(&conv->pending[i]))
         {
