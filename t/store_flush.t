@@ -1,9 +1,10 @@
 #!/usr/bin/perl
 
-# agent_store ... flush=time: events no input waits for wait up to that
-# long before their batch is written, together; an input's event is
-# written at once, so its answer does not wait for the flush time.  A
-# flush time that is not one is refused at configuration.
+# agent_store ... flush=time: events no input waits for, and the audit's
+# rows, wait up to that long before their batch is written, together;
+# an input's event is written at once, so its answer does not wait for
+# the flush time.  A flush time that is not one is refused at
+# configuration.
 
 use strict;
 use warnings;
@@ -66,6 +67,9 @@ is($c->{messages}[-1]{type}, 'turn_completed', 'the turn completed');
 
 unlike(types('one'), qr/assistant_msg/,
        'the reply waits for the flush time');
+is($store->sql("SELECT count(*) FROM model_calls"
+               . " WHERE conversation = 'one'"), 0,
+   'so does the model call\'s audit row');
 
 my $stored = $store->wait_sql("SELECT count(*) FROM events"
                               . " WHERE conversation = 'one'"
@@ -73,6 +77,9 @@ my $stored = $store->wait_sql("SELECT count(*) FROM events"
 is($stored, 1, 'and is written once it has passed');
 is(types('one'), join(' ', map { $_->{type} } @{$c->{messages}}),
    'the file holds the log the zone holds');
+is($store->wait_sql("SELECT status FROM model_calls"
+                    . " WHERE conversation = 'one'", qr/^ok$/, 5),
+   'ok', 'and the audit row, ended');
 
 $t->stop;
 

@@ -61,9 +61,11 @@ static ngx_event_t    ngx_http_agent_audit_event;
 ngx_int_t
 ngx_http_agent_store_audit(ngx_http_agent_audit_row_t *row)
 {
-    ngx_pool_t                  *pool;
-    ngx_http_agent_audit_row_t  *r;
-    ngx_http_agent_main_conf_t  *amcf;
+    ngx_pool_t                   *pool;
+    ngx_event_t                  *ev;
+    ngx_http_agent_audit_row_t   *r;
+    ngx_http_agent_main_conf_t   *amcf;
+    ngx_http_agent_store_conf_t  *scf;
 
     amcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
                                                ngx_http_agent_module);
@@ -106,12 +108,28 @@ ngx_http_agent_store_audit(ngx_http_agent_audit_row_t *row)
         return NGX_ERROR;
     }
 
-    if (!ngx_http_agent_audit_busy && !ngx_http_agent_audit_event.posted) {
-        ngx_http_agent_audit_event.handler = ngx_http_agent_store_audit_flush;
-        ngx_http_agent_audit_event.log = ngx_cycle->log;
-        ngx_http_agent_audit_event.data = amcf->store;
+    ev = &ngx_http_agent_audit_event;
 
-        ngx_post_event(&ngx_http_agent_audit_event, &ngx_posted_events);
+    if (ngx_http_agent_audit_busy || ev->posted || ev->timer_set) {
+        return NGX_OK;
+    }
+
+    ev->handler = ngx_http_agent_store_audit_flush;
+    ev->log = ngx_cycle->log;
+    ev->data = amcf->store;
+
+    /* a worker that exits writes what is left itself */
+    ev->cancelable = 1;
+
+    /* with agent_store flush=, rows wait as the log's events do */
+
+    scf = amcf->store;
+
+    if (scf->flush) {
+        ngx_add_timer(ev, scf->flush);
+
+    } else {
+        ngx_post_event(ev, &ngx_posted_events);
     }
 
     return NGX_OK;
