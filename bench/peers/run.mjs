@@ -8,8 +8,10 @@
 // below), PEERS_PACINGS (trickle,burst), PEERS_MODULE (the module's .so),
 // PEERS_NGINX (/usr/sbin/nginx), PEERS_WARMUP (conversations before the
 // measure), PEERS_PROFILE=1 (perf record of the module's worker, the top
-// of each profile printed).  Only a run of every server and both pacings,
-// unprofiled, writes its table.
+// of each profile printed), PEERS_DELTA_INTERVAL (agent_delta_interval of
+// the module's rows but the "defaults" ones, 20ms) and PEERS_STORE_FLUSH
+// (their agent_store flush=, 10ms).  Only a run of every server and both
+// pacings, unprofiled, writes its table.
 //
 // One turn: the client sends the chat (useChat's body); the model asks
 // for get_weather with its arguments in 4 chunks; the tool runs; the
@@ -40,9 +42,12 @@ const nginx = process.env.PEERS_NGINX || '/usr/sbin/nginx';
 const module = process.env.PEERS_MODULE
     || path.join(repo, 'build/nginx/objs/ngx_http_agent_module.so');
 const profile = process.env.PEERS_PROFILE === '1';
-const deltaInterval = process.env.PEERS_DELTA_INTERVAL || '0';
-const storeFlush = process.env.PEERS_STORE_FLUSH
-    ? ` flush=${process.env.PEERS_STORE_FLUSH}` : '';
+/*
+ * the module's rows but the "defaults" ones: live deltas joined over an
+ * interval, the store's batches held for a while
+ */
+const deltaInterval = process.env.PEERS_DELTA_INTERVAL || '20ms';
+const storeFlush = process.env.PEERS_STORE_FLUSH || '10ms';
 
 const MOCK_PORT = 18190;
 const SERVER_PORT = 18191;
@@ -65,18 +70,24 @@ const servers = [
       label: 'stock nginx `proxy_pass` relaying the turn\'s 2 replies'
              + ' (the floor)',
       start: (dir) => nginxStart(dir, floorConf(dir)) },
+    { name: 'module-default',
+      label: 'this module, zone only, defaults (`agent_aisdk`)',
+      start: (dir) => nginxStart(dir, moduleConf(dir, false, false)) },
+    { name: 'module-store-default',
+      label: 'this module with `agent_store`, defaults (`agent_aisdk`)',
+      start: (dir) => nginxStart(dir, moduleConf(dir, true, false)) },
     { name: 'module', label: 'this module, zone only (`agent_aisdk`)',
-      start: (dir) => nginxStart(dir, moduleConf(dir, false)) },
+      start: (dir) => nginxStart(dir, moduleConf(dir, false, true)) },
     { name: 'module-store',
       label: 'this module with `agent_store` (`agent_aisdk`)',
-      start: (dir) => nginxStart(dir, moduleConf(dir, true)) },
+      start: (dir) => nginxStart(dir, moduleConf(dir, true, true)) },
     { name: 'module-events', events: true,
       label: 'this module, zone only (`agent_message` + `agent_events`)',
-      start: (dir) => nginxStart(dir, moduleConf(dir, false)) },
+      start: (dir) => nginxStart(dir, moduleConf(dir, false, true)) },
     { name: 'module-store-events', events: true,
       label: 'this module with `agent_store` (`agent_message` +'
              + ' `agent_events`)',
-      start: (dir) => nginxStart(dir, moduleConf(dir, true)) },
+      start: (dir) => nginxStart(dir, moduleConf(dir, true, true)) },
 ];
 
 const pacings = (process.env.PEERS_PACINGS || 'trickle,burst').split(',');
@@ -155,13 +166,14 @@ const SCHEMA = JSON.stringify({
     required: ['city'],
 });
 
-function moduleConf(dir, store) {
+function moduleConf(dir, store, tuned) {
     return globals(dir, true) + `
 http {
 ${httpGlobals(dir)}
     agent_zone zone=agents:256m;
-    ${store ? `agent_store ${dir}/agent.db${storeFlush};` : ''}
-    agent_delta_interval ${deltaInterval};
+    ${store ? `agent_store ${dir}/agent.db`
+              + (tuned ? ` flush=${storeFlush}` : '') + ';' : ''}
+    agent_delta_interval ${tuned ? deltaInterval : '0'};
 
     agent_tool get_weather {
         description "The weather in a city";
