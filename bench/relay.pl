@@ -51,11 +51,15 @@ my $runs = shift // 300;
 my $tokens = shift // 20;
 my $pin = $ENV{RELAY_PIN} // 1;
 my $rt = $ENV{RELAY_RT} // 0;
+my $nworkers = $ENV{RELAY_WORKERS} // 1;
 my %want = map { $_ => 1 }
            split /,/, $ENV{RELAY_PATHS} // 'proxy_pass,module,aisdk';
 my $http = ($ENV{RELAY_STORE} ? "agent_store %%TESTDIR%%/agent.db;" : '')
     . ($ENV{RELAY_DELTA_INTERVAL}
        ? "agent_delta_interval $ENV{RELAY_DELTA_INTERVAL};" : '');
+my $desc = ($ENV{RELAY_STORE} ? ', agent_store' : '')
+    . ($ENV{RELAY_DELTA_INTERVAL}
+       ? ", agent_delta_interval $ENV{RELAY_DELTA_INTERVAL}" : '');
 my $gap = 0.002;
 my $warmup = 20;
 
@@ -194,7 +198,7 @@ my $mock = bless { port => $listen->sockport }, 'Relay::Mock';
 sub Relay::Mock::port { return $_[0]{port} }
 
 $t->write_file_expand('nginx.conf', engine_conf($mock, zone => '64m',
-    http => $http,
+    workers => $nworkers, http => $http,
     server => "location = /new {
                    agent chat;
                    agent_create;
@@ -215,25 +219,34 @@ $t->write_file_expand('nginx.conf', engine_conf($mock, zone => '64m',
 $t->run;
 
 my $port = $t->port(8080);
-my ($worker) = $t->worker_pids;
+my @workers = $t->wait_workers($nworkers);
 my $hz = sysconf(POSIX::_SC_CLK_TCK()) || 100;
 
 if ($pin && (`nproc` // 1) >= 2) {
-    system("taskset -pc 1 $worker >/dev/null") == 0 or die "taskset\n";
+    for my $pid (@workers) {
+        system("taskset -pc 1 $pid >/dev/null") == 0 or die "taskset\n";
+    }
+
     system("taskset -pc 0 $$ >/dev/null") == 0 or die "taskset\n";
     system("taskset -pc 0 $mock_pid >/dev/null") == 0 or die "taskset\n";
 }
 
 if ($rt) {
-    for my $pid ($worker, $$, $mock_pid) {
+    for my $pid (@workers, $$, $mock_pid) {
         system("chrt -f -p 10 $pid") == 0 or die "chrt\n";
     }
 }
 
 sub cpu {
-    open my $fh, '<', "/proc/$worker/stat" or die "$!\n";
-    my @f = split / /, (split /\) /, <$fh>)[1];
-    return ($f[11] + $f[12]) / $hz;
+    my $cpu = 0;
+
+    for my $pid (@workers) {
+        open my $fh, '<', "/proc/$pid/stat" or die "$!\n";
+        my @f = split / /, (split /\) /, <$fh>)[1];
+        $cpu += ($f[11] + $f[12]) / $hz;
+    }
+
+    return $cpu;
 }
 
 sub connect_nginx {
@@ -416,9 +429,10 @@ for (1 .. $runs) {
 my @load2 = split ' ', `cat /proc/loadavg`;
 
 printf "time to first token added over the provider, ms; %d runs per path,"
-       . " %d tokens, 1 worker%s%s%s\n", $runs, $tokens,
+       . " %d tokens, %d worker%s%s%s%s\n", $runs, $tokens, $nworkers,
+       $nworkers > 1 ? 's' : '',
        $pin ? ', pinned' : '', $rt ? ', SCHED_FIFO' : '',
-       $http ? ", $http" : '';
+       $desc;
 printf "load average before %s %s %s, after %s %s %s\n", @load[0 .. 2],
        @load2[0 .. 2];
 printf "%-11s %6s %6s %6s %6s   %6s %6s   %6s %6s   %s\n", 'path',
