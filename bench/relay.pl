@@ -42,7 +42,7 @@ use IO::Socket::INET;
 use JSON::PP;
 use POSIX qw(sysconf);
 use Socket qw(IPPROTO_TCP TCP_NODELAY);
-use Time::HiRes qw(time sleep);
+use Time::HiRes qw(time);
 
 use Test::Agent;
 use Test::Agent::Engine;
