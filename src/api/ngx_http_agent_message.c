@@ -688,10 +688,19 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
 
     ngx_http_agent_zone_unlock(z);
 
-    ngx_http_agent_wake(id, fsm.pids, fsm.npids);
     ngx_http_agent_budget_bind(r, id);
 
-    if (ngx_http_agent_turn_start(r, alcf->agent, z, id, turn, 0) != NGX_OK) {
+    /*
+     * the model call is posted before the subscribers' wake-up: the
+     * provider's connection is opened first, and the user_msg goes out
+     * in one write with the events of the call's start
+     */
+
+    rc = ngx_http_agent_turn_start(r, alcf->agent, z, id, turn, 0);
+
+    ngx_http_agent_wake(id, fsm.pids, fsm.npids);
+
+    if (rc != NGX_OK) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "agent could not start the turn of \"%V\"", id);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;

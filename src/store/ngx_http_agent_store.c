@@ -51,10 +51,14 @@ static void ngx_http_agent_store_thread(void *data, ngx_log_t *log);
 static void ngx_http_agent_store_done(ngx_event_t *ev);
 static void ngx_http_agent_store_kick_now(void);
 static void ngx_http_agent_store_written_locked(ngx_http_agent_flush_t *f);
+static void ngx_http_agent_store_acks_written(void);
 
 
 static ngx_event_t    ngx_http_agent_store_event;
 static ngx_uint_t     ngx_http_agent_store_busy;
+
+/* this worker's inputs that wait for their write */
+static ngx_queue_t    ngx_http_agent_store_acks;
 
 /* revives a conversation the sweep found cut off (set at configuration) */
 ngx_int_t  (*ngx_http_agent_store_revive)(ngx_http_request_t *r,
@@ -613,6 +617,8 @@ ngx_http_agent_store_done(ngx_event_t *ev)
     ngx_http_agent_store_written_locked(f);
     ngx_http_agent_zone_unlock(f->zone);
 
+    ngx_http_agent_store_acks_written();
+
     rc = f->rc;
 
     /* the task and f go with the pool */
@@ -685,6 +691,7 @@ typedef struct {
     ngx_str_t                     json;
     ngx_msec_t                    deadline;
     ngx_event_t                   timer;
+    ngx_queue_t                   queue;
 } ngx_http_agent_ack_t;
 
 
@@ -732,6 +739,12 @@ ngx_http_agent_store_ack(ngx_http_request_t *r, ngx_str_t *id, uint64_t seq,
     cln->data = ack;
 
     r->main->count++;
+
+    if (ngx_http_agent_store_acks.next == NULL) {
+        ngx_queue_init(&ngx_http_agent_store_acks);
+    }
+
+    ngx_queue_insert_tail(&ngx_http_agent_store_acks, &ack->queue);
 
     ngx_http_agent_store_kick_now();
     ngx_http_agent_store_ack_poll(&ack->timer);
@@ -789,6 +802,45 @@ ngx_http_agent_store_ack_cleanup(void *data)
 
     if (ack->timer.timer_set) {
         ngx_del_timer(&ack->timer);
+    }
+
+    if (ack->timer.posted) {
+        ngx_delete_posted_event(&ack->timer);
+    }
+
+    ngx_queue_remove(&ack->queue);
+}
+
+
+/*
+ * A batch of this worker is written: its inputs that wait look at once,
+ * not at their next poll.  The poll stays for a batch another worker
+ * writes.
+ */
+
+static void
+ngx_http_agent_store_acks_written(void)
+{
+    ngx_queue_t           *q;
+    ngx_http_agent_ack_t  *ack;
+
+    if (ngx_http_agent_store_acks.next == NULL) {
+        return;
+    }
+
+    for (q = ngx_queue_head(&ngx_http_agent_store_acks);
+         q != ngx_queue_sentinel(&ngx_http_agent_store_acks);
+         q = ngx_queue_next(q))
+    {
+        ack = ngx_queue_data(q, ngx_http_agent_ack_t, queue);
+
+        if (ack->timer.timer_set) {
+            ngx_del_timer(&ack->timer);
+        }
+
+        if (!ack->timer.posted) {
+            ngx_post_event(&ack->timer, &ngx_posted_events);
+        }
     }
 }
 
