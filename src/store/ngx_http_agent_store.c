@@ -692,9 +692,16 @@ typedef struct {
     ngx_msec_t                    deadline;
     ngx_event_t                   timer;
     ngx_queue_t                   queue;
+
+    /* a stream to begin, not the JSON to send */
+    ngx_http_agent_store_answer_pt  answer;
+    unsigned                        done:1;
 } ngx_http_agent_ack_t;
 
 
+static ngx_int_t ngx_http_agent_store_ack_wait(ngx_http_request_t *r,
+    ngx_str_t *id, uint64_t seq, ngx_uint_t status, ngx_str_t *json,
+    ngx_http_agent_store_answer_pt answer);
 static void ngx_http_agent_store_ack_poll(ngx_event_t *ev);
 static void ngx_http_agent_store_ack_cleanup(void *data);
 
@@ -707,8 +714,6 @@ ngx_int_t
 ngx_http_agent_store_ack(ngx_http_request_t *r, ngx_str_t *id, uint64_t seq,
     ngx_uint_t status, ngx_str_t *json)
 {
-    ngx_pool_cleanup_t          *cln;
-    ngx_http_agent_ack_t        *ack;
     ngx_http_agent_main_conf_t  *amcf;
 
     amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
@@ -716,6 +721,41 @@ ngx_http_agent_store_ack(ngx_http_request_t *r, ngx_str_t *id, uint64_t seq,
     if (amcf->store == NULL || seq == 0) {
         return ngx_http_agent_json_send(r, status, json);
     }
+
+    return ngx_http_agent_store_ack_wait(r, id, seq, status, json, NULL);
+}
+
+
+/*
+ * A message whose answer is the stream of its turn (agent_aisdk,
+ * agent_agui): the response begins once the message is written, as a
+ * 202 would; the turn runs meanwhile, and the stream takes its events
+ * from the log.
+ */
+
+ngx_int_t
+ngx_http_agent_store_ack_stream(ngx_http_request_t *r, ngx_str_t *id,
+    uint64_t seq, ngx_http_agent_store_answer_pt answer)
+{
+    ngx_http_agent_main_conf_t  *amcf;
+
+    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
+
+    if (amcf->store == NULL || seq == 0) {
+        return answer(r, id, seq);
+    }
+
+    return ngx_http_agent_store_ack_wait(r, id, seq, 0, NULL, answer);
+}
+
+
+static ngx_int_t
+ngx_http_agent_store_ack_wait(ngx_http_request_t *r, ngx_str_t *id,
+    uint64_t seq, ngx_uint_t status, ngx_str_t *json,
+    ngx_http_agent_store_answer_pt answer)
+{
+    ngx_pool_cleanup_t          *cln;
+    ngx_http_agent_ack_t        *ack;
 
     ack = ngx_pcalloc(r->pool, sizeof(ngx_http_agent_ack_t));
     cln = ngx_pool_cleanup_add(r->pool, 0);
@@ -728,7 +768,12 @@ ngx_http_agent_store_ack(ngx_http_request_t *r, ngx_str_t *id, uint64_t seq,
     ack->id = *id;
     ack->seq = seq;
     ack->status = status;
-    ack->json = *json;
+    ack->answer = answer;
+
+    if (json) {
+        ack->json = *json;
+    }
+
     ack->deadline = ngx_current_msec + NGX_HTTP_AGENT_ACK_WAIT;
 
     ack->timer.handler = ngx_http_agent_store_ack_poll;
@@ -774,12 +819,21 @@ ngx_http_agent_store_ack_poll(ngx_event_t *ev)
     ngx_http_agent_zone_unlock(amcf->zone);
 
     if (flushed >= ack->seq) {
-        ngx_http_finalize_request(r,
-            ngx_http_agent_json_send(r, ack->status, &ack->json));
+        /* a stream's request lives on: its ack is done with */
+        ack->done = 1;
+        ngx_queue_remove(&ack->queue);
+
+        ngx_http_finalize_request(r, ack->answer
+                              ? ack->answer(r, &ack->id, ack->seq)
+                              : ngx_http_agent_json_send(r, ack->status,
+                                                         &ack->json));
         return;
     }
 
     if ((ngx_msec_int_t) (ack->deadline - ngx_current_msec) <= 0) {
+        ack->done = 1;
+        ngx_queue_remove(&ack->queue);
+
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "agent store did not write seq %uL of \"%V\" in time",
                       ack->seq, &ack->id);
@@ -808,7 +862,9 @@ ngx_http_agent_store_ack_cleanup(void *data)
         ngx_delete_posted_event(&ack->timer);
     }
 
-    ngx_queue_remove(&ack->queue);
+    if (!ack->done) {
+        ngx_queue_remove(&ack->queue);
+    }
 }
 
 
