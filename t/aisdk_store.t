@@ -4,7 +4,8 @@
 # (agent_aisdk, agent_agui) is acknowledged as agent_message's 202 is:
 # the response begins only once the user_msg is written.  While another
 # process holds the database's write lock nothing is answered; once it
-# lets go, the stream comes whole.
+# lets go, the stream comes whole, and an AG-UI run whose turn waits for
+# a frontend tool by then ends with the call pending.
 
 use strict;
 use warnings;
@@ -108,6 +109,35 @@ for my $door ([ 'agent_aisdk', '/api/chat', 'chat1',
     like($got, qr/Hi from $name/, "$name: the turn's stream, whole");
     is(stored($cid), 1, "$name: the user_msg is in the store");
 }
+
+# the turn waits for a frontend tool before the stream begins: the run
+# still ends, with the call pending
+
+$mock->reset;
+$mock->script({ tool_calls => [{ id => 'call_f1', name => 'get_location',
+                                 arguments => '{"precision":"city"}' }] },
+              { text => 'Found you' });
+
+ok($store->lock, 'frontend tool: the write lock held');
+
+my $s = post_raw('/agui', encode_json({ threadId => 'thread2',
+    runId => 'run2', context => [], state => {}, forwardedProps => {},
+    tools => [{ name => 'get_location', description => 'Where',
+                parameters => { type => 'object', properties => {
+                    precision => { type => 'string' } } } }],
+    messages => [{ id => 'u2', role => 'user', content => 'where' }] }));
+
+ok($mock->wait_requests(1, 5), 'frontend tool: the model is asked meanwhile');
+is(wait_state($t, 'thread2', 'awaiting_input')->{pending}[0]{kind},
+   'client_exec', 'frontend tool: the turn waits before the stream begins');
+
+$store->unlock;
+
+my $got = read_all($s, 10);
+
+like($got, qr/"type":"RUN_FINISHED".*"pendingToolCallIds":\["call_f1"\]/s,
+     'frontend tool: the run ends with the call pending');
+like($got, qr/0\r\n\r\n$/, 'frontend tool: and the response ends');
 
 $t->stop;
 
