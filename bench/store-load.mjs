@@ -4,6 +4,8 @@
 //
 //   node store-load.mjs load NGINX_PORT MOCK_PORT SECONDS CONVERSATIONS
 //                            CALLS ACK_RATE WARMUP BACKLOG
+//   node store-load.mjs fill NGINX_PORT MOCK_PORT SECONDS CONVERSATIONS
+//                            CALLS BACKLOG
 //
 // The mock speaks OpenAI Chat Completions SSE (the whole reply in one
 // write).  A message "load ..." gets CALLS calls of the tool `echo` in
@@ -18,6 +20,10 @@
 // messages a second to new conversations, on a fixed schedule whatever
 // the answers, and times each POST to its 202.  Every second the store's
 // counters are read from /metrics.  The result is one line of JSON.
+//
+// fill: the same turns for SECONDS, but no client waits for its 202 (the
+// store is locked by another process meanwhile); then the store's
+// counters, with the events that wait.
 
 import http from 'node:http';
 import { fork } from 'node:child_process';
@@ -60,6 +66,9 @@ function request(port, method, path, body) {
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// a bound that does not keep the process alive
+const bound = (ms) => new Promise((r) => setTimeout(r, ms).unref());
 
 function pct(v, p) {
     if (v.length === 0) {
@@ -191,52 +200,67 @@ async function ack(port, rate, seconds) {
 }
 
 
-async function load(a) {
-    const [port, mport, seconds, conversations, calls, rate, warmup,
-           backlog] = a.map(Number);
-    const server = await mock(mport, calls);
-    const samples = [];
-    const refused = {};
-    let running = true;
-    let turns = 0;
+// CONVERSATIONS clients running turns back to back, none started while
+// more than BACKLOG events wait; with wait, a client waits for its 202
+// (a refusal counted in refused) before it waits for the turn's end
+
+function turns(port, conversations, backlog, wait) {
+    const run = { running: true, turns: 0, refused: {} };
     let full = false;
 
     const watch = (async () => {
-        while (running) {
+        while (run.running) {
             full = (await metrics(port)).lag > backlog;
             await sleep(50);
         }
     })();
 
     const client = async (c) => {
-        for (let i = 0; running; i++) {
+        for (let i = 0; run.running; i++) {
             const cid = `load-${c}-${i}`;
 
-            while (full && running) {
+            while (full && run.running) {
                 await sleep(5);
             }
 
             const done = new Promise((r) => waiting.set(cid, r));
-            const r = await request(port, 'POST', `/c/${cid}/messages`,
-                                    `{"content":"load ${cid}"}`);
+            const post = request(port, 'POST', `/c/${cid}/messages`,
+                                 `{"content":"load ${cid}"}`);
+            const r = wait ? await post : { status: 202 };
 
             if (r.status !== 202) {
-                refused[r.status] = (refused[r.status] || 0) + 1;
+                run.refused[r.status] = (run.refused[r.status] || 0) + 1;
                 waiting.delete(cid);
                 await sleep(100);
                 continue;
             }
 
-            await done;
-            turns++;
+            await Promise.race([done, bound(30000)]);
+            run.turns++;
         }
     };
 
-    const clients = [];
+    const clients = [watch];
 
     for (let c = 0; c < conversations; c++) {
         clients.push(client(c));
     }
+
+    run.stop = () => {
+        run.running = false;
+        return Promise.all(clients);
+    };
+
+    return run;
+}
+
+
+async function load(a) {
+    const [port, mport, seconds, conversations, calls, rate, warmup,
+           backlog] = a.map(Number);
+    const server = await mock(mport, calls);
+    const samples = [];
+    const run = turns(port, conversations, backlog, true);
 
     await sleep(warmup * 1000);
 
@@ -248,7 +272,7 @@ async function load(a) {
         })
         : Promise.resolve(null);
 
-    const t0 = turns;
+    const t0 = run.turns;
 
     for (let s = 0; s <= seconds; s++) {
         samples.push(await metrics(port));
@@ -258,14 +282,11 @@ async function load(a) {
         }
     }
 
-    const t1 = turns;
-    running = false;
-
+    const t1 = run.turns;
     const stop = Date.now();
     const ackres = await acks;
 
-    await Promise.all(clients);
-    await watch;
+    await run.stop();
 
     // how long the store takes to write what is left
     let end = await metrics(port);
@@ -290,10 +311,29 @@ async function load(a) {
             s.written - samples[i].written),
         drained_ms: end.t - stop,
         errors: end.errors,
-        refused,
+        refused: run.refused,
         served,
         ack: ackres,
     }) + '\n');
+
+    server.close();
+    agent.destroy();
+}
+
+
+// the store is locked: turns for SECONDS, then what waits
+
+async function fill(a) {
+    const [port, mport, seconds, conversations, calls, backlog] =
+        a.map(Number);
+    const server = await mock(mport, calls);
+    const run = turns(port, conversations, backlog, false);
+
+    await sleep(seconds * 1000);
+    await run.stop();
+
+    process.stdout.write(JSON.stringify({
+        turns: run.turns, ...(await metrics(port)) }) + '\n');
 
     server.close();
     agent.destroy();
@@ -307,6 +347,9 @@ if (mode === 'ack') {
         agent.destroy();
         process.disconnect();
     });
+
+} else if (mode === 'fill') {
+    fill(args);
 
 } else {
     load(args);

@@ -26,6 +26,7 @@ use Test::Agent;
 use Test::Agent::HTTP;
 use Test::Agent::Engine;
 use Test::Agent::MockProvider;
+use Test::Agent::Store;
 
 if (@ARGV && $ARGV[0] eq 'throughput') {
     shift @ARGV;
@@ -203,52 +204,29 @@ sub throughput {
     $acks //= 50;
     $backlog //= 20000;
 
-    my $load = "$FindBin::Bin/store-load.mjs";
-    my $node = $ENV{NODE} // 'node';
-
     printf "%d s after 5 s of warm-up, %d turns at a time, %d tool calls"
         . " a turn (%d events), %d acknowledged messages a second, no"
         . " turn started while %d events wait\n",
         $seconds, $convs, $calls, 2 * $calls + 4, $acks, $backlog;
 
-    for my $flush ('', 'flush=10ms') {
-        my $t = Test::Agent->new;
-        my $db = $t->testdir . '/agent.db';
-        my $mport = $t->port('mock');
-        my $provider = bless { port => $mport }, 'StoreBench::Provider';
-
-        $t->write_file_expand('nginx.conf', engine_conf($provider,
-            workers => 2, zone => '256m', agent => 'tools echo;',
-            tools => "agent_tool echo {\n        location /tools/echo;\n"
-                     . "    }",
-            http => "agent_store $db $flush;",
-            server => <<'EOF'));
-        location = /tools/echo {
-            internal;
-            return 200 '{"ok":true}';
-        }
-
-        location = /metrics {
-            agent_metrics;
-        }
-EOF
-        $t->run;
+    # STORE_FLUSH="off 10ms": the flush= of each run
+    for my $flush (map { $_ eq 'off' ? '' : "flush=$_" }
+                   split ' ', $ENV{STORE_FLUSH} // 'off 10ms')
+    {
+        my ($t, $mport) = throughput_nginx($flush);
 
         my @workers = $t->worker_pids;
         my %cpu0 = map { $_ => cpu($_) } @workers;
         my $load0 = loadavg();
         my $start = time;
 
-        my $cmd = join ' ', $node, $load, 'load', $t->port(8080), $mport,
-                      $seconds, $convs, $calls, $acks, 5, $backlog;
-        my $out = `$cmd`;
-        die "store-load.mjs failed\n" if $? || $out eq '';
+        my $r = node('load', $t->port(8080), $mport, $seconds, $convs,
+                     $calls, $acks, 5, $backlog);
 
         my $wall = time - $start;
         my $load1 = loadavg();
         my %cpu1 = map { $_ => cpu($_) } @workers;
-        my $r = decode_json($out);
-        my $rows = count($db);
+        my $rows = count($t->testdir . '/agent.db');
 
         $t->stop;
 
@@ -281,6 +259,90 @@ EOF
 
         printf "  load average before %s, after %s\n", $load0, $load1;
     }
+
+    drain($convs, $calls);
+}
+
+# The writer alone: turns run for 4 s while another process holds the
+# database locked (up to 60,000 events wait), then the lock goes and
+# nothing else runs: the time until no event waits.
+
+sub drain {
+    my ($convs, $calls) = @_;
+
+    my ($t, $mport) = throughput_nginx('');
+    my $db = Test::Agent::Store->new($t->testdir . '/agent.db');
+    my $port = $t->port(8080);
+
+    $db->lock or die "the database could not be locked\n";
+
+    my $r = node('fill', $port, $mport, 4, $convs, $calls, 60000);
+
+    # the batch waiting for the lock is written at once
+    $db->unlock;
+
+    my $start = time;
+    my $load0 = loadavg();
+    my $lag = $r->{lag};
+
+    sleep 0.005 while metric($port, 'agent_store_lag_events') > 0
+                      && time < $start + 60;
+
+    my $secs = time - $start;
+
+    $t->stop;
+
+    printf "\nthe writer alone: %d events waiting (%d turns), written in"
+        . " %.2f s, %.0f a second; load average %s\n", $lag, $r->{turns},
+        $secs, $lag / $secs, $load0;
+}
+
+# nginx with the store for the throughput runs, and the mock's port
+
+sub throughput_nginx {
+    my ($flush) = @_;
+
+    my $t = Test::Agent->new;
+    my $db = $t->testdir . '/agent.db';
+    my $mport = $t->port('mock');
+    my $provider = bless { port => $mport }, 'StoreBench::Provider';
+
+    $t->write_file_expand('nginx.conf', engine_conf($provider,
+        workers => 2, zone => '256m', agent => 'tools echo;',
+        tools => "agent_tool echo {\n        location /tools/echo;\n"
+                 . "    }",
+        http => "agent_store $db $flush;",
+        server => <<'EOF'));
+        location = /tools/echo {
+            internal;
+            return 200 '{"ok":true}';
+        }
+
+        location = /metrics {
+            agent_metrics;
+        }
+EOF
+    $t->run;
+
+    return ($t, $mport);
+}
+
+# store-load.mjs, its line of JSON
+
+sub node {
+    my $cmd = join ' ', $ENV{NODE} // 'node', "$FindBin::Bin/store-load.mjs",
+                   @_;
+    my $out = `$cmd`;
+
+    die "store-load.mjs failed\n" if $? || $out eq '';
+
+    return decode_json($out);
+}
+
+sub metric {
+    my ($port, $name) = @_;
+    my $r = http_get('/metrics', port => $port);
+    return $r && $r->{body} =~ /^$name (\d+)/m ? $1 : -1;
 }
 
 # a worker's CPU, the event loop and the pool's threads apart, in ticks

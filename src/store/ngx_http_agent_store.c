@@ -685,9 +685,10 @@ ngx_http_agent_store_done(ngx_event_t *ev)
 
 
 /*
- * What was written is flushed; a conversation with more stays dirty, at
- * the tail of the queue, behind those that waited.  Its claim goes
- * either way: after a failure it is tried again.
+ * What was written is flushed; a conversation with more stays dirty, in
+ * its place: the next batch goes on with its events, next to those just
+ * written in the tables' pages.  Its claim goes either way: after a
+ * failure it is tried again.
  */
 
 static void
@@ -720,17 +721,9 @@ ngx_http_agent_store_written_locked(ngx_http_agent_flush_t *f)
 
         ngx_http_agent_log_trim_locked(f->zone, conv);
 
-        if (!conv->dirty_linked) {
-            continue;
-        }
-
-        if (conv->flushed >= conv->seq) {
+        if (conv->flushed >= conv->seq && conv->dirty_linked) {
             ngx_queue_remove(&conv->dirty);
             conv->dirty_linked = 0;
-
-        } else if (f->rc == NGX_OK) {
-            ngx_queue_remove(&conv->dirty);
-            ngx_queue_insert_tail(&f->zone->sh->dirty, &conv->dirty);
         }
     }
 }
