@@ -5,9 +5,9 @@
 # written, not once everything recorded before it is.  The database is
 # locked by another process while 30 turns of 64 tool calls each run
 # (3,960 events wait); a message to a new conversation comes last; the
-# lock goes.  Its 202 comes while most of the backlog is still
-# unwritten, and then everything is written, each conversation's log
-# whole and in order.
+# lock goes.  Its 202 comes while much of the backlog is still
+# unwritten (written in order, it would come last), and then everything
+# is written, each conversation's log whole and in order.
 
 use strict;
 use warnings;
@@ -108,8 +108,11 @@ is(status_of($urgent, 15), 202, 'the last message is acknowledged');
 
 my $lag = metric('agent_store_lag_events');
 
-cmp_ok($lag, '>', $events / 2,
-       "before most of the backlog is written ($lag events still wait)");
+# written last, it would find none left; a quarter leaves room for a
+# slow machine between the 202 and the count
+
+cmp_ok($lag, '>', $events / 4,
+       "before the backlog is written ($lag events still wait)");
 
 is(status_of($_, 15), 202, 'a message of the backlog acknowledged')
     for @load;

@@ -451,10 +451,10 @@ ngx_http_agent_store_flush(ngx_event_t *ev)
  * that starts with them holds them only, up to the inputs, so that it is
  * short; what they recorded after comes in the batches that follow.
  *
- * Written behind, on the thread pool: none while another worker has a batch
- * there: SQLite takes one writer at a time, and two workers' batches
- * waiting for each other's lock made the loser wait again and again.
- * The writer's next batch takes every worker's events.
+ * Behind, on the thread pool: none while another worker has a batch
+ * there.  SQLite takes one writer at a time, and two workers' batches
+ * waiting for each other's lock made the loser wait again and again;
+ * the writer's next batch takes every worker's events.
  */
 
 static ngx_http_agent_flush_t *
