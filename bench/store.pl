@@ -12,6 +12,9 @@
 #
 #   perl bench/store.pl throughput [seconds] [turns at a time] [calls]
 #                          [acknowledged messages a second] [backlog]
+#
+# STORE_FLUSH="off 10ms" (the default) names the flush= of each run under
+# load (empty: none, the writer alone only); NODE the node binary.
 
 use strict;
 use warnings;
