@@ -6,6 +6,15 @@
 # and the zone's bytes per idle conversation as conversations grow.
 #
 #   perl bench/store.pl [conversations]     (make first; TEST_NGINX_* as in t/)
+#
+# With "throughput": the store's ceiling, and the latency of an input
+# acknowledged at that load (see throughput() below).
+#
+#   perl bench/store.pl throughput [seconds] [turns at a time] [calls]
+#                          [acknowledged messages a second] [backlog]
+#
+# STORE_FLUSH="off 10ms" (the default) names the flush= of each run under
+# load (empty: none, the writer alone only); NODE the node binary.
 
 use strict;
 use warnings;
@@ -20,6 +29,13 @@ use Test::Agent;
 use Test::Agent::HTTP;
 use Test::Agent::Engine;
 use Test::Agent::MockProvider;
+use Test::Agent::Store;
+
+if (@ARGV && $ARGV[0] eq 'throughput') {
+    shift @ARGV;
+    throughput(@ARGV);
+    exit 0;
+}
 
 my $n = shift // 50;
 my $calls = 16;
@@ -171,3 +187,196 @@ printf "revival of a conversation of 288 events, %d runs: first request"
 
 $t->stop;
 $mock->stop;
+
+
+# Throughput: a Node process (store-load.mjs) is the provider and the
+# clients.  Each turn's first model call asks for CALLS calls of a tool
+# location that answers at once, its second answers: 2 * CALLS + 4
+# events a turn, a new conversation per turn, CONVS turns at a time on
+# 2 workers, no turn started while more than BACKLOG events wait for the
+# store.  Meanwhile a second client sends ACKS messages a second to new
+# conversations and times each to its 202.  Once without flush=, once
+# with flush=10ms.
+
+sub throughput {
+    my ($seconds, $convs, $calls, $acks, $backlog) = @_;
+
+    $seconds //= 20;
+    $convs //= 32;
+    $calls //= 64;
+    $acks //= 50;
+    $backlog //= 20000;
+
+    printf "%d s after 5 s of warm-up, %d turns at a time, %d tool calls"
+        . " a turn (%d events), %d acknowledged messages a second, no"
+        . " turn started while %d events wait\n",
+        $seconds, $convs, $calls, 2 * $calls + 4, $acks, $backlog;
+
+    # STORE_FLUSH="off 10ms": the flush= of each run
+    for my $flush (map { $_ eq 'off' ? '' : "flush=$_" }
+                   split ' ', $ENV{STORE_FLUSH} // 'off 10ms')
+    {
+        my ($t, $mport) = throughput_nginx($flush);
+
+        my @workers = $t->worker_pids;
+        my %cpu0 = map { $_ => cpu($_) } @workers;
+        my $load0 = loadavg();
+        my $start = time;
+
+        my $r = node('load', $t->port(8080), $mport, $seconds, $convs,
+                     $calls, $acks, 5, $backlog);
+
+        my $wall = time - $start;
+        my $load1 = loadavg();
+        my %cpu1 = map { $_ => cpu($_) } @workers;
+        my $rows = count($t->testdir . '/agent.db');
+
+        $t->stop;
+
+        my $a = $r->{ack} // {};
+
+        printf "\nagent_store %s\n", $flush || '(no flush=)';
+        printf "  events written: %d in %.1f s, %d a second (each second:"
+            . " %s); %d turns, %d batches, %.0f events a batch\n",
+            $r->{written}, $r->{seconds}, $r->{per_second},
+            join(' ', @{$r->{written_each_second}}), $r->{turns},
+            $r->{batches}, $r->{batches} ? $r->{written} / $r->{batches}
+                                         : 0;
+        printf "  events not yet written, each second: %s; the rest"
+            . " written %d ms after the load stopped; %d rows in"
+            . " SQLite; store errors %d; refused %s\n",
+            join(' ', @{$r->{lag}}), $r->{drained_ms}, $rows,
+            $r->{errors} // 0, encode_json($r->{refused});
+        printf "  acknowledged messages: %d of %d sent, 202 in p50 %.1f ms"
+            . " p90 %.1f ms p99 %.1f ms max %.1f ms (refused %s)\n",
+            $a->{acked} // 0, $a->{sent} // 0, $a->{p50} // 0,
+            $a->{p90} // 0, $a->{p99} // 0, $a->{max} // 0,
+            encode_json($a->{refused} // {});
+
+        for my $w (@workers) {
+            my ($m, $th) = map { $cpu1{$w}[$_] - $cpu0{$w}[$_] } 0, 1;
+            printf "  worker %d: event loop %.0f%% of a core, pool"
+                . " threads %.0f%%, over the %.1f s\n", $w, $m / $wall,
+                $th / $wall, $wall;
+        }
+
+        printf "  load average before %s, after %s\n", $load0, $load1;
+    }
+
+    drain($convs, $calls);
+}
+
+# The writer alone: turns run for 4 s while another process holds the
+# database locked (up to 60,000 events wait), then the lock goes and
+# nothing else runs: the time until no event waits.
+
+sub drain {
+    my ($convs, $calls) = @_;
+
+    my ($t, $mport) = throughput_nginx('');
+    my $db = Test::Agent::Store->new($t->testdir . '/agent.db');
+    my $port = $t->port(8080);
+
+    $db->lock or die "the database could not be locked\n";
+
+    my $r = node('fill', $port, $mport, 4, $convs, $calls, 60000);
+
+    # the batch waiting for the lock is written at once
+    $db->unlock;
+
+    my $start = time;
+    my $load0 = loadavg();
+    my $lag = $r->{lag};
+
+    sleep 0.005 while metric($port, 'agent_store_lag_events') > 0
+                      && time < $start + 60;
+
+    my $secs = time - $start;
+
+    $t->stop;
+
+    printf "\nthe writer alone: %d events waiting (%d turns), written in"
+        . " %.2f s, %.0f a second; load average %s\n", $lag, $r->{turns},
+        $secs, $lag / $secs, $load0;
+}
+
+# nginx with the store for the throughput runs, and the mock's port
+
+sub throughput_nginx {
+    my ($flush) = @_;
+
+    my $t = Test::Agent->new;
+    my $db = $t->testdir . '/agent.db';
+    my $mport = $t->port('mock');
+    my $provider = bless { port => $mport }, 'StoreBench::Provider';
+
+    $t->write_file_expand('nginx.conf', engine_conf($provider,
+        workers => 2, zone => '256m', agent => 'tools echo;',
+        tools => "agent_tool echo {\n        location /tools/echo;\n"
+                 . "    }",
+        http => "agent_store $db $flush;",
+        server => <<'EOF'));
+        location = /tools/echo {
+            internal;
+            return 200 '{"ok":true}';
+        }
+
+        location = /metrics {
+            agent_metrics;
+        }
+EOF
+    $t->run;
+
+    return ($t, $mport);
+}
+
+# store-load.mjs, its line of JSON
+
+sub node {
+    my $cmd = join ' ', $ENV{NODE} // 'node', "$FindBin::Bin/store-load.mjs",
+                   @_;
+    my $out = `$cmd`;
+
+    die "store-load.mjs failed\n" if $? || $out eq '';
+
+    return decode_json($out);
+}
+
+sub metric {
+    my ($port, $name) = @_;
+    my $r = http_get('/metrics', port => $port);
+    return $r && $r->{body} =~ /^$name (\d+)/m ? $1 : -1;
+}
+
+# a worker's CPU, the event loop and the pool's threads apart, in ticks
+# of 10 ms
+
+sub cpu {
+    my ($pid) = @_;
+    my ($main, $threads) = (0, 0);
+
+    opendir my $dh, "/proc/$pid/task" or return [0, 0];
+
+    for my $tid (grep { /^\d+$/ } readdir $dh) {
+        open my $fh, '<', "/proc/$pid/task/$tid/stat" or next;
+        my ($rest) = <$fh> =~ /\)\s+(.*)/;
+        my @f = split ' ', $rest;
+
+        if ($tid == $pid) {
+            $main += $f[11] + $f[12];
+        } else {
+            $threads += $f[11] + $f[12];
+        }
+    }
+
+    return [$main, $threads];
+}
+
+sub loadavg {
+    open my $fh, '<', '/proc/loadavg' or return '';
+    return join ' ', (split ' ', <$fh>)[0 .. 2];
+}
+
+package StoreBench::Provider;
+
+sub port { $_[0]{port} }

@@ -154,8 +154,12 @@ typedef struct {
     /* in the zone's queue of conversations with a lease */
     ngx_queue_t                   leased;
 
-    /* the store: events up to flushed are written; a worker flushing */
+    /*
+     * the store: events up to flushed are written; a worker flushing;
+     * an input waits for the events up to acked to be written
+     */
     uint64_t                      flushed;
+    uint64_t                      acked;
     ngx_pid_t                     flushing;
     ngx_queue_t                   dirty;
     ngx_uint_t                    dirty_linked;
@@ -232,6 +236,9 @@ typedef struct {
                                                  running, for recovery */
     ngx_queue_t                   dirty;      /* with events to write */
     ngx_uint_t                    count;
+
+    /* the worker with a batch on its thread pool: one writes at a time */
+    ngx_pid_t                     writer;
 
     /* conversations that left the zone, ever: a revival checks it */
     ngx_uint_t                    evicted;

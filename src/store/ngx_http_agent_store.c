@@ -44,14 +44,14 @@ static ngx_int_t ngx_http_agent_store_dir_check(ngx_cycle_t *cycle,
 static void ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle);
 static void ngx_http_agent_store_flush(ngx_event_t *ev);
 static ngx_http_agent_flush_t *ngx_http_agent_store_claim(
-    ngx_cycle_t *cycle);
+    ngx_cycle_t *cycle, ngx_uint_t behind);
 static ngx_uint_t ngx_http_agent_store_collect_locked(
-    ngx_http_agent_flush_t *f, ngx_http_agent_conv_t *conv);
+    ngx_http_agent_flush_t *f, ngx_http_agent_conv_t *conv, uint64_t upto);
 static void ngx_http_agent_store_thread(void *data, ngx_log_t *log);
 static void ngx_http_agent_store_done(ngx_event_t *ev);
 static void ngx_http_agent_store_kick_now(void);
 static void ngx_http_agent_store_written_locked(ngx_http_agent_flush_t *f);
-static void ngx_http_agent_store_acks_written(void);
+static void ngx_http_agent_store_ack_wake(void);
 
 
 static ngx_event_t    ngx_http_agent_store_event;
@@ -260,6 +260,7 @@ ngx_http_agent_store_init_process(ngx_cycle_t *cycle)
     ev->cancelable = 1;
 
     ngx_http_agent_store_busy = 0;
+    ngx_queue_init(&ngx_http_agent_store_acks);
 
     return NGX_OK;
 }
@@ -309,7 +310,7 @@ ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle)
     total = 0;
 
     for ( ;; ) {
-        f = ngx_http_agent_store_claim(cycle);
+        f = ngx_http_agent_store_claim(cycle, 0);
         if (f == NULL) {
             break;
         }
@@ -423,7 +424,7 @@ ngx_http_agent_store_flush(ngx_event_t *ev)
         return;
     }
 
-    f = ngx_http_agent_store_claim(ev->data);
+    f = ngx_http_agent_store_claim(ev->data, 1);
     if (f == NULL) {
         return;
     }
@@ -445,12 +446,21 @@ ngx_http_agent_store_flush(ngx_event_t *ev)
 /*
  * One batch: the dirty conversations' events past what was flushed, at
  * most NGX_HTTP_AGENT_STORE_BATCH, claimed for this worker under the lock
- * (a dead claimant's claim is taken over); NULL: nothing to write.
+ * (a dead claimant's claim is taken over); NULL: nothing to write.  The
+ * conversations an input waits for are at the head of the queue: a batch
+ * that starts with them holds them only, up to the inputs, so that it is
+ * short; what they recorded after comes in the batches that follow.
+ *
+ * Behind, on the thread pool: none while another worker has a batch
+ * there.  SQLite takes one writer at a time, and two workers' batches
+ * waiting for each other's lock made the loser wait again and again;
+ * the writer's next batch takes every worker's events.
  */
 
 static ngx_http_agent_flush_t *
-ngx_http_agent_store_claim(ngx_cycle_t *cycle)
+ngx_http_agent_store_claim(ngx_cycle_t *cycle, ngx_uint_t behind)
 {
+    ngx_uint_t                    acked;
     ngx_pool_t                   *pool;
     ngx_queue_t                  *q, *next;
     ngx_thread_task_t            *task;
@@ -487,7 +497,22 @@ ngx_http_agent_store_claim(ngx_cycle_t *cycle)
         return NULL;
     }
 
+    acked = 0;
+
     ngx_http_agent_zone_lock(z);
+
+    if (behind && z->sh->writer && z->sh->writer != ngx_pid
+        && !(kill(z->sh->writer, 0) == -1 && ngx_errno == NGX_ESRCH))
+    {
+        ngx_http_agent_zone_unlock(z);
+        ngx_destroy_pool(pool);
+        return NULL;
+    }
+
+    if (!behind && z->sh->writer == ngx_pid) {
+        /* an exit: the batch on the pool ended with it, others may write */
+        z->sh->writer = 0;
+    }
 
     for (q = ngx_queue_head(&z->sh->dirty);
          q != ngx_queue_sentinel(&z->sh->dirty)
@@ -503,11 +528,25 @@ ngx_http_agent_store_claim(ngx_cycle_t *cycle)
             continue;
         }
 
-        if (ngx_http_agent_store_collect_locked(f, conv) != NGX_OK) {
+        if (conv->acked > conv->flushed) {
+            acked = (f->nevents == 0) ? 1 : acked;
+
+        } else if (acked) {
+            break;
+        }
+
+        if (ngx_http_agent_store_collect_locked(f, conv,
+                                                acked ? conv->acked : 0)
+            != NGX_OK)
+        {
             break;
         }
 
         conv->flushing = ngx_pid;
+    }
+
+    if (behind && f->nevents) {
+        z->sh->writer = ngx_pid;
     }
 
     ngx_http_agent_zone_unlock(z);
@@ -521,9 +560,11 @@ ngx_http_agent_store_claim(ngx_cycle_t *cycle)
 }
 
 
+/* the events past what is flushed, up to upto unless 0 */
+
 static ngx_uint_t
 ngx_http_agent_store_collect_locked(ngx_http_agent_flush_t *f,
-    ngx_http_agent_conv_t *conv)
+    ngx_http_agent_conv_t *conv, uint64_t upto)
 {
     u_char                        *p;
     ngx_queue_t                   *q;
@@ -549,6 +590,10 @@ ngx_http_agent_store_collect_locked(ngx_http_agent_flush_t *f,
          q = ngx_queue_next(q))
     {
         e = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+        if (upto && e->seq > upto) {
+            break;
+        }
 
         p = ngx_pnalloc(f->pool, conv->id_len + conv->agent_len
                                  + conv->owner_len + e->len);
@@ -614,10 +659,14 @@ ngx_http_agent_store_done(ngx_event_t *ev)
     }
 
     ngx_http_agent_zone_lock(f->zone);
-    ngx_http_agent_store_written_locked(f);
-    ngx_http_agent_zone_unlock(f->zone);
 
-    ngx_http_agent_store_acks_written();
+    ngx_http_agent_store_written_locked(f);
+
+    if (f->zone->sh->writer == ngx_pid) {
+        f->zone->sh->writer = 0;
+    }
+
+    ngx_http_agent_zone_unlock(f->zone);
 
     rc = f->rc;
 
@@ -625,6 +674,7 @@ ngx_http_agent_store_done(ngx_event_t *ev)
     ngx_destroy_pool(f->pool);
 
     if (rc == NGX_OK) {
+        ngx_http_agent_store_ack_wake();
         ngx_http_agent_store_kick_now();
 
     } else if (!ngx_http_agent_store_event.timer_set) {
@@ -635,8 +685,10 @@ ngx_http_agent_store_done(ngx_event_t *ev)
 
 
 /*
- * What was written is flushed; a conversation with more stays dirty.  Its
- * claim goes either way: after a failure it is tried again.
+ * What was written is flushed; a conversation with more stays dirty, in
+ * its place: the next batch goes on with its events, next to those just
+ * written in the tables' pages.  Its claim goes either way: after a
+ * failure it is tried again.
  */
 
 static void
@@ -680,7 +732,9 @@ ngx_http_agent_store_written_locked(ngx_http_agent_flush_t *f)
 /*
  * An input from outside is acknowledged once it is written: the answer
  * waits until the conversation's flushed seq reaches the input's.  With
- * no store, or once written, it goes at once.
+ * no store, or once written, it goes at once.  Its conversation goes
+ * first in the next batch, whatever the backlog; the end of this
+ * worker's batch answers at once, another worker's is seen by a poll.
  */
 
 typedef struct {
@@ -695,14 +749,16 @@ typedef struct {
 
     /* a stream to begin, not the JSON to send */
     ngx_http_agent_store_answer_pt  answer;
-    unsigned                        done:1;
 } ngx_http_agent_ack_t;
 
 
 static ngx_int_t ngx_http_agent_store_ack_wait(ngx_http_request_t *r,
     ngx_str_t *id, uint64_t seq, ngx_uint_t status, ngx_str_t *json,
     ngx_http_agent_store_answer_pt answer);
+static void ngx_http_agent_store_ack_first(ngx_http_agent_zone_t *z,
+    ngx_str_t *id, uint64_t seq);
 static void ngx_http_agent_store_ack_poll(ngx_event_t *ev);
+static ngx_int_t ngx_http_agent_store_ack_check(ngx_http_agent_ack_t *ack);
 static void ngx_http_agent_store_ack_cleanup(void *data);
 
 
@@ -756,6 +812,7 @@ ngx_http_agent_store_ack_wait(ngx_http_request_t *r, ngx_str_t *id,
 {
     ngx_pool_cleanup_t          *cln;
     ngx_http_agent_ack_t        *ack;
+    ngx_http_agent_main_conf_t  *amcf;
 
     ack = ngx_pcalloc(r->pool, sizeof(ngx_http_agent_ack_t));
     cln = ngx_pool_cleanup_add(r->pool, 0);
@@ -785,16 +842,62 @@ ngx_http_agent_store_ack_wait(ngx_http_request_t *r, ngx_str_t *id,
 
     r->main->count++;
 
-    if (ngx_http_agent_store_acks.next == NULL) {
-        ngx_queue_init(&ngx_http_agent_store_acks);
-    }
-
     ngx_queue_insert_tail(&ngx_http_agent_store_acks, &ack->queue);
 
+    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
+
+    ngx_http_agent_store_ack_first(amcf->zone, id, seq);
     ngx_http_agent_store_kick_now();
     ngx_http_agent_store_ack_poll(&ack->timer);
 
     return NGX_DONE;
+}
+
+
+/*
+ * The conversation goes to the head of the dirty queue: the next claim,
+ * in any worker, takes its events before the backlog's, in a batch of
+ * its own.
+ */
+
+static void
+ngx_http_agent_store_ack_first(ngx_http_agent_zone_t *z, ngx_str_t *id,
+    uint64_t seq)
+{
+    ngx_http_agent_conv_t  *conv;
+
+    ngx_http_agent_zone_lock(z);
+
+    conv = ngx_http_agent_conv_find_locked(z, id);
+
+    if (conv && conv->dirty_linked && conv->flushed < seq) {
+        conv->acked = ngx_max(conv->acked, seq);
+
+        ngx_queue_remove(&conv->dirty);
+        ngx_queue_insert_head(&z->sh->dirty, &conv->dirty);
+    }
+
+    ngx_http_agent_zone_unlock(z);
+}
+
+
+/* a batch of this worker's was written: the inputs it made durable */
+
+static void
+ngx_http_agent_store_ack_wake(void)
+{
+    ngx_queue_t           *q, *next;
+    ngx_http_agent_ack_t  *ack;
+
+    for (q = ngx_queue_head(&ngx_http_agent_store_acks);
+         q != ngx_queue_sentinel(&ngx_http_agent_store_acks);
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        ack = ngx_queue_data(q, ngx_http_agent_ack_t, queue);
+
+        (void) ngx_http_agent_store_ack_check(ack);
+    }
 }
 
 
@@ -803,6 +906,39 @@ ngx_http_agent_store_ack_poll(ngx_event_t *ev)
 {
     ngx_http_agent_ack_t *ack = ev->data;
 
+    ngx_http_request_t  *r;
+
+    if (ngx_http_agent_store_ack_check(ack) == NGX_OK) {
+        return;
+    }
+
+    r = ack->request;
+
+    if ((ngx_msec_int_t) (ack->deadline - ngx_current_msec) <= 0) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "agent store did not write seq %uL of \"%V\" in time",
+                      ack->seq, &ack->id);
+        ngx_http_agent_store_ack_cleanup(ack);
+        ngx_http_finalize_request(r,
+            ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                      "not_durable",
+                                      "the input was taken but is not "
+                                      "written yet"));
+        return;
+    }
+
+    /* the writer may have gone: this worker writes then */
+    ngx_http_agent_store_kick_now();
+
+    ngx_add_timer(&ack->timer, NGX_HTTP_AGENT_ACK_POLL);
+}
+
+
+/* NGX_OK: written, and answered */
+
+static ngx_int_t
+ngx_http_agent_store_ack_check(ngx_http_agent_ack_t *ack)
+{
     uint64_t                     flushed;
     ngx_http_request_t          *r;
     ngx_http_agent_conv_t       *conv;
@@ -818,34 +954,20 @@ ngx_http_agent_store_ack_poll(ngx_event_t *ev)
 
     ngx_http_agent_zone_unlock(amcf->zone);
 
-    if (flushed >= ack->seq) {
-        /* a stream's request lives on: its ack is done with */
-        ack->done = 1;
-        ngx_queue_remove(&ack->queue);
+    if (flushed < ack->seq) {
+        return NGX_AGAIN;
+    }
 
-        ngx_http_finalize_request(r, ack->answer
+    ngx_http_agent_store_ack_cleanup(ack);
+
+    /* a stream's request lives on: its ack is done with */
+
+    ngx_http_finalize_request(r, ack->answer
                               ? ack->answer(r, &ack->id, ack->seq)
                               : ngx_http_agent_json_send(r, ack->status,
                                                          &ack->json));
-        return;
-    }
 
-    if ((ngx_msec_int_t) (ack->deadline - ngx_current_msec) <= 0) {
-        ack->done = 1;
-        ngx_queue_remove(&ack->queue);
-
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "agent store did not write seq %uL of \"%V\" in time",
-                      ack->seq, &ack->id);
-        ngx_http_finalize_request(r,
-            ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                      "not_durable",
-                                      "the input was taken but is not "
-                                      "written yet"));
-        return;
-    }
-
-    ngx_add_timer(&ack->timer, NGX_HTTP_AGENT_ACK_POLL);
+    return NGX_OK;
 }
 
 
@@ -858,45 +980,9 @@ ngx_http_agent_store_ack_cleanup(void *data)
         ngx_del_timer(&ack->timer);
     }
 
-    if (ack->timer.posted) {
-        ngx_delete_posted_event(&ack->timer);
-    }
-
-    if (!ack->done) {
+    if (ack->queue.prev) {
         ngx_queue_remove(&ack->queue);
-    }
-}
-
-
-/*
- * A batch of this worker is written: its inputs that wait look at once,
- * not at their next poll.  The poll stays for a batch another worker
- * writes.
- */
-
-static void
-ngx_http_agent_store_acks_written(void)
-{
-    ngx_queue_t           *q;
-    ngx_http_agent_ack_t  *ack;
-
-    if (ngx_http_agent_store_acks.next == NULL) {
-        return;
-    }
-
-    for (q = ngx_queue_head(&ngx_http_agent_store_acks);
-         q != ngx_queue_sentinel(&ngx_http_agent_store_acks);
-         q = ngx_queue_next(q))
-    {
-        ack = ngx_queue_data(q, ngx_http_agent_ack_t, queue);
-
-        if (ack->timer.timer_set) {
-            ngx_del_timer(&ack->timer);
-        }
-
-        if (!ack->timer.posted) {
-            ngx_post_event(&ack->timer, &ngx_posted_events);
-        }
+        ack->queue.prev = NULL;
     }
 }
 

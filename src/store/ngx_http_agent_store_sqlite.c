@@ -61,13 +61,18 @@ static sqlite3  *ngx_http_agent_sqlite_db;
 
 /*
  * Its statements, prepared with it: preparing the insert of an event
- * compiles the trigger too, which cost more than a small batch's writes
+ * compiles the trigger too, which cost more than a small batch's writes;
+ * the transaction's own are kept as well, not parsed for every batch
  */
 
-#define NGX_HTTP_AGENT_SQLITE_EVENT  0
-#define NGX_HTTP_AGENT_SQLITE_CONV   1
+#define NGX_HTTP_AGENT_SQLITE_EVENT     0
+#define NGX_HTTP_AGENT_SQLITE_CONV      1
+#define NGX_HTTP_AGENT_SQLITE_BEGIN     2
+#define NGX_HTTP_AGENT_SQLITE_COMMIT    3
+#define NGX_HTTP_AGENT_SQLITE_ROLLBACK  4
+#define NGX_HTTP_AGENT_SQLITE_W_N       5
 
-static sqlite3_stmt  *ngx_http_agent_sqlite_stmts[2];
+static sqlite3_stmt  *ngx_http_agent_sqlite_stmts[NGX_HTTP_AGENT_SQLITE_W_N];
 
 static char  *ngx_http_agent_sqlite_stmts_sql[] = {
 
@@ -78,8 +83,16 @@ static char  *ngx_http_agent_sqlite_stmts_sql[] = {
     " VALUES (?, ?, ?, ?, strftime('%s','now'))"
     " ON CONFLICT (id) DO UPDATE SET"
     " last_seq = max(last_seq, excluded.last_seq),"
-    " updated = excluded.updated"
+    " updated = excluded.updated",
+
+    "BEGIN IMMEDIATE",
+    "COMMIT",
+    "ROLLBACK"
 };
+
+
+static ngx_int_t ngx_http_agent_sqlite_step(sqlite3_stmt *stmt);
+static int ngx_http_agent_sqlite_busy(void *data, int count);
 
 
 #define NGX_HTTP_AGENT_SQLITE_TABLES                                         \
@@ -411,29 +424,58 @@ ngx_http_agent_sqlite_connect(ngx_str_t *path, ngx_log_t *log,
     }
 
     /* workers write side by side: a short wait instead of SQLITE_BUSY */
-    sqlite3_busy_timeout(db, 5000);
+    sqlite3_busy_handler(db, ngx_http_agent_sqlite_busy, NULL);
 
     return db;
 }
 
 
-/* on a pool thread: one transaction for the batch */
+/*
+ * SQLite's own busy timeout sleeps longer each time, up to 100 ms a try:
+ * a connection that waits for another process's write (an exiting
+ * worker's, a reader's recovery, another program's) would wait that long
+ * after the lock is free.  Tried every 100 us for the first 10 ms, then
+ * every millisecond, for at most 5 s.
+ */
+
+static int
+ngx_http_agent_sqlite_busy(void *data, int count)
+{
+    if (count < 100) {
+        (void) usleep(100);
+        return 1;
+    }
+
+    if (count < 100 + 4990) {
+        (void) usleep(1000);
+        return 1;
+    }
+
+    return 0;
+}
+
+
+/*
+ * On a pool thread: one transaction for the batch.  A conversation's
+ * events come together in a batch, in seq order: its row is written
+ * once, before them, with the last of them.
+ */
 
 static ngx_int_t
 ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_event_t *ev,
     ngx_uint_t n, ngx_log_t *log)
 {
-    int            rc;
     sqlite3       *db;
-    ngx_uint_t     i;
-    sqlite3_stmt  *event, *conv;
+    ngx_uint_t     i, last;
+    sqlite3_stmt  *event, *conv, **stmts;
 
     db = ngx_http_agent_sqlite_db;
+    stmts = ngx_http_agent_sqlite_stmts;
 
     if (db == NULL) {
         db = ngx_http_agent_sqlite_open_prepared(path, log,
                                         ngx_http_agent_sqlite_stmts_sql,
-                                        ngx_http_agent_sqlite_stmts, 2);
+                                        stmts, NGX_HTTP_AGENT_SQLITE_W_N);
         if (db == NULL) {
             return NGX_ERROR;
         }
@@ -441,31 +483,45 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_event_t *ev,
         ngx_http_agent_sqlite_db = db;
     }
 
-    event = ngx_http_agent_sqlite_stmts[NGX_HTTP_AGENT_SQLITE_EVENT];
-    conv = ngx_http_agent_sqlite_stmts[NGX_HTTP_AGENT_SQLITE_CONV];
+    event = stmts[NGX_HTTP_AGENT_SQLITE_EVENT];
+    conv = stmts[NGX_HTTP_AGENT_SQLITE_CONV];
 
-    rc = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
-    if (rc != SQLITE_OK) {
+    if (ngx_http_agent_sqlite_step(stmts[NGX_HTTP_AGENT_SQLITE_BEGIN])
+        != NGX_OK)
+    {
         goto failed;
     }
 
-    /* the conversation's row first: the trigger updates its state */
+    last = 0;
 
     for (i = 0; i < n; i++) {
-        sqlite3_bind_text(conv, 1, (char *) ev[i].conv.data, ev[i].conv.len,
-                          SQLITE_STATIC);
-        sqlite3_bind_text(conv, 2, (char *) ev[i].agent.data,
-                          ev[i].agent.len, SQLITE_STATIC);
-        sqlite3_bind_text(conv, 3, (char *) ev[i].owner.data,
-                          ev[i].owner.len, SQLITE_STATIC);
-        sqlite3_bind_int64(conv, 4, ev[i].seq);
 
-        rc = sqlite3_step(conv);
-        sqlite3_reset(conv);
-        sqlite3_clear_bindings(conv);
+        /* the conversation's row first: the trigger updates its state */
 
-        if (rc != SQLITE_DONE) {
-            goto failed;
+        if (i == 0 || ev[i].conv.len != ev[i - 1].conv.len
+            || ngx_memcmp(ev[i].conv.data, ev[i - 1].conv.data,
+                          ev[i].conv.len) != 0)
+        {
+            for (last = i;
+                 last + 1 < n && ev[last + 1].conv.len == ev[i].conv.len
+                 && ngx_memcmp(ev[last + 1].conv.data, ev[i].conv.data,
+                               ev[i].conv.len) == 0;
+                 last++)
+            {
+                /* void */
+            }
+
+            sqlite3_bind_text(conv, 1, (char *) ev[i].conv.data,
+                              ev[i].conv.len, SQLITE_STATIC);
+            sqlite3_bind_text(conv, 2, (char *) ev[i].agent.data,
+                              ev[i].agent.len, SQLITE_STATIC);
+            sqlite3_bind_text(conv, 3, (char *) ev[i].owner.data,
+                              ev[i].owner.len, SQLITE_STATIC);
+            sqlite3_bind_int64(conv, 4, ev[last].seq);
+
+            if (ngx_http_agent_sqlite_step(conv) != NGX_OK) {
+                goto failed;
+            }
         }
 
         sqlite3_bind_text(event, 1, (char *) ev[i].conv.data, ev[i].conv.len,
@@ -478,18 +534,16 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_event_t *ev,
         sqlite3_bind_text(event, 4, (char *) ev[i].data.data, ev[i].data.len,
                           SQLITE_STATIC);
 
-        rc = sqlite3_step(event);
-        sqlite3_reset(event);
-        sqlite3_clear_bindings(event);
-
-        if (rc != SQLITE_DONE) {
+        if (ngx_http_agent_sqlite_step(event) != NGX_OK) {
             goto failed;
         }
     }
 
-    rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-    if (rc != SQLITE_OK) {
-        (void) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    if (ngx_http_agent_sqlite_step(stmts[NGX_HTTP_AGENT_SQLITE_COMMIT])
+        != NGX_OK)
+    {
+        (void) ngx_http_agent_sqlite_step(
+                                   stmts[NGX_HTTP_AGENT_SQLITE_ROLLBACK]);
         return NGX_ERROR;
     }
 
@@ -500,9 +554,24 @@ failed:
     ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\": %s", path,
                   sqlite3_errmsg(db));
 
-    (void) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    (void) ngx_http_agent_sqlite_step(stmts[NGX_HTTP_AGENT_SQLITE_ROLLBACK]);
 
     return NGX_ERROR;
+}
+
+
+/* a statement of the writer's run to its end, and made ready again */
+
+static ngx_int_t
+ngx_http_agent_sqlite_step(sqlite3_stmt *stmt)
+{
+    int  rc;
+
+    rc = sqlite3_step(stmt);
+    sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt);
+
+    return (rc == SQLITE_DONE) ? NGX_OK : NGX_ERROR;
 }
 
 
@@ -1072,7 +1141,8 @@ ngx_http_agent_sqlite_close(void)
     ngx_http_agent_sqlite_reader_t  *rdr;
 
     ngx_http_agent_sqlite_close_prepared(&ngx_http_agent_sqlite_db,
-                                         ngx_http_agent_sqlite_stmts, 2);
+                                         ngx_http_agent_sqlite_stmts,
+                                         NGX_HTTP_AGENT_SQLITE_W_N);
 
     while (ngx_http_agent_sqlite_nreaders) {
         rdr = &ngx_http_agent_sqlite_readers[--ngx_http_agent_sqlite_nreaders];

@@ -1,0 +1,145 @@
+#!/usr/bin/perl
+
+# An input is written before the backlog: with thousands of events
+# waiting for the store, a message's 202 comes once its user_msg is
+# written, not once everything recorded before it is.  The database is
+# locked by another process while 30 turns of 64 tool calls each run
+# (3,960 events wait); a message to a new conversation comes last; the
+# lock goes.  Its 202 comes while much of the backlog is still
+# unwritten (written in order, it would come last), and then everything
+# is written, each conversation's log whole and in order.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use IO::Select;
+use Time::HiRes qw(sleep time);
+
+use Test::Agent;
+use Test::Agent::HTTP;
+use Test::Agent::Engine;
+use Test::Agent::MockProvider;
+use Test::Agent::Store;
+
+plan(skip_all => 'no sqlite3 command') unless Test::Agent::Store->available;
+
+my $convs = 30;
+my $calls = 64;
+my $events = $convs * (2 * $calls + 4);
+
+my $mock = Test::Agent::MockProvider->new(default => sub {
+    my ($req) = @_;
+    my $msgs = $req->{json}{messages} || [];
+    my $last = $msgs->[-1] || {};
+
+    return { text => 'done' } if $last->{role} eq 'tool';
+    return { text => 'noted' } if ($last->{content} // '') =~ /^urgent/;
+    return { tool_calls => [ map { { id => "c$_", name => 'echo',
+                                     arguments => '{}' } } 1 .. $calls ] };
+});
+
+my $t = Test::Agent->new;
+my $path = $t->testdir . '/agent.db';
+my $db = Test::Agent::Store->new($path);
+
+$t->write_file_expand('nginx.conf', engine_conf($mock, workers => 1,
+    zone => '32m', http => "agent_store $path;", tools => $ECHO_TOOL,
+    agent => 'tools echo;', server => $ECHO_LOCATION . <<'EOF'));
+        location = /metrics {
+            agent_metrics;
+        }
+EOF
+$t->run;
+
+my $port = $t->port(8080);
+
+# a POST whose answer is read later
+
+sub post_later {
+    my ($cid, $content) = @_;
+
+    my $s = Test::Agent::HTTP::connect_to($port);
+    print $s http_request('POST', "/c/$cid/messages",
+                          "{\"content\":\"$content\"}",
+                          headers => { 'Content-Type' => 'application/json' });
+    return $s;
+}
+
+sub status_of {
+    my ($s, $timeout) = @_;
+
+    my $sel = IO::Select->new($s);
+    my $raw = '';
+
+    while ($raw !~ /\r\n/ && $sel->can_read($timeout)) {
+        sysread($s, $raw, 4096, length $raw) or last;
+    }
+
+    return $raw =~ m{^HTTP/1\.\d (\d{3})} ? $1 : 0;
+}
+
+sub metric {
+    my ($name) = @_;
+    my $r = http_get('/metrics', port => $port);
+    return $r && $r->{body} =~ /^$name (\d+)/m ? $1 : -1;
+}
+
+ok($db->lock, 'the database is locked by another process');
+
+my @load = map { post_later("w$_", "question $_") } 1 .. $convs;
+
+wait_state($t, "w$_", 'idle', 60) for 1 .. $convs;
+
+is(metric('agent_store_lag_events'), $events,
+   "$events events of $convs turns wait for the store");
+
+my $urgent = post_later('u1', 'urgent');
+
+# its user_msg is in the zone, behind the others
+sleep 0.3;
+
+$db->unlock;
+
+is(status_of($urgent, 15), 202, 'the last message is acknowledged');
+
+my $lag = metric('agent_store_lag_events');
+
+# written last, it would find none left; a quarter leaves room for a
+# slow machine between the 202 and the count
+
+cmp_ok($lag, '>', $events / 4,
+       "before the backlog is written ($lag events still wait)");
+
+is(status_of($_, 15), 202, 'a message of the backlog acknowledged')
+    for @load;
+
+my $all = $events + 3;
+
+is($db->wait_sql('SELECT count(*) FROM events', qr/^$all$/, 30), $all,
+   'then every event is written');
+
+is($db->sql('SELECT count(*) FROM (SELECT conversation, count(*) AS n,'
+            . ' max(seq) AS m FROM events GROUP BY conversation'
+            . ' HAVING n = m)'), $convs + 1,
+   'each conversation\'s log from seq 1, with no gap');
+
+is($db->sql("SELECT group_concat(type, ' ') FROM (SELECT type FROM events"
+            . " WHERE conversation = 'u1' ORDER BY seq)"),
+   'user_msg assistant_msg turn_completed', 'the last message\'s turn');
+
+is($db->sql("SELECT count(*) FROM conversations WHERE state = 'idle'"),
+   $convs + 1, 'every conversation at rest in SQLite');
+
+is(metric('agent_store_lag_events'), 0, 'nothing waits for the store');
+
+$t->stop;
+$mock->stop;
+
+unlike($t->read_file('error.log'), qr/\[(alert|emerg)\]/,
+       'no alert in error.log');
+
+done_testing;
