@@ -235,6 +235,10 @@ typedef struct {
     ngx_uint_t                    depth;
     ngx_uint_t                    max;
     char                         *reason;
+
+    /* the text: a string yajl did not unescape lies within it */
+    u_char                       *text;
+    u_char                       *text_end;
     ngx_http_agent_json_frame_t   stack[NGX_HTTP_AGENT_JSON_LOG_DEPTH + 1];
 } ngx_http_agent_json_tree_t;
 
@@ -329,6 +333,8 @@ ngx_http_agent_json_parse(u_char *json, size_t len, ngx_uint_t depth,
     t.depth = 0;
     t.max = ngx_min(depth, NGX_HTTP_AGENT_JSON_LOG_DEPTH);
     t.reason = NULL;
+    t.text = json;
+    t.text_end = json + len;
 
     afs.malloc = ngx_http_agent_json_yajl_malloc;
     afs.realloc = ngx_http_agent_json_yajl_realloc;
@@ -610,7 +616,15 @@ ngx_http_agent_json_strdup(ngx_http_agent_json_tree_t *t,
 {
     u_char  *p;
 
-    if (len && memchr(s, '\0', len)) {
+    /*
+     * the text has no NUL byte; only a string yajl unescaped into its
+     * own buffer can hold one, from a \u0000
+     */
+
+    if (len
+        && ((u_char *) s < t->text || (u_char *) s >= t->text_end)
+        && memchr(s, '\0', len))
+    {
         t->reason = "holds a NUL character (\\u0000)";
         return NULL;
     }
