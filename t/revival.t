@@ -347,14 +347,14 @@ $t->done(more => 1);
 $t->write_file_expand('nginx.conf', conf('', '128k'));
 $t->run;
 
-# a conversation at rest holds a 2 KB record: 100 of them do not fit
+# a conversation at rest holds a 1 KB record: 160 of them do not fit
 my @codes;
-for my $i (1 .. 100) {
+for my $i (1 .. 160) {
     push @codes, send_message($t, "s$i", "hello $i")->{status};
     wait_state($t, "s$i", 'idle');
 }
-is(join(' ', grep { $_ != 202 } @codes), '', '100 conversations in 128k');
-cmp_ok(zone()->{conversations}, '<', 100, 'not all of them in the zone');
+is(join(' ', grep { $_ != 202 } @codes), '', '160 conversations in 128k');
+cmp_ok(zone()->{conversations}, '<', 160, 'not all of them in the zone');
 is(inspect($t, 's1')->{json}{messages}[0]{content}, 'hello 1',
    'the first one comes back');
 unlike($t->read_file('error.log'), qr/is full/, 'the zone was never full');

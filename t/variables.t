@@ -33,7 +33,9 @@ $t->write_file_expand('nginx.conf', engine_conf($mock,
         location = /api/chat { agent chat; agent_aisdk; }'));
 $t->run;
 
-$mock->script({ text => 'First.' }, { text => 'Second.' },
+# the first reply comes late: the message's log line is long written
+
+$mock->script({ text => 'First.', latency => 0.5 }, { text => 'Second.' },
               { text => 'Third.', usage => { prompt_tokens => 31,
                                             completion_tokens => 9 } });
 

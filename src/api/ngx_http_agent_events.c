@@ -637,6 +637,7 @@ ngx_http_agent_events_unregister(ngx_http_agent_events_sub_t *sub)
 
         if (conv) {
             ngx_http_agent_conv_sub_remove_locked(conv, ngx_pid);
+            ngx_http_agent_log_rest_locked(z, conv);
         }
 
         ngx_http_agent_zone_unlock(z);

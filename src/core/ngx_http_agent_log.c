@@ -401,6 +401,24 @@ ngx_http_agent_log_after_pos(ngx_queue_t *queue, uint64_t pos)
 }
 
 
+/*
+ * The live events serve the subscribers there are: a new one starts
+ * from the log, and from the reply so far if a model call streams.  A
+ * conversation at rest with none has no use for them: their canonical
+ * events replace them (the assistant_msg its deltas, the record its
+ * state).
+ */
+
+void
+ngx_http_agent_log_rest_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv)
+{
+    if (conv->nlive && ngx_http_agent_conv_at_rest_locked(conv)) {
+        (void) ngx_http_agent_log_live_free_locked(z, conv, (uint64_t) -1);
+    }
+}
+
+
 ngx_uint_t
 ngx_http_agent_log_live_free_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv, uint64_t pos)

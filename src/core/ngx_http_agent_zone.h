@@ -28,7 +28,7 @@
 #define NGX_HTTP_AGENT_PENDING_STR       "16"
 #define NGX_HTTP_AGENT_CALL_ID_LEN       64
 #define NGX_HTTP_AGENT_TOOL_NAME_LEN     64
-/* an owner kept whole: more would take the record past 2 KB */
+/* an owner kept whole: more would take the record past 1 KB */
 #define NGX_HTTP_AGENT_OWNER_LEN         128
 
 /*
@@ -77,13 +77,13 @@ typedef struct ngx_http_agent_metrics_sh_s  ngx_http_agent_metrics_sh_t;
 /* a worker with subscribers of the conversation, to wake */
 typedef struct {
     ngx_pid_t                     pid;
-    ngx_uint_t                    count;
+    uint32_t                      count;
 } ngx_http_agent_sub_worker_t;
 
 
 typedef struct {
     uint32_t                      hash;
-    ngx_uint_t                    turn;
+    uint32_t                      turn;
     uint64_t                      seq;
 } ngx_http_agent_source_t;
 
@@ -126,6 +126,9 @@ typedef struct {
 
     ngx_http_agent_state_e        state;
 
+    /* the worker running the turn, 0 when none */
+    ngx_pid_t                     lease;
+
     uint64_t                      seq;        /* last canonical seq */
     uint64_t                      pos;        /* last event position */
 
@@ -142,14 +145,11 @@ typedef struct {
      * (0: none); the worker making one, since when
      */
     uint64_t                      summary_to;
-    ngx_pid_t                     summarizing;
     time_t                        summary_started;
-
-    /* the worker running the turn, 0 when none */
-    ngx_pid_t                     lease;
+    ngx_pid_t                     summarizing;
 
     /* times the current turn was taken over from a worker that died */
-    ngx_uint_t                    takeovers;
+    uint32_t                      takeovers;
 
     /* in the zone's queue of conversations with a lease */
     ngx_queue_t                   leased;
@@ -160,12 +160,12 @@ typedef struct {
      */
     uint64_t                      flushed;
     uint64_t                      acked;
-    ngx_pid_t                     flushing;
     ngx_queue_t                   dirty;
-    ngx_uint_t                    dirty_linked;
+    ngx_pid_t                     flushing;
+    unsigned                      dirty_linked:1;
 
     /* a cancel waits for that worker to take the turn down */
-    ngx_uint_t                    cancel;
+    unsigned                      cancel:1;
     uint64_t                      cancelled;  /* seq of the last cancel */
 
     ngx_queue_t                   log;        /* ngx_http_agent_event_t */
@@ -371,6 +371,9 @@ ngx_queue_t *ngx_http_agent_log_turn_locked(ngx_http_agent_conv_t *conv);
  */
 ngx_queue_t *ngx_http_agent_log_context_locked(ngx_http_agent_conv_t *conv);
 void ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv);
+/* at rest with no subscriber: the live events go */
+void ngx_http_agent_log_rest_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
 /* frees the live events before pos (all: (uint64_t) -1); how many */
 ngx_uint_t ngx_http_agent_log_live_free_locked(ngx_http_agent_zone_t *z,

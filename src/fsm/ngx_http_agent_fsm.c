@@ -369,6 +369,7 @@ ngx_http_agent_fsm_locked(ngx_http_agent_zone_t *z,
                                                 NGX_HTTP_AGENT_EV_TURN_ENDED,
                                                 &ended);
             ngx_http_agent_fsm_lease_locked(z, conv, 0);
+            ngx_http_agent_log_rest_locked(z, conv);
         }
     }
 
