@@ -26,6 +26,9 @@
 #define NGX_HTTP_AGENT_STORE_BATCH      256
 #define NGX_HTTP_AGENT_STORE_EXIT_WAIT  5000
 
+/* the audit's rows wait for another worker's batch so long, ms */
+#define NGX_HTTP_AGENT_STORE_ROWS_WAIT  10
+
 
 typedef struct {
     ngx_http_agent_store_conf_t  *conf;
@@ -34,6 +37,11 @@ typedef struct {
     ngx_pool_t                   *pool;
     ngx_http_agent_store_event_t *events;
     ngx_uint_t                    nevents;
+
+    /* the audit's rows that go with the batch, in a pool of their own */
+    ngx_array_t                  *rows;
+    ngx_pool_t                   *rows_pool;
+
     ngx_int_t                     rc;
     ngx_log_t                    *log;
 } ngx_http_agent_flush_t;
@@ -44,7 +52,7 @@ static ngx_int_t ngx_http_agent_store_dir_check(ngx_cycle_t *cycle,
 static void ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle);
 static void ngx_http_agent_store_flush(ngx_event_t *ev);
 static ngx_http_agent_flush_t *ngx_http_agent_store_claim(
-    ngx_cycle_t *cycle, ngx_uint_t behind);
+    ngx_cycle_t *cycle, ngx_uint_t behind, ngx_uint_t rows_alone);
 static ngx_uint_t ngx_http_agent_store_collect_locked(
     ngx_http_agent_flush_t *f, ngx_http_agent_conv_t *conv, uint64_t upto);
 static void ngx_http_agent_store_thread(void *data, ngx_log_t *log);
@@ -285,16 +293,15 @@ ngx_http_agent_store_exit_process(ngx_cycle_t *cycle)
 
     ngx_http_agent_store_exit_flush(cycle);
 
-    ngx_http_agent_store_audit_exit(&scf->path);
     scf->store->close();
-    ngx_http_agent_sqlite_audit_close();
 }
 
 
 /*
  * Batch after batch until none is left, a write fails (the events stay
  * dirty: a live worker writes them after a reload) or EXIT_WAIT has
- * passed: an exit never waits for a store that does not answer.
+ * passed: an exit never waits for a store that does not answer.  The
+ * audit's rows queued go with the first.
  */
 
 static void
@@ -310,7 +317,7 @@ ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle)
     total = 0;
 
     for ( ;; ) {
-        f = ngx_http_agent_store_claim(cycle, 0);
+        f = ngx_http_agent_store_claim(cycle, 0, 1);
         if (f == NULL) {
             break;
         }
@@ -319,7 +326,10 @@ ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle)
 
         if (ngx_current_msec - start < NGX_HTTP_AGENT_STORE_EXIT_WAIT) {
             f->rc = f->conf->store->write(&f->conf->path, f->events,
-                                          f->nevents, f->log);
+                                          f->nevents,
+                                          f->rows ? f->rows->elts : NULL,
+                                          f->rows ? f->rows->nelts : 0,
+                                          f->log);
 
             ngx_http_agent_metrics_store(f->zone, f->nevents, f->rc);
 
@@ -334,6 +344,16 @@ ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle)
 
         rc = f->rc;
         n = f->nevents;
+
+        if (f->rows_pool) {
+            if (rc != NGX_OK) {
+                ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
+                              "agent store could not write %ui model call "
+                              "rows as the worker exits", f->rows->nelts);
+            }
+
+            ngx_destroy_pool(f->rows_pool);
+        }
 
         ngx_destroy_pool(f->pool);
 
@@ -417,15 +437,34 @@ ngx_http_agent_store_kick_now(void)
 static void
 ngx_http_agent_store_flush(ngx_event_t *ev)
 {
-    ngx_thread_task_t       *task;
-    ngx_http_agent_flush_t  *f;
+    ngx_uint_t                    alone;
+    ngx_thread_task_t            *task;
+    ngx_http_agent_flush_t       *f;
+    ngx_http_agent_main_conf_t   *amcf;
+    ngx_http_agent_store_conf_t  *scf;
 
     if (ngx_http_agent_store_busy) {
         return;
     }
 
-    f = ngx_http_agent_store_claim(ev->data, 1);
+    amcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_agent_module);
+    scf = amcf->store;
+
+    /* with flush=, the audit's rows alone wait for its timer */
+
+    alone = (scf->flush == 0 || ev->timedout);
+    ev->timedout = 0;
+
+    f = ngx_http_agent_store_claim(ev->data, 1, alone);
+
     if (f == NULL) {
+        if (ngx_http_agent_store_audit_queued() && !ev->timer_set) {
+            /* they wait for flush=, or for another worker's batch */
+            ngx_add_timer(ev, scf->flush ? scf->flush
+                                         : NGX_HTTP_AGENT_STORE_ROWS_WAIT);
+        }
+
         return;
     }
 
@@ -454,11 +493,14 @@ ngx_http_agent_store_flush(ngx_event_t *ev)
  * Behind, on the thread pool: none while another worker has a batch
  * there.  SQLite takes one writer at a time, and two workers' batches
  * waiting for each other's lock made the loser wait again and again;
- * the writer's next batch takes every worker's events.
+ * the writer's next batch takes every worker's events.  The audit's rows
+ * queued in this worker go with its batch, in the same commit, or alone
+ * if rows_alone.
  */
 
 static ngx_http_agent_flush_t *
-ngx_http_agent_store_claim(ngx_cycle_t *cycle, ngx_uint_t behind)
+ngx_http_agent_store_claim(ngx_cycle_t *cycle, ngx_uint_t behind,
+    ngx_uint_t rows_alone)
 {
     ngx_uint_t                    acked;
     ngx_pool_t                   *pool;
@@ -551,7 +593,14 @@ ngx_http_agent_store_claim(ngx_cycle_t *cycle, ngx_uint_t behind)
 
     ngx_http_agent_zone_unlock(z);
 
-    if (f->nevents == 0) {
+    /* the audit's rows queued in this worker go with the batch */
+
+    if (ngx_http_agent_store_audit_queued() && (f->nevents || rows_alone))
+    {
+        f->rows_pool = ngx_http_agent_store_audit_take(&f->rows);
+    }
+
+    if (f->nevents == 0 && f->rows == NULL) {
         ngx_destroy_pool(pool);
         return NULL;
     }
@@ -633,7 +682,8 @@ ngx_http_agent_store_thread(void *data, ngx_log_t *log)
     ngx_http_agent_flush_t *f = data;
 
     f->rc = f->conf->store->write(&f->conf->path, f->events, f->nevents,
-                                  log);
+                                  f->rows ? f->rows->elts : NULL,
+                                  f->rows ? f->rows->nelts : 0, log);
 }
 
 
@@ -656,6 +706,16 @@ ngx_http_agent_store_done(ngx_event_t *ev)
         ngx_log_error(NGX_LOG_ERR, f->log, 0,
                       "agent store could not write %ui events, "
                       "they are tried again", f->nevents);
+
+        if (f->rows) {
+            ngx_log_error(NGX_LOG_ERR, f->log, 0,
+                          "agent store could not write %ui model call rows",
+                          f->rows->nelts);
+        }
+    }
+
+    if (f->rows_pool) {
+        ngx_destroy_pool(f->rows_pool);
     }
 
     ngx_http_agent_zone_lock(f->zone);

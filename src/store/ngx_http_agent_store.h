@@ -12,6 +12,8 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include "ngx_http_agent_store_audit.h"
+
 
 /* an event to write: the conversation's id and the event's JSON */
 typedef struct {
@@ -81,9 +83,12 @@ typedef struct {
 typedef struct {
     ngx_str_t                     name;
     ngx_int_t                   (*open)(ngx_str_t *path, ngx_log_t *log);
+    /* and the audit's rows queued meanwhile, in the same transaction */
     ngx_int_t                   (*write)(ngx_str_t *path,
                                          ngx_http_agent_store_event_t *ev,
-                                         ngx_uint_t n, ngx_log_t *log);
+                                         ngx_uint_t n,
+                                         ngx_http_agent_audit_row_t *rows,
+                                         ngx_uint_t nrows, ngx_log_t *log);
     /* on a thread of the pool, into pool */
     ngx_int_t                   (*read)(ngx_str_t *path,
                                         ngx_http_agent_store_read_t *rd,

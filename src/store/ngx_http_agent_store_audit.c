@@ -5,11 +5,10 @@
 
 
 /*
- * The audit of model calls, written behind on the store's thread pool
- * as the log is: rows queue in the worker, one task at a time writes
- * what queued meanwhile in one transaction, on a connection of its own.
- * A row that cannot be written is logged and dropped: the audit never
- * holds a turn back.
+ * The audit of model calls, written behind as the log is: rows queue in
+ * the worker and go with the log writer's next batch, in its transaction
+ * (ngx_http_agent_store.c).  A row that cannot be written is logged and
+ * dropped: the audit never holds a turn back, nor the log's events.
  */
 
 
@@ -25,14 +24,6 @@
 typedef struct {
     ngx_http_agent_store_conf_t  *conf;
     ngx_pool_t                   *pool;
-    ngx_array_t                  *rows;
-    ngx_int_t                     rc;
-} ngx_http_agent_audit_task_t;
-
-
-typedef struct {
-    ngx_http_agent_store_conf_t  *conf;
-    ngx_pool_t                   *pool;
     ngx_http_request_t           *request;
     ngx_http_agent_audit_page_pt  handler;
     ngx_http_agent_audit_page_t   page;
@@ -42,30 +33,22 @@ typedef struct {
 
 static ngx_int_t ngx_http_agent_store_audit_copy(ngx_pool_t *pool,
     ngx_str_t *s);
-static void ngx_http_agent_store_audit_flush(ngx_event_t *ev);
-static void ngx_http_agent_store_audit_thread(void *data, ngx_log_t *log);
-static void ngx_http_agent_store_audit_done(ngx_event_t *ev);
 static void ngx_http_agent_store_audit_read_thread(void *data,
     ngx_log_t *log);
 static void ngx_http_agent_store_audit_read_done(ngx_event_t *ev);
 
 
-/* the rows queued, in a pool that goes with the task that writes them */
+/* the rows queued, in a pool that goes with the batch that writes them */
 static ngx_pool_t    *ngx_http_agent_audit_pool;
 static ngx_array_t   *ngx_http_agent_audit_rows;
-static ngx_uint_t     ngx_http_agent_audit_busy;
-static ngx_pool_t    *ngx_http_agent_audit_inflight;
-static ngx_event_t    ngx_http_agent_audit_event;
 
 
 ngx_int_t
 ngx_http_agent_store_audit(ngx_http_agent_audit_row_t *row)
 {
     ngx_pool_t                   *pool;
-    ngx_event_t                  *ev;
     ngx_http_agent_audit_row_t   *r;
     ngx_http_agent_main_conf_t   *amcf;
-    ngx_http_agent_store_conf_t  *scf;
 
     amcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
                                                ngx_http_agent_module);
@@ -108,29 +91,9 @@ ngx_http_agent_store_audit(ngx_http_agent_audit_row_t *row)
         return NGX_ERROR;
     }
 
-    ev = &ngx_http_agent_audit_event;
-
-    if (ngx_http_agent_audit_busy || ev->posted || ev->timer_set) {
-        return NGX_OK;
-    }
-
-    ev->handler = ngx_http_agent_store_audit_flush;
-    ev->log = ngx_cycle->log;
-    ev->data = amcf->store;
-
-    /* a worker that exits writes what is left itself */
-    ev->cancelable = 1;
-
     /* with agent_store flush=, rows wait as the log's events do */
 
-    scf = amcf->store;
-
-    if (scf->flush) {
-        ngx_add_timer(ev, scf->flush);
-
-    } else {
-        ngx_post_event(ev, &ngx_posted_events);
-    }
+    ngx_http_agent_store_kick();
 
     return NGX_OK;
 }
@@ -157,112 +120,30 @@ ngx_http_agent_store_audit_copy(ngx_pool_t *pool, ngx_str_t *s)
 }
 
 
-static void
-ngx_http_agent_store_audit_flush(ngx_event_t *ev)
-{
-    ngx_thread_task_t            *task;
-    ngx_http_agent_audit_task_t  *at;
-    ngx_http_agent_store_conf_t  *scf;
-
-    scf = ev->data;
-
-    if (ngx_http_agent_audit_busy || ngx_http_agent_audit_rows == NULL) {
-        return;
-    }
-
-    task = ngx_thread_task_alloc(ngx_http_agent_audit_pool,
-                                 sizeof(ngx_http_agent_audit_task_t));
-    if (task == NULL) {
-        return;
-    }
-
-    at = task->ctx;
-    at->conf = scf;
-    at->pool = ngx_http_agent_audit_pool;
-    at->rows = ngx_http_agent_audit_rows;
-
-    /* what queues from now on goes with the next task */
-    ngx_http_agent_audit_pool = NULL;
-    ngx_http_agent_audit_rows = NULL;
-
-    task->handler = ngx_http_agent_store_audit_thread;
-    task->event.handler = ngx_http_agent_store_audit_done;
-    task->event.data = at;
-
-    if (ngx_thread_task_post(scf->thread_pool, task) != NGX_OK) {
-        at->rc = NGX_ERROR;
-        ngx_http_agent_store_audit_done(&task->event);
-        return;
-    }
-
-    ngx_http_agent_audit_busy = 1;
-    ngx_http_agent_audit_inflight = at->pool;
-}
-
-
-static void
-ngx_http_agent_store_audit_thread(void *data, ngx_log_t *log)
-{
-    ngx_http_agent_audit_task_t *at = data;
-
-    at->rc = ngx_http_agent_sqlite_audit_write(&at->conf->path,
-                                               at->rows->elts,
-                                               at->rows->nelts, log);
-}
-
-
-static void
-ngx_http_agent_store_audit_done(ngx_event_t *ev)
-{
-    ngx_http_agent_audit_task_t *at = ev->data;
-
-    ngx_event_t  *next;
-
-    ngx_http_agent_audit_busy = 0;
-    ngx_http_agent_audit_inflight = NULL;
-
-    if (at->rc != NGX_OK) {
-        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                      "agent store could not write %ui model call rows",
-                      at->rows->nelts);
-    }
-
-    /* the task and its rows go with the pool */
-    ngx_destroy_pool(at->pool);
-
-    next = &ngx_http_agent_audit_event;
-
-    if (ngx_http_agent_audit_rows && !next->posted) {
-        ngx_post_event(next, &ngx_posted_events);
-    }
-}
-
-
 /*
- * A worker exits after its pool's threads: the task in flight has run,
- * its completion never will; the rows queued since are written here.
+ * The rows queued so far, for a batch: the pool that holds them is the
+ * batch's from now on, and what queues next goes with the next batch
  */
 
-void
-ngx_http_agent_store_audit_exit(ngx_str_t *path)
+ngx_pool_t *
+ngx_http_agent_store_audit_take(ngx_array_t **rows)
 {
-    if (ngx_http_agent_audit_inflight) {
-        ngx_destroy_pool(ngx_http_agent_audit_inflight);
-        ngx_http_agent_audit_inflight = NULL;
-    }
+    ngx_pool_t  *pool;
 
-    if (ngx_http_agent_audit_rows == NULL) {
-        return;
-    }
+    *rows = ngx_http_agent_audit_rows;
+    pool = ngx_http_agent_audit_pool;
 
-    (void) ngx_http_agent_sqlite_audit_write(path,
-                                             ngx_http_agent_audit_rows->elts,
-                                             ngx_http_agent_audit_rows->nelts,
-                                             ngx_cycle->log);
-
-    ngx_destroy_pool(ngx_http_agent_audit_pool);
-    ngx_http_agent_audit_pool = NULL;
     ngx_http_agent_audit_rows = NULL;
+    ngx_http_agent_audit_pool = NULL;
+
+    return pool;
+}
+
+
+ngx_uint_t
+ngx_http_agent_store_audit_queued(void)
+{
+    return ngx_http_agent_audit_rows && ngx_http_agent_audit_rows->nelts;
 }
 
 

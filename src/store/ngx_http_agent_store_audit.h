@@ -52,16 +52,19 @@ typedef struct {
 } ngx_http_agent_audit_page_t;
 
 
-/* the SQL of it: ngx_http_agent_store_sqlite_audit.c, on pool threads */
-ngx_int_t ngx_http_agent_sqlite_audit_write(ngx_str_t *path,
-    ngx_http_agent_audit_row_t *rows, ngx_uint_t n, ngx_log_t *log);
+/*
+ * The SQL of it: ngx_http_agent_store_sqlite_audit.c, on pool threads;
+ * the rows are written with the log's batches (ngx_http_agent_store.h)
+ */
 ngx_int_t ngx_http_agent_sqlite_audit_page(ngx_str_t *path,
     ngx_http_agent_audit_page_t *page, ngx_pool_t *pool, ngx_log_t *log);
-void ngx_http_agent_sqlite_audit_close(void);
+
 
 /* queued in the worker and written behind; NGX_DECLINED: no store */
 ngx_int_t ngx_http_agent_store_audit(ngx_http_agent_audit_row_t *row);
-void ngx_http_agent_store_audit_exit(ngx_str_t *path);
+/* the rows queued, for the log writer's batch, and the pool they are in */
+ngx_pool_t *ngx_http_agent_store_audit_take(ngx_array_t **rows);
+ngx_uint_t ngx_http_agent_store_audit_queued(void);
 
 typedef void (*ngx_http_agent_audit_page_pt)(ngx_http_request_t *r,
     ngx_http_agent_audit_page_t *page, ngx_int_t rc);

@@ -30,7 +30,8 @@
 static ngx_int_t ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log);
 static ngx_int_t ngx_http_agent_sqlite_version(sqlite3 *db);
 static ngx_int_t ngx_http_agent_sqlite_write(ngx_str_t *path,
-    ngx_http_agent_store_event_t *ev, ngx_uint_t n, ngx_log_t *log);
+    ngx_http_agent_store_event_t *ev, ngx_uint_t n,
+    ngx_http_agent_audit_row_t *rows, ngx_uint_t nrows, ngx_log_t *log);
 static ngx_int_t ngx_http_agent_sqlite_read(ngx_str_t *path,
     ngx_http_agent_store_read_t *rd, ngx_pool_t *pool, ngx_log_t *log);
 static ngx_int_t ngx_http_agent_sqlite_sweep(ngx_str_t *path, uint64_t now,
@@ -73,6 +74,10 @@ static sqlite3  *ngx_http_agent_sqlite_db;
 #define NGX_HTTP_AGENT_SQLITE_W_N       5
 
 static sqlite3_stmt  *ngx_http_agent_sqlite_stmts[NGX_HTTP_AGENT_SQLITE_W_N];
+
+/* and the audit's, for the rows that go with a batch */
+static sqlite3_stmt  *ngx_http_agent_sqlite_audit_stmts[
+                                                  NGX_HTTP_AGENT_AUDIT_STMTS];
 
 static char  *ngx_http_agent_sqlite_stmts_sql[] = {
 
@@ -458,12 +463,14 @@ ngx_http_agent_sqlite_busy(void *data, int count)
 /*
  * On a pool thread: one transaction for the batch.  A conversation's
  * events come together in a batch, in seq order: its row is written
- * once, before them, with the last of them.
+ * once, before them, with the last of them.  The audit's rows queued
+ * meanwhile go last, in the same commit.
  */
 
 static ngx_int_t
 ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_event_t *ev,
-    ngx_uint_t n, ngx_log_t *log)
+    ngx_uint_t n, ngx_http_agent_audit_row_t *rows, ngx_uint_t nrows,
+    ngx_log_t *log)
 {
     sqlite3       *db;
     ngx_uint_t     i, last;
@@ -477,6 +484,16 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_event_t *ev,
                                         ngx_http_agent_sqlite_stmts_sql,
                                         stmts, NGX_HTTP_AGENT_SQLITE_W_N);
         if (db == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (ngx_http_agent_sqlite_audit_prepare(db,
+                                            ngx_http_agent_sqlite_audit_stmts,
+                                            path, log)
+            != NGX_OK)
+        {
+            ngx_http_agent_sqlite_close_prepared(&db, stmts,
+                                                 NGX_HTTP_AGENT_SQLITE_W_N);
             return NGX_ERROR;
         }
 
@@ -539,6 +556,11 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_event_t *ev,
         }
     }
 
+    if (nrows) {
+        ngx_http_agent_sqlite_audit_rows(db, ngx_http_agent_sqlite_audit_stmts,
+                                         rows, nrows, path, log);
+    }
+
     if (ngx_http_agent_sqlite_step(stmts[NGX_HTTP_AGENT_SQLITE_COMMIT])
         != NGX_OK)
     {
@@ -584,13 +606,31 @@ sqlite3 *
 ngx_http_agent_sqlite_open_prepared(ngx_str_t *path, ngx_log_t *log,
     char **sql, sqlite3_stmt **stmts, ngx_uint_t n)
 {
-    sqlite3     *db;
-    ngx_uint_t   i;
+    sqlite3  *db;
 
     db = ngx_http_agent_sqlite_connect(path, log, NGX_LOG_ERR);
     if (db == NULL) {
         return NULL;
     }
+
+    if (ngx_http_agent_sqlite_prepare(db, sql, stmts, n, path, log)
+        != NGX_OK)
+    {
+        sqlite3_close(db);
+        return NULL;
+    }
+
+    return db;
+}
+
+
+/* statements kept for a connection's life; none on an error, logged */
+
+ngx_int_t
+ngx_http_agent_sqlite_prepare(sqlite3 *db, char **sql, sqlite3_stmt **stmts,
+    ngx_uint_t n, ngx_str_t *path, ngx_log_t *log)
+{
+    ngx_uint_t  i;
 
     for (i = 0; i < n; i++) {
         if (sqlite3_prepare_v3(db, sql[i], -1, SQLITE_PREPARE_PERSISTENT,
@@ -605,12 +645,11 @@ ngx_http_agent_sqlite_open_prepared(ngx_str_t *path, ngx_log_t *log,
                 stmts[i] = NULL;
             }
 
-            sqlite3_close(db);
-            return NULL;
+            return NGX_ERROR;
         }
     }
 
-    return db;
+    return NGX_OK;
 }
 
 
@@ -1138,7 +1177,13 @@ ngx_http_agent_sqlite_text(ngx_pool_t *pool, sqlite3_stmt *stmt, int col,
 static void
 ngx_http_agent_sqlite_close(void)
 {
+    ngx_uint_t                       i;
     ngx_http_agent_sqlite_reader_t  *rdr;
+
+    for (i = 0; i < NGX_HTTP_AGENT_AUDIT_STMTS; i++) {
+        sqlite3_finalize(ngx_http_agent_sqlite_audit_stmts[i]);
+        ngx_http_agent_sqlite_audit_stmts[i] = NULL;
+    }
 
     ngx_http_agent_sqlite_close_prepared(&ngx_http_agent_sqlite_db,
                                          ngx_http_agent_sqlite_stmts,

@@ -36,10 +36,6 @@ static ngx_int_t ngx_http_agent_sqlite_audit_json(ngx_pool_t *pool,
     ngx_http_agent_bytes_t *b, sqlite3_stmt *stmt);
 
 
-/* a worker's connection for the audit, used by one task at a time */
-static sqlite3  *ngx_http_agent_sqlite_audit_db;
-
-
 /* row values: the index on (conversation, started, worker) finds them */
 
 #define NGX_HTTP_AGENT_AUDIT_LATER                                           \
@@ -48,13 +44,10 @@ static sqlite3  *ngx_http_agent_sqlite_audit_db;
 #define NGX_HTTP_AGENT_AUDIT_EARLIER                                         \
     " WHERE conversation = ?1 AND (started, worker) < (?2, ?3)"
 
-#define NGX_HTTP_AGENT_AUDIT_STMTS  5
-#define NGX_HTTP_AGENT_AUDIT_END    4
-
-
-/* the audit connection's statements, prepared with it */
-static sqlite3_stmt  *ngx_http_agent_sqlite_audit_stmts[
-                                                  NGX_HTTP_AGENT_AUDIT_STMTS];
+#define NGX_HTTP_AGENT_AUDIT_END        4
+#define NGX_HTTP_AGENT_AUDIT_SAVEPOINT  5
+#define NGX_HTTP_AGENT_AUDIT_RELEASE    6
+#define NGX_HTTP_AGENT_AUDIT_UNDO       7
 
 
 static char  *ngx_http_agent_sqlite_audit_sql[] = {
@@ -79,61 +72,71 @@ static char  *ngx_http_agent_sqlite_audit_sql[] = {
     "UPDATE model_calls SET status = ?4, error = ?5, input_tokens = ?6,"
     " output_tokens = ?7, cached_tokens = ?8, time_to_first_token_ms = ?9,"
     " duration_ms = ?10"
-    " WHERE conversation = ?1 AND started = ?2 AND worker = ?3"
+    " WHERE conversation = ?1 AND started = ?2 AND worker = ?3",
+
+    /* inside the log writer's transaction */
+    "SAVEPOINT audit",
+    "RELEASE audit",
+    "ROLLBACK TO audit"
 };
 
 
+/* the audit's statements on the log writer's connection */
+
 ngx_int_t
-ngx_http_agent_sqlite_audit_write(ngx_str_t *path,
-    ngx_http_agent_audit_row_t *rows, ngx_uint_t n, ngx_log_t *log)
+ngx_http_agent_sqlite_audit_prepare(sqlite3 *db, sqlite3_stmt **stmts,
+    ngx_str_t *path, ngx_log_t *log)
 {
-    int             rc;
-    sqlite3        *db;
-    ngx_uint_t      i;
-    sqlite3_stmt  **stmt;
+    return ngx_http_agent_sqlite_prepare(db, ngx_http_agent_sqlite_audit_sql,
+                                         stmts, NGX_HTTP_AGENT_AUDIT_STMTS,
+                                         path, log);
+}
 
-    db = ngx_http_agent_sqlite_audit_db;
-    stmt = ngx_http_agent_sqlite_audit_stmts;
 
-    if (db == NULL) {
-        db = ngx_http_agent_sqlite_open_prepared(path, log,
-                                             ngx_http_agent_sqlite_audit_sql,
-                                             stmt,
-                                             NGX_HTTP_AGENT_AUDIT_STMTS);
-        if (db == NULL) {
-            return NGX_ERROR;
-        }
+/*
+ * The rows, in the log writer's transaction, under a savepoint: rows
+ * that cannot be written are logged and undone, and the batch's events
+ * are committed all the same
+ */
 
-        ngx_http_agent_sqlite_audit_db = db;
-    }
+void
+ngx_http_agent_sqlite_audit_rows(sqlite3 *db, sqlite3_stmt **stmts,
+    ngx_http_agent_audit_row_t *rows, ngx_uint_t n, ngx_str_t *path,
+    ngx_log_t *log)
+{
+    int         rc;
+    ngx_uint_t  i;
 
-    rc = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
-    if (rc != SQLITE_OK) {
+    rc = sqlite3_step(stmts[NGX_HTTP_AGENT_AUDIT_SAVEPOINT]);
+    sqlite3_reset(stmts[NGX_HTTP_AGENT_AUDIT_SAVEPOINT]);
+
+    if (rc != SQLITE_DONE) {
         goto failed;
     }
 
     for (i = 0; i < n; i++) {
-        if (ngx_http_agent_sqlite_audit_row(stmt, &rows[i]) != NGX_OK) {
-            goto failed;
+        if (ngx_http_agent_sqlite_audit_row(stmts, &rows[i]) != NGX_OK) {
+            ngx_log_error(NGX_LOG_ERR, log, 0,
+                          "agent store \"%V\" could not write %ui model "
+                          "call rows: %s", path, n, sqlite3_errmsg(db));
+
+            (void) sqlite3_step(stmts[NGX_HTTP_AGENT_AUDIT_UNDO]);
+            sqlite3_reset(stmts[NGX_HTTP_AGENT_AUDIT_UNDO]);
+            break;
         }
     }
 
-    rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-    if (rc != SQLITE_OK) {
-        (void) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-        return NGX_ERROR;
-    }
+    rc = sqlite3_step(stmts[NGX_HTTP_AGENT_AUDIT_RELEASE]);
+    sqlite3_reset(stmts[NGX_HTTP_AGENT_AUDIT_RELEASE]);
 
-    return NGX_OK;
+    if (rc == SQLITE_DONE) {
+        return;
+    }
 
 failed:
 
     ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\": %s", path,
                   sqlite3_errmsg(db));
-
-    (void) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-
-    return NGX_ERROR;
 }
 
 
@@ -367,13 +370,4 @@ ngx_http_agent_sqlite_audit_json(ngx_pool_t *pool, ngx_http_agent_bytes_t *b,
     *last++ = '}';
 
     return ngx_http_agent_bytes_append(pool, b, p, last - p);
-}
-
-
-void
-ngx_http_agent_sqlite_audit_close(void)
-{
-    ngx_http_agent_sqlite_close_prepared(&ngx_http_agent_sqlite_audit_db,
-                                         ngx_http_agent_sqlite_audit_stmts,
-                                         NGX_HTTP_AGENT_AUDIT_STMTS);
 }
