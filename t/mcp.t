@@ -27,6 +27,7 @@ use Test::Agent::HTTP;
 use Test::Agent::MockProvider;
 use Test::Agent::MockMCP;
 use Test::Agent::Calls;
+use Test::Agent::SSE;
 
 my $t = Test::Agent->new;
 my $mock = Test::Agent::MockProvider->new;
@@ -155,13 +156,28 @@ is_deeply($back->{m1}, { ok => JSON::PP::true, result => { sum => 5 } },
 
 # a streamed call: progress notifications become tool_progress
 
+# (live events are not replayed: the subscriber is there before the call,
+# as its first event, the last of the turn before, shows)
+
 $mock->reset;
-$mock->script({ tool_calls => [tool_call('p1', 'count', '{"n":3}')] },
+$mock->script({ text => 'Ready.' },
+              { tool_calls => [tool_call('p1', 'count', '{"n":3}')] },
               { text => 'Counted.' });
+
+send_message($t, 's1', 'ready?');
+my $ready = wait_state($t, 's1', 'idle');
+my $last = $ready->{messages}[-1]{seq};
+
+my $sse = Test::Agent::SSE->new(http_stream(
+    events_request('s1', 'Last-Event-ID' => $last - 1), port => $port));
+my $first = $sse->next_event(5);
+is($first && $first->{id}, $last, 'subscribed');
 
 send_message($t, 's1', 'count');
 
-my @seen = turn_events($port, 's1');
+my @seen = grep { defined $_->{event} } $sse->events_until(
+    sub { ($_[0]{event} // '') eq 'turn_completed' }, 15);
+$sse->stream->close;
 
 my @progress = grep { $_->{event} eq 'tool_progress' } @seen;
 my ($result) = grep { $_->{event} eq 'tool_result' } @seen;
