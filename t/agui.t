@@ -793,6 +793,14 @@ like($r->{body}, qr/"pendingToolCallIds":\["call_v1"\]/,
 is(wait_state($ts, 'v1', 'awaiting_input')->{pending}[0]{kind},
    'client_exec', 'it waits for the browser');
 
+# a run with nothing new only looks: its turn waits, so it ends at once
+# with the call pending (where the stream has caught up)
+
+$r = agui_post({ threadId => 'v1', runId => 'rv1b', tools => $front,
+                 messages => [] });
+like($r->{body}, qr/"RUN_FINISHED".*"pendingToolCallIds":\["call_v1"\]/s,
+     'store: a run that only looks ends with the call pending');
+
 $ts->stop;
 $ts->run;
 

@@ -709,9 +709,9 @@ ngx_http_agent_agui_new(ngx_http_request_t *r,
         return rc;
     }
 
-    if (conv->state == NGX_HTTP_AGENT_IDLE
-        || conv->state == NGX_HTTP_AGENT_AWAITING_INPUT)
-    {
+    /* a run that waits for input ends where the stream has caught up */
+
+    if (conv->state == NGX_HTTP_AGENT_IDLE) {
         in->run->end = conv->seq;
     }
 
@@ -802,11 +802,7 @@ static ngx_int_t
 ngx_http_agent_agui_stream(ngx_http_request_t *r, ngx_str_t *id,
     uint64_t seq)
 {
-    ngx_http_agent_agui_run_t   *run;
-
-    ngx_http_agent_zone_t       *z;
-    ngx_http_agent_conv_t       *conv;
-    ngx_http_agent_main_conf_t  *amcf;
+    ngx_http_agent_agui_run_t  *run;
 
     run = ngx_http_agent_agui_run(r);
     if (run == NULL) {
@@ -816,25 +812,10 @@ ngx_http_agent_agui_stream(ngx_http_request_t *r, ngx_str_t *id,
     run->from = seq;
 
     /*
-     * With a store the stream begins once the message is written: its
-     * turn may wait for input by then, and the live state_changed that
-     * ends a run has gone by; the run ends at the log's last event
+     * with a store the stream begins once the message is written: a turn
+     * that waits for input by then ends the run where the stream has
+     * caught up (ngx_http_agent_format_agui.c)
      */
-
-    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
-    z = amcf->zone;
-
-    ngx_http_agent_zone_lock(z);
-
-    conv = ngx_http_agent_conv_find_locked(z, id);
-
-    if (conv && conv->state == NGX_HTTP_AGENT_AWAITING_INPUT
-        && conv->lease == 0 && conv->seq > seq)
-    {
-        run->end = conv->seq;
-    }
-
-    ngx_http_agent_zone_unlock(z);
 
     return ngx_http_agent_events_stream(r, id, 0,
                                         &ngx_http_agent_format_agui, 0);

@@ -175,6 +175,7 @@ ngx_int_t
 ngx_http_agent_events_caught_up_locked(ngx_http_agent_events_sub_t *sub,
     ngx_http_agent_conv_t *conv, ngx_chain_t ***ll)
 {
+    size_t        size;
     ngx_chain_t  *cl;
 
     if (sub->format->caught_up == NULL || sub->last || sub->partial
@@ -183,7 +184,13 @@ ngx_http_agent_events_caught_up_locked(ngx_http_agent_events_sub_t *sub,
         return NGX_OK;
     }
 
-    cl = ngx_http_agent_events_buf(sub, NGX_HTTP_AGENT_EVENTS_BUF);
+    size = NGX_HTTP_AGENT_EVENTS_BUF;
+
+    if (sub->format->caught_up_size) {
+        size = ngx_max(size, sub->format->caught_up_size(sub));
+    }
+
+    cl = ngx_http_agent_events_buf(sub, size);
     if (cl == NULL) {
         return NGX_ERROR;
     }

@@ -66,6 +66,9 @@ typedef struct {
     /* bytes the frame of ev adds from the subscriber's state (or NULL) */
     size_t     (*more)(ngx_http_agent_events_sub_t *sub,
                        ngx_http_agent_event_t *ev);
+
+    /* at most how many bytes caught_up writes (NULL: a buffer's) */
+    size_t     (*caught_up_size)(ngx_http_agent_events_sub_t *sub);
 } ngx_http_agent_events_format_t;
 
 

@@ -90,6 +90,11 @@ static size_t ngx_http_agent_agui_partial_size(size_t len);
 static ngx_int_t ngx_http_agent_agui_partial(
     ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
     ngx_http_agent_conv_t *conv);
+static ngx_int_t ngx_http_agent_agui_caught_up(
+    ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
+    ngx_http_agent_conv_t *conv);
+static size_t ngx_http_agent_agui_caught_up_size(
+    ngx_http_agent_events_sub_t *sub);
 
 static ngx_int_t ngx_http_agent_agui_event(ngx_http_agent_events_sub_t *sub,
     ngx_buf_t *b, ngx_http_agent_event_t *ev, yajl_val root);
@@ -145,8 +150,9 @@ ngx_http_agent_events_format_t  ngx_http_agent_format_agui = {
     ngx_http_agent_agui_partial_size,
     ngx_http_agent_agui_partial,
     0,
-    NULL,
-    ngx_http_agent_agui_more
+    ngx_http_agent_agui_caught_up,
+    ngx_http_agent_agui_more,
+    ngx_http_agent_agui_caught_up_size
 };
 
 
@@ -198,6 +204,46 @@ static size_t
 ngx_http_agent_agui_size(ngx_http_agent_event_t *ev)
 {
     return 4 * ev->len + 1024;
+}
+
+
+/*
+ * The subscriber has every event there is: a run whose turn waits for
+ * input with no worker running it ends here, with its calls pending, as
+ * the live state_changed that took the turn there would end it.  That
+ * event may have gone by before the stream subscribed (with a store the
+ * stream begins once its message is written; a run that only looks
+ * begins when it comes), and live events are not replayed.
+ */
+
+static ngx_int_t
+ngx_http_agent_agui_caught_up(ngx_http_agent_events_sub_t *sub,
+    ngx_buf_t *b, ngx_http_agent_conv_t *conv)
+{
+    ngx_http_agent_agui_t  *a;
+
+    a = sub->format_ctx;
+
+    if (conv->state != NGX_HTTP_AGENT_AWAITING_INPUT || conv->lease != 0
+        || conv->seq <= a->run->from)
+    {
+        return NGX_OK;
+    }
+
+    return ngx_http_agent_agui_end(sub, b, NGX_HTTP_AGENT_EV_STATE_CHANGED,
+                                   NULL);
+}
+
+
+static size_t
+ngx_http_agent_agui_caught_up_size(ngx_http_agent_events_sub_t *sub)
+{
+    ngx_http_agent_event_t  ev;
+
+    ngx_memzero(&ev, sizeof(ngx_http_agent_event_t));
+    ev.type = NGX_HTTP_AGENT_EV_STATE_CHANGED;
+
+    return ngx_http_agent_agui_more(sub, &ev);
 }
 
 

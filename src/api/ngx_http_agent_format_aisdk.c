@@ -87,6 +87,7 @@ ngx_http_agent_events_format_t  ngx_http_agent_format_aisdk = {
     ngx_http_agent_aisdk_partial,
     0,
     ngx_http_agent_aisdk_caught_up,
+    NULL,
     NULL
 };
 

@@ -45,6 +45,7 @@ ngx_http_agent_events_format_t  ngx_http_agent_format_sse = {
     ngx_http_agent_format_sse_partial,
     1,
     NULL,
+    NULL,
     NULL
 };
 
