@@ -187,6 +187,32 @@ my $o = http_get('/o/a1?view=model_calls', port => $t->port(8080),
                  headers => { 'X-User' => 'mallory' });
 is($o->{status}, 404, 'another owner: 404, as unknown');
 
+# rows go in the log writer's transaction, under a savepoint: rows that
+# cannot be written (their table gone) are undone and logged, and the
+# batch's events are committed all the same
+
+sql("ALTER TABLE model_calls RENAME TO model_calls_away");
+
+$mock->script({ text => 'not audited' });
+send_message($t, 'u1', 'no table');
+wait_state($t, 'u1', 'idle');
+
+is(wait_sql("SELECT type FROM events WHERE conversation = 'u1'"
+            . " ORDER BY seq DESC LIMIT 1", qr/turn_completed/),
+   'turn_completed', 'no audit table: the turn is written');
+like($t->read_file('error.log'),
+     qr/could not write \d+ model call rows: no such table: model_calls/,
+     'the rows that could not be written are logged');
+
+sql("ALTER TABLE model_calls_away RENAME TO model_calls");
+
+$mock->script({ text => 'audited again' });
+send_message($t, 'u2', 'table back');
+wait_state($t, 'u2', 'idle');
+
+is(wait_sql("SELECT status FROM model_calls WHERE conversation = 'u2'",
+            qr/^ok$/), 'ok', 'the table back: rows are written again');
+
 $mock->stop;
 $t->allow_alert(qr/exited on signal 9|lost its worker|taken over/);
 $t->done;

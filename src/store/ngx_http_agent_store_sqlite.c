@@ -96,7 +96,6 @@ static char  *ngx_http_agent_sqlite_stmts_sql[] = {
 };
 
 
-static ngx_int_t ngx_http_agent_sqlite_step(sqlite3_stmt *stmt);
 static int ngx_http_agent_sqlite_busy(void *data, int count);
 
 
@@ -582,9 +581,9 @@ failed:
 }
 
 
-/* a statement of the writer's run to its end, and made ready again */
+/* a statement that returns no rows run, and made ready again */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_agent_sqlite_step(sqlite3_stmt *stmt)
 {
     int  rc;
@@ -727,7 +726,7 @@ ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
 {
     int                              rc;
     sqlite3                         *db;
-    ngx_uint_t                       i;
+    ngx_uint_t                       i, end;
     sqlite3_stmt                    *stmt, **stmts;
     ngx_http_agent_store_queued_t   *q;
     ngx_http_agent_store_source_t   *src;
@@ -847,34 +846,34 @@ ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
 
 done:
 
-    for (i = 0; i < NGX_HTTP_AGENT_SQLITE_R_COMMIT; i++) {
-        sqlite3_reset(stmts[i]);
-        sqlite3_clear_bindings(stmts[i]);
-    }
+    end = NGX_HTTP_AGENT_SQLITE_R_COMMIT;
+    rc = NGX_OK;
 
-    (void) sqlite3_step(stmts[NGX_HTTP_AGENT_SQLITE_R_COMMIT]);
-    sqlite3_reset(stmts[NGX_HTTP_AGENT_SQLITE_R_COMMIT]);
-
-    ngx_http_agent_sqlite_reader_put(&rdr);
-
-    return NGX_OK;
+    goto close;
 
 failed:
 
     ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\" cannot read "
                   "\"%V\": %s", path, &rd->id, sqlite3_errmsg(db));
 
+    end = NGX_HTTP_AGENT_SQLITE_R_ROLLBACK;
+    rc = NGX_ERROR;
+
+close:
+
+    /* the statements made ready for the connection's next read */
+
     for (i = 0; i < NGX_HTTP_AGENT_SQLITE_R_COMMIT; i++) {
         sqlite3_reset(stmts[i]);
         sqlite3_clear_bindings(stmts[i]);
     }
 
-    (void) sqlite3_step(stmts[NGX_HTTP_AGENT_SQLITE_R_ROLLBACK]);
-    sqlite3_reset(stmts[NGX_HTTP_AGENT_SQLITE_R_ROLLBACK]);
+    (void) sqlite3_step(stmts[end]);
+    sqlite3_reset(stmts[end]);
 
     ngx_http_agent_sqlite_reader_put(&rdr);
 
-    return NGX_ERROR;
+    return rc;
 }
 
 

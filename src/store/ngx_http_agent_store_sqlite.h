@@ -23,6 +23,7 @@ void ngx_http_agent_sqlite_close_prepared(sqlite3 **db, sqlite3_stmt **stmts,
     ngx_uint_t n);
 ngx_int_t ngx_http_agent_sqlite_prepare(sqlite3 *db, char **sql,
     sqlite3_stmt **stmts, ngx_uint_t n, ngx_str_t *path, ngx_log_t *log);
+ngx_int_t ngx_http_agent_sqlite_step(sqlite3_stmt *stmt);
 sqlite3 *ngx_http_agent_sqlite_connect(ngx_str_t *path, ngx_log_t *log,
     ngx_uint_t level);
 

@@ -104,13 +104,11 @@ ngx_http_agent_sqlite_audit_rows(sqlite3 *db, sqlite3_stmt **stmts,
     ngx_http_agent_audit_row_t *rows, ngx_uint_t n, ngx_str_t *path,
     ngx_log_t *log)
 {
-    int         rc;
     ngx_uint_t  i;
 
-    rc = sqlite3_step(stmts[NGX_HTTP_AGENT_AUDIT_SAVEPOINT]);
-    sqlite3_reset(stmts[NGX_HTTP_AGENT_AUDIT_SAVEPOINT]);
-
-    if (rc != SQLITE_DONE) {
+    if (ngx_http_agent_sqlite_step(stmts[NGX_HTTP_AGENT_AUDIT_SAVEPOINT])
+        != NGX_OK)
+    {
         goto failed;
     }
 
@@ -120,16 +118,15 @@ ngx_http_agent_sqlite_audit_rows(sqlite3 *db, sqlite3_stmt **stmts,
                           "agent store \"%V\" could not write %ui model "
                           "call rows: %s", path, n, sqlite3_errmsg(db));
 
-            (void) sqlite3_step(stmts[NGX_HTTP_AGENT_AUDIT_UNDO]);
-            sqlite3_reset(stmts[NGX_HTTP_AGENT_AUDIT_UNDO]);
+            (void) ngx_http_agent_sqlite_step(
+                                         stmts[NGX_HTTP_AGENT_AUDIT_UNDO]);
             break;
         }
     }
 
-    rc = sqlite3_step(stmts[NGX_HTTP_AGENT_AUDIT_RELEASE]);
-    sqlite3_reset(stmts[NGX_HTTP_AGENT_AUDIT_RELEASE]);
-
-    if (rc == SQLITE_DONE) {
+    if (ngx_http_agent_sqlite_step(stmts[NGX_HTTP_AGENT_AUDIT_RELEASE])
+        == NGX_OK)
+    {
         return;
     }
 
@@ -150,7 +147,6 @@ static ngx_int_t
 ngx_http_agent_sqlite_audit_row(sqlite3_stmt **stmt,
     ngx_http_agent_audit_row_t *row)
 {
-    int            rc;
     ngx_uint_t     i, first, last;
     sqlite3_stmt  *s;
 
@@ -178,11 +174,7 @@ ngx_http_agent_sqlite_audit_row(sqlite3_stmt **stmt,
             ngx_http_agent_sqlite_audit_end(s, row);
         }
 
-        rc = sqlite3_step(s);
-        sqlite3_reset(s);
-        sqlite3_clear_bindings(s);
-
-        if (rc != SQLITE_DONE) {
+        if (ngx_http_agent_sqlite_step(s) != NGX_OK) {
             return NGX_ERROR;
         }
     }
