@@ -18,9 +18,11 @@
  * taken as a JSON text (a request body, a provider event, a tool's
  * result, an event of the log):
  *
- *   src/core/ngx_http_agent_json.c
+ *   src/core/ngx_http_agent_json_tree.c
  *     ngx_http_agent_json_parse()     the guarded door to yajl's tree, at
- *                                     the input's and the log's depth
+ *                                     the input's and the log's depth:
+ *                                     the module's reader, else yajl's
+ *   src/core/ngx_http_agent_json.c
  *     ngx_http_agent_json_object()    the syntax check of tool schemas
  *     ngx_http_agent_json_trim()
  *     ngx_http_agent_json_utf8(), ngx_http_agent_json_utf8_fix()
@@ -29,12 +31,12 @@
  *     ngx_http_agent_provider_value(), _text()   a tree written back
  *     ngx_http_agent_provider_result(), _mark(), _partial(), _get()
  *
- * Checks: a tree that parsed is the tree yajl's own yajl_tree_parse()
- * builds from the text; it is written back without failing, and what
- * is written parses again to the very same text; an error message is a
- * NUL-terminated string; the bytes utf8_fix() returns are UTF-8 for
- * ngx_http_agent_json_utf8() and for yajl's generator alike, and text that
- * is UTF-8 is left as it is.
+ * Checks: a tree that parsed, by either reader, is the tree yajl's own
+ * yajl_tree_parse() builds from the text; it is written back without
+ * failing, and what is written parses again to the very same text; an
+ * error message is a NUL-terminated string; the bytes utf8_fix()
+ * returns are UTF-8 for ngx_http_agent_json_utf8() and for yajl's
+ * generator alike, and text that is UTF-8 is left as it is.
  */
 
 

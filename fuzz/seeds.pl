@@ -177,6 +177,15 @@ my %JSON = (
     utf8_bad => "{\"a\":\"\xc3\x28 \xed\xa0\x80 \xf4\x90\x80\x80\"}",
     trailing => " \t\r\n{\"a\":1} \n",
     two => '{"a":1}{"b":2}',
+    chunk => '{"id":"c1","object":"chat.completion.chunk","created":1,'
+             . '"choices":[{"index":0,"delta":{"content":"caf' . "\xc3\xa9 "
+             . '\u00e9\n\ud83d\ude00"},"finish_reason":null}],'
+             . '"usage":null}',
+    surrogates => '["\udc00","\ud800x","\ud800\u0041",'
+                  . '"\ud800\\\\u0041","\uDBFF\uDFFF"]',
+    glued => '[true1,nullx,falsefalse,01,1.,-,1e+,"a"1,[]{}]',
+    spaces => "{\"a\":\x0b1,\x0c\"b\":2}",
+    utf8_lax => "[\"\x7f\xc0\x80\xe0\x80\x80\xf7\xbf\xbf\xbf\",\"\xf8\"]",
 );
 
 for my $name (sort keys %JSON) {
@@ -317,6 +326,7 @@ my @JSON_TOKENS = ('{', '}', '[', ']', '":"', '","', '":{', '":[', 'null',
 
 write_dict('sse', @SSE_TOKENS);
 write_dict('json', @JSON_TOKENS, src_strings('core/ngx_http_agent_json.c'),
+           src_strings('core/ngx_http_agent_json_tree.c'),
            src_strings('provider/ngx_http_agent_provider.c'));
 write_dict('message', @JSON_TOKENS, '"content"', '"source_id"');
 write_dict('resolve', @JSON_TOKENS, '"result"', '"decision"', '"approve"',
