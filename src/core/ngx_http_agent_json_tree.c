@@ -140,11 +140,6 @@ ngx_http_agent_json_parse(u_char *json, size_t len, ngx_uint_t depth,
     ngx_http_agent_json_block_t  *b;
     ngx_http_agent_json_tree_t    t;
 
-    if (len && memchr(json, '\0', len)) {
-        ngx_cpystrn((u_char *) err, (u_char *) "holds a NUL byte", size);
-        return NULL;
-    }
-
     b = ngx_http_agent_json_spare;
 
     if (b) {
@@ -177,6 +172,14 @@ ngx_http_agent_json_parse(u_char *json, size_t len, ngx_uint_t depth,
 
     if (ngx_http_agent_json_read(&t, json, json + len) == NGX_OK) {
         return t.root;
+    }
+
+    /* the reader declines a NUL byte, which yajl would take for the end */
+
+    if (len && memchr(json, '\0', len)) {
+        ngx_http_agent_json_blocks_free(b);
+        ngx_cpystrn((u_char *) err, (u_char *) "holds a NUL byte", size);
+        return NULL;
     }
 
     /* yajl reads it again, into the first block alone */
