@@ -7,7 +7,8 @@
 # nginx was stopped is applied at the next start, and a turn cut off by
 # a crash of the whole server is taken over, without any request.  History
 # before the current turn leaves the zone once written, so the zone's
-# bytes per conversation stay flat however long it grows.
+# bytes per conversation stay flat however long it grows.  A subscriber
+# whose worker was killed does not keep a conversation in the zone.
 
 use strict;
 use warnings;
@@ -339,6 +340,31 @@ sleep 1.5;
 is(zone()->{conversations}, 0, 'evicted again');
 is(send_message($t, 'v1', 'again')->{json}{seq}, 4,
    'message to an evicted conversation appends');
+
+# a subscriber's worker is killed: the slot it had in the record does not
+# keep the conversation in the zone for ever (nor its live events)
+
+wait_state($t, 'v1', 'idle');
+
+my $sse = Test::Agent::SSE->new(http_stream(events_request('v1'),
+                                            port => $t->port(8080)));
+my @seen = $sse->events_until(
+    sub { ($_[0]{event} // '') eq 'turn_completed' }, 5);
+ok(@seen, 'a subscriber of v1');
+
+sleep 1.5;
+is(zone()->{conversations}, 1, 'the subscriber keeps v1 in the zone');
+
+$t->kill_worker($_) for $t->worker_pids;
+
+for (1 .. 50) {
+    $zc = zone()->{conversations};
+    last if $zc == 0;
+    sleep 0.1;
+}
+is($zc, 0, 'its worker killed, v1 leaves the zone');
+$sse->stream->close;
+$t->allow_alert(qr/exited on signal 9/);
 
 $t->done(more => 1);
 

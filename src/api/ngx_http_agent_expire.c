@@ -53,7 +53,6 @@ static void ngx_http_agent_expire_resume(ngx_http_agent_main_conf_t *amcf,
 static ngx_uint_t ngx_http_agent_alive(ngx_pid_t pid);
 static void ngx_http_agent_expire_evict_locked(
     ngx_http_agent_main_conf_t *amcf, ngx_http_agent_zone_t *z);
-static void ngx_http_agent_expire_subs_locked(ngx_http_agent_conv_t *conv);
 static ngx_uint_t ngx_http_agent_expire_stalled_locked(
     ngx_http_agent_zone_t *z, ngx_http_agent_expired_t *expired,
     ngx_uint_t n);
@@ -184,7 +183,7 @@ ngx_http_agent_expire_handler(ngx_event_t *ev)
             continue;
         }
 
-        ngx_http_agent_expire_subs_locked(conv);
+        ngx_http_agent_conv_subs_reap_locked(z, conv);
 
         ngx_memcpy(expired[n].id, conv->id, conv->id_len);
         expired[n].id_len = conv->id_len;
@@ -426,9 +425,14 @@ ngx_http_agent_expire_evict_locked(ngx_http_agent_main_conf_t *amcf,
         if ((ngx_msec_int_t) (ngx_current_msec - conv->accessed)
             < (ngx_msec_int_t) limit
             || (ngx_msec_int_t) (ngx_current_msec - conv->updated)
-               < (ngx_msec_int_t) limit
-            || !ngx_http_agent_conv_evictable_locked(conv))
+               < (ngx_msec_int_t) limit)
         {
+            continue;
+        }
+
+        ngx_http_agent_conv_subs_reap_locked(z, conv);
+
+        if (!ngx_http_agent_conv_evictable_locked(conv)) {
             continue;
         }
 
@@ -447,20 +451,4 @@ static ngx_uint_t
 ngx_http_agent_alive(ngx_pid_t pid)
 {
     return !(kill(pid, 0) == -1 && ngx_errno == NGX_ESRCH);
-}
-
-
-/* subscribers of a dead worker are gone with it */
-
-static void
-ngx_http_agent_expire_subs_locked(ngx_http_agent_conv_t *conv)
-{
-    ngx_uint_t  i;
-
-    for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
-        if (conv->subs[i].count && !ngx_http_agent_alive(conv->subs[i].pid)) {
-            conv->subs[i].count = 0;
-            conv->subs[i].pid = 0;
-        }
-    }
 }

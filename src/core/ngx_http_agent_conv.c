@@ -142,6 +142,39 @@ ngx_http_agent_conv_evictable_locked(ngx_http_agent_conv_t *conv)
 
 
 /*
+ * A worker that is gone (SIGKILL, a crash) took its subscribers with it:
+ * their slots are cleared, so that they neither keep the conversation
+ * from rest (and in the zone) nor its live events.  Asked for the few
+ * conversations that are candidates to leave the zone, and for one whose
+ * turn is taken over; kill(pid, 0) tells.  A wake-up sent to the worker
+ * tells as well, but only when the conversation has a new event.
+ */
+
+void
+ngx_http_agent_conv_subs_reap_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv)
+{
+    ngx_uint_t  i, n;
+
+    n = 0;
+
+    for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
+        if (conv->subs[i].count && conv->subs[i].pid != ngx_pid
+            && kill(conv->subs[i].pid, 0) == -1 && ngx_errno == NGX_ESRCH)
+        {
+            conv->subs[i].count = 0;
+            conv->subs[i].pid = 0;
+            n++;
+        }
+    }
+
+    if (n) {
+        ngx_http_agent_log_rest_locked(z, conv);
+    }
+}
+
+
+/*
  * Nothing runs, is queued or watches: no worker, message, cancel or
  * subscriber would miss the conversation if it left the zone.
  */

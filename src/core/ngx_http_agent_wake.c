@@ -439,6 +439,10 @@ ngx_http_agent_wake_gone(ngx_http_agent_wake_msg_t *msg)
         }
     }
 
+    if (conv) {
+        ngx_http_agent_log_rest_locked(amcf->zone, conv);
+    }
+
     ngx_http_agent_zone_unlock(amcf->zone);
 }
 

@@ -353,6 +353,8 @@ void ngx_http_agent_conv_delete_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
 ngx_int_t ngx_http_agent_conv_evictable_locked(ngx_http_agent_conv_t *conv);
 ngx_int_t ngx_http_agent_conv_at_rest_locked(ngx_http_agent_conv_t *conv);
+void ngx_http_agent_conv_subs_reap_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv);
 ngx_int_t ngx_http_agent_conv_bound_locked(ngx_http_agent_conv_t *conv,
     ngx_str_t *agent, ngx_str_t *owner);
 void ngx_http_agent_conv_bind_locked(ngx_http_agent_conv_t *conv,
