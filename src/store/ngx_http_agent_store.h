@@ -65,6 +65,7 @@ typedef struct {
     ngx_str_t                     owner;
     uint64_t                      last_seq;
     ngx_array_t                  *events;     /* store_event_t */
+    /* with after NGX_HTTP_AGENT_STORE_TAIL only, empty otherwise */
     ngx_array_t                  *sources;    /* store_source_t */
     ngx_array_t                  *queued;     /* store_queued_t */
 

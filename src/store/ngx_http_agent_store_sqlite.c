@@ -41,7 +41,7 @@ static ngx_int_t ngx_http_agent_sqlite_enqueue(ngx_str_t *path,
 static void ngx_http_agent_sqlite_close(void);
 static ngx_int_t ngx_http_agent_sqlite_text(ngx_pool_t *pool,
     sqlite3_stmt *stmt, int col, ngx_str_t *s);
-static ngx_int_t ngx_http_agent_sqlite_summary(sqlite3 *db,
+static ngx_int_t ngx_http_agent_sqlite_summary(sqlite3_stmt *stmt,
     ngx_http_agent_store_read_t *rd);
 
 
@@ -666,11 +666,12 @@ ngx_http_agent_sqlite_prepare(sqlite3 *db, char **sql, sqlite3_stmt **stmts,
 #define NGX_HTTP_AGENT_SQLITE_R_CONV      1
 #define NGX_HTTP_AGENT_SQLITE_R_TAIL      2
 #define NGX_HTTP_AGENT_SQLITE_R_RANGE     3
-#define NGX_HTTP_AGENT_SQLITE_R_SOURCES   4
-#define NGX_HTTP_AGENT_SQLITE_R_QUEUED    5
-#define NGX_HTTP_AGENT_SQLITE_R_COMMIT    6
-#define NGX_HTTP_AGENT_SQLITE_R_ROLLBACK  7
-#define NGX_HTTP_AGENT_SQLITE_R_N         8
+#define NGX_HTTP_AGENT_SQLITE_R_SUMMARY   4
+#define NGX_HTTP_AGENT_SQLITE_R_SOURCES   5
+#define NGX_HTTP_AGENT_SQLITE_R_QUEUED    6
+#define NGX_HTTP_AGENT_SQLITE_R_COMMIT    7
+#define NGX_HTTP_AGENT_SQLITE_R_ROLLBACK  8
+#define NGX_HTTP_AGENT_SQLITE_R_N         9
 
 
 typedef struct {
@@ -688,6 +689,9 @@ static char  *ngx_http_agent_sqlite_read_sql[] = {
     " ORDER BY seq",
     "SELECT seq, type, data FROM events WHERE conversation = ?1"
     " AND seq > ?2 AND (?3 = 0 OR seq <= ?3) ORDER BY seq",
+    "SELECT json_extract(data, '$.to_seq') FROM events"
+    " WHERE conversation = ?1 AND type = 'summary'"
+    " ORDER BY seq DESC LIMIT 1",
     "SELECT seq, json_extract(data, '$.turn'),"
     " json_extract(data, '$.source_id') FROM events"
     " WHERE conversation = ? AND type = 'user_msg'"
@@ -716,8 +720,9 @@ static ngx_int_t ngx_http_agent_sqlite_read_events(sqlite3_stmt *stmt,
 
 
 /*
- * The conversation's row, its events, and the source ids of its last
- * messages, in one read transaction: the row and the events agree.
+ * The conversation's row and its events, in one read transaction: the
+ * row and the events agree.  A revival's read (NGX_HTTP_AGENT_STORE_TAIL)
+ * takes the source ids of the last messages and the queued messages too.
  */
 
 static ngx_int_t
@@ -779,7 +784,9 @@ ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
 
     } else {
         if (rd->after == NGX_HTTP_AGENT_STORE_SUMMARY
-            && ngx_http_agent_sqlite_summary(db, rd) != NGX_OK)
+            && ngx_http_agent_sqlite_summary(
+                   stmts[NGX_HTTP_AGENT_SQLITE_R_SUMMARY], rd)
+               != NGX_OK)
         {
             goto failed;
         }
@@ -794,6 +801,12 @@ ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
         != NGX_OK)
     {
         goto failed;
+    }
+
+    /* a range is a model call's context or a client's: the log alone */
+
+    if (rd->after != NGX_HTTP_AGENT_STORE_TAIL) {
+        goto done;
     }
 
     stmt = stmts[NGX_HTTP_AGENT_SQLITE_R_SOURCES];
@@ -1106,19 +1119,11 @@ failed:
  */
 
 static ngx_int_t
-ngx_http_agent_sqlite_summary(sqlite3 *db, ngx_http_agent_store_read_t *rd)
+ngx_http_agent_sqlite_summary(sqlite3_stmt *stmt,
+    ngx_http_agent_store_read_t *rd)
 {
     int            rc;
     sqlite3_int64  to;
-    sqlite3_stmt  *stmt;
-
-    rc = sqlite3_prepare_v2(db,
-             "SELECT json_extract(data, '$.to_seq') FROM events"
-             " WHERE conversation = ?1 AND type = 'summary'"
-             " ORDER BY seq DESC LIMIT 1", -1, &stmt, NULL);
-    if (rc != SQLITE_OK) {
-        return NGX_ERROR;
-    }
 
     sqlite3_bind_text(stmt, 1, (char *) rd->id.data, rd->id.len,
                       SQLITE_STATIC);
@@ -1130,11 +1135,8 @@ ngx_http_agent_sqlite_summary(sqlite3 *db, ngx_http_agent_store_read_t *rd)
         to = sqlite3_column_int64(stmt, 0);
 
     } else if (rc != SQLITE_DONE) {
-        sqlite3_finalize(stmt);
         return NGX_ERROR;
     }
-
-    sqlite3_finalize(stmt);
 
     /* nothing is read if the zone holds the events after the range */
 
