@@ -185,6 +185,10 @@ my %JSON = (
                   . '"\ud800\\\\u0041","\uDBFF\uDFFF"]',
     glued => '[true1,nullx,falsefalse,01,1.,-,1e+,"a"1,[]{}]',
     spaces => "{\"a\":\x0b1,\x0c\"b\":2}",
+    words => '["' . join('","', map { ('a' x $_) . '\\"' . ('b' x (15 - $_)) }
+                                0 .. 15) . '","' . ('c' x 13) . "\xc3\xa9\x7f"
+             . ('d' x 9) . '"]',
+    words_ctl => '["' . ('e' x 11) . "\x1f" . ('f' x 8) . '"]',
     utf8_lax => "[\"\x7f\xc0\x80\xe0\x80\x80\xf7\xbf\xbf\xbf\",\"\xf8\"]",
 );
 

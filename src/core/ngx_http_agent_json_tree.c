@@ -421,7 +421,7 @@ ngx_http_agent_json_add(ngx_http_agent_json_tree_t *t, yajl_val v)
     n = (c->type == yajl_t_object) ? c->u.object.len : c->u.array.len;
 
     if (n == f->slots) {
-        f->slots = f->slots ? f->slots * 2 : 4;
+        f->slots = f->slots ? f->slots * 2 : 8;
 
         p = ngx_http_agent_json_alloc(t, f->slots * sizeof(yajl_val));
         if (p == NULL) {
@@ -875,12 +875,37 @@ ngx_http_agent_json_read_string(ngx_http_agent_json_tree_t *t, u_char *p,
     u_char *last, ngx_str_t *s)
 {
     u_char      *start;
+    uint64_t     w, q, b;
     ngx_uint_t   n, escaped;
 
     start = p;
     escaped = 0;
 
     for ( ;; ) {
+
+        /*
+         * eight bytes at a time while none is '"', '\\', a control or
+         * from 0x80: each test is exact as to whether such a byte is
+         * there, not as to where, which the loop below finds
+         */
+
+        while (last - p >= 8) {
+            ngx_memcpy(&w, p, 8);
+
+            q = w ^ 0x2222222222222222;
+            b = w ^ 0x5c5c5c5c5c5c5c5c;
+
+            if ((((q - 0x0101010101010101) & ~q)
+                 | ((b - 0x0101010101010101) & ~b)
+                 | ((w - 0x2020202020202020) & ~w)
+                 | w)
+                & 0x8080808080808080)
+            {
+                break;
+            }
+
+            p += 8;
+        }
 
         while (p < last && ngx_http_agent_json_plain[*p]) {
             p++;
