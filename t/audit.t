@@ -5,6 +5,8 @@
 # error, tokens, time to first token, duration, start), numbered in its
 # conversation without a gap or a repeat across a worker killed mid-call
 # and a restart; agent_inspect pages through them (?view=model_calls).
+# Rows go in the log writer's batches: those that cannot be written are
+# undone, and a batch that fails gives its rows back for the next.
 
 use strict;
 use warnings;
@@ -212,6 +214,35 @@ wait_state($t, 'u2', 'idle');
 
 is(wait_sql("SELECT status FROM model_calls WHERE conversation = 'u2'",
             qr/^ok$/), 'ok', 'the table back: rows are written again');
+
+# a batch that cannot be written at all (another process holds the
+# database) gives its rows back, with its events: the call's end is
+# written once the lock goes, not lost
+
+my $index = scalar @{$mock->requests};
+$mock->script({ text => 'written late', pause_after => 1 });
+is(send_message($t, 'k1', 'behind a lock')->{status}, 202,
+   'a message acknowledged');
+ok($mock->wait_paused($index, 5), 'its reply is paused');
+ok($store->lock, 'the database is locked by another process');
+$mock->release($index);
+wait_state($t, 'k1', 'idle');
+
+my $failed;
+for (1 .. 150) {
+    $failed = $t->read_file('error.log')
+              =~ /could not write \d+ model call rows, they are tried again/;
+    last if $failed;
+    select(undef, undef, undef, 0.1);
+}
+ok($failed, 'the batch with the call\'s end failed');
+$store->unlock;
+
+is(wait_sql("SELECT status FROM model_calls WHERE conversation = 'k1'",
+            qr/^ok$/, 15), 'ok', 'the call\'s end is written after the lock');
+is(wait_sql("SELECT type FROM events WHERE conversation = 'k1'"
+            . " ORDER BY seq DESC LIMIT 1", qr/turn_completed/),
+   'turn_completed', 'and the turn\'s events');
 
 $mock->stop;
 $t->allow_alert(qr/exited on signal 9|lost its worker|taken over/);

@@ -709,8 +709,11 @@ ngx_http_agent_store_done(ngx_event_t *ev)
 
         if (f->rows) {
             ngx_log_error(NGX_LOG_ERR, f->log, 0,
-                          "agent store could not write %ui model call rows",
-                          f->rows->nelts);
+                          "agent store could not write %ui model call "
+                          "rows, they are tried again", f->rows->nelts);
+
+            ngx_http_agent_store_audit_back(f->rows_pool, f->rows);
+            f->rows_pool = NULL;
         }
     }
 

@@ -140,6 +140,44 @@ ngx_http_agent_store_audit_take(ngx_array_t **rows)
 }
 
 
+/*
+ * The rows of a batch that was not written come back, ahead of those
+ * queued meanwhile (a call's start before its end), for the next batch
+ */
+
+void
+ngx_http_agent_store_audit_back(ngx_pool_t *pool, ngx_array_t *rows)
+{
+    ngx_uint_t                   i;
+    ngx_pool_t                  *newer_pool;
+    ngx_array_t                 *newer;
+    ngx_http_agent_audit_row_t  *r;
+
+    newer = ngx_http_agent_audit_rows;
+    newer_pool = ngx_http_agent_audit_pool;
+
+    ngx_http_agent_audit_rows = rows;
+    ngx_http_agent_audit_pool = pool;
+
+    if (newer == NULL) {
+        return;
+    }
+
+    r = newer->elts;
+
+    for (i = 0; i < newer->nelts; i++) {
+        if (ngx_http_agent_store_audit(&r[i]) != NGX_OK) {
+            ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                          "agent store could not keep %ui model call rows",
+                          newer->nelts - i);
+            break;
+        }
+    }
+
+    ngx_destroy_pool(newer_pool);
+}
+
+
 ngx_uint_t
 ngx_http_agent_store_audit_queued(void)
 {

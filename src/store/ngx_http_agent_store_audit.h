@@ -64,6 +64,7 @@ ngx_int_t ngx_http_agent_sqlite_audit_page(ngx_str_t *path,
 ngx_int_t ngx_http_agent_store_audit(ngx_http_agent_audit_row_t *row);
 /* the rows queued, for the log writer's batch, and the pool they are in */
 ngx_pool_t *ngx_http_agent_store_audit_take(ngx_array_t **rows);
+void ngx_http_agent_store_audit_back(ngx_pool_t *pool, ngx_array_t *rows);
 ngx_uint_t ngx_http_agent_store_audit_queued(void);
 
 typedef void (*ngx_http_agent_audit_page_pt)(ngx_http_request_t *r,
