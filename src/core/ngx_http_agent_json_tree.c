@@ -875,7 +875,7 @@ ngx_http_agent_json_read_string(ngx_http_agent_json_tree_t *t, u_char *p,
     u_char *last, ngx_str_t *s)
 {
     u_char      *start;
-    uint64_t     w, q, b;
+    uint64_t     w, q, b, m;
     ngx_uint_t   n, escaped;
 
     start = p;
@@ -885,8 +885,8 @@ ngx_http_agent_json_read_string(ngx_http_agent_json_tree_t *t, u_char *p,
 
         /*
          * eight bytes at a time while none is '"', '\\', a control or
-         * from 0x80: each test is exact as to whether such a byte is
-         * there, not as to where, which the loop below finds
+         * from 0x80: each test flags such a byte, and may flag a byte
+         * above it too, never one below; so the lowest flag is the first
          */
 
         while (last - p >= 8) {
@@ -895,12 +895,16 @@ ngx_http_agent_json_read_string(ngx_http_agent_json_tree_t *t, u_char *p,
             q = w ^ 0x2222222222222222;
             b = w ^ 0x5c5c5c5c5c5c5c5c;
 
-            if ((((q - 0x0101010101010101) & ~q)
+            m = (((q - 0x0101010101010101) & ~q)
                  | ((b - 0x0101010101010101) & ~b)
                  | ((w - 0x2020202020202020) & ~w)
                  | w)
-                & 0x8080808080808080)
-            {
+                & 0x8080808080808080;
+
+            if (m) {
+#if (NGX_HAVE_LITTLE_ENDIAN && defined __GNUC__)
+                p += __builtin_ctzll(m) >> 3;
+#endif
                 break;
             }
 
