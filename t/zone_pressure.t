@@ -4,7 +4,8 @@
 # room gets an error result instead, the turn a turn_failed, so that the
 # log stays paired and the next model request is one a provider takes.
 # A zone full to its last byte keeps a reserve for the events that end
-# calls and turns.
+# calls and turns.  A subscriber holds a conversation in the zone while
+# it watches, and not once it goes, closed or with its worker killed.
 
 use strict;
 use warnings;
@@ -239,47 +240,74 @@ $t->write_file_expand('nginx.conf', engine_conf($mock, zone => '128k',
 $t->run;
 
 # written, a conversation at rest keeps only its record in the zone,
-# unless a subscriber (who may be catching up) is on it
-send_message($t, 'held', 'hello');
-wait_state($t, 'held', 'idle');
+# unless a subscriber (who may be catching up) is on it: a big idle
+# conversation held so, then a big message queued behind a slow turn,
+# with no room to start; returns the subscriber
 
-my $sse = Test::Agent::HTTP::http_stream(events_request('held'),
-                                         port => $t->port(8080));
-is($sse->status, 200, 'a subscriber holds a big idle conversation');
+sub held_and_queued {
+    my ($held, $busy) = @_;
 
-send_message($t, 'held', 'a' x 40000);
-wait_state($t, 'held', 'idle');
-sleep 0.3;
+    send_message($t, $held, 'hello');
+    wait_state($t, $held, 'idle');
 
-send_message($t, 'busy', 'slow');
+    my $sse = Test::Agent::HTTP::http_stream(events_request($held),
+                                             port => $t->port(8080));
+    is($sse->status, 200, "$held: a subscriber holds a big idle conversation");
 
-$r = http_post('/q/busy/messages', encode_json({ content => 'b' x 40000 }),
-               port => $t->port(8080),
-               headers => { 'Content-Type' => 'application/json' });
-is($r->{status}, 202, 'a big message queued behind a slow turn');
+    send_message($t, $held, 'a' x 40000);
+    wait_state($t, $held, 'idle');
+    sleep 0.3;
 
-# the slow turn ends; its queued message has no room to start
+    send_message($t, $busy, 'slow');
 
-sleep 2.5;
+    my $r = http_post("/q/$busy/messages",
+                      encode_json({ content => 'b' x 40000 }),
+                      port => $t->port(8080),
+                      headers => { 'Content-Type' => 'application/json' });
+    is($r->{status}, 202, "$busy: a big message queued behind a slow turn");
 
-is(log_types(inspect($t, 'busy')->{json}),
-   'user_msg assistant_msg turn_completed', 'the queued message waits');
+    # the slow turn ends; its queued message has no room to start
+
+    sleep 2.5;
+
+    is(log_types(inspect($t, $busy)->{json}),
+       'user_msg assistant_msg turn_completed',
+       "$busy: the queued message waits");
+
+    return $sse;
+}
+
+sub runs_then {
+    my ($busy, $what) = @_;
+
+    my $c = wait_state($t, $busy, 'idle', 10);
+    for (1 .. 100) {
+        last if log_types($c) =~ /user_msg .* user_msg/;
+        sleep 0.1;
+        $c = wait_state($t, $busy, 'idle', 10);
+    }
+
+    is(log_types($c), 'user_msg assistant_msg turn_completed '
+       . 'user_msg assistant_msg turn_completed', "$busy: it runs $what");
+    is($c->{messages}[-2]{content}, 'reply to 40000',
+       "$busy: the whole message");
+}
+
+my $sse = held_and_queued('held', 'busy');
 like($t->read_file('error.log'), qr/agent zone "agents" is full/,
      'for room');
 
 $sse->close;
+runs_then('busy', 'once the idle conversation has left the zone');
 
-$c = wait_state($t, 'busy', 'idle', 10);
-for (1 .. 100) {
-    last if log_types($c) =~ /user_msg .* user_msg/;
-    sleep 0.1;
-    $c = wait_state($t, 'busy', 'idle', 10);
-}
+# the subscriber's worker killed instead: the slot it left in the record
+# does not hold the conversation in the zone
 
-is(log_types($c), 'user_msg assistant_msg turn_completed '
-   . 'user_msg assistant_msg turn_completed',
-   'it runs once the idle conversation has left the zone');
-is($c->{messages}[-2]{content}, 'reply to 40000', 'the whole message');
+$sse = held_and_queued('held2', 'busy2');
+$t->kill_worker($_) for $t->worker_pids;
+runs_then('busy2', 'once the subscriber\'s worker is gone');
+$sse->close;
 
 $mock->stop;
+$t->allow_alert(qr/exited on signal 9/);
 $t->done;

@@ -344,10 +344,15 @@ ngx_http_agent_expire_locked(ngx_http_agent_zone_t *z,
     {
         conv = ngx_queue_data(q, ngx_http_agent_conv_t, lru);
 
-        if (conv != pinned && conv->state == NGX_HTTP_AGENT_IDLE
-            && conv->npending == 0
-            && ngx_http_agent_conv_evictable_locked(conv))
+        if (conv == pinned || conv->state != NGX_HTTP_AGENT_IDLE
+            || conv->npending)
         {
+            continue;
+        }
+
+        ngx_http_agent_conv_subs_reap_locked(z, conv);
+
+        if (ngx_http_agent_conv_evictable_locked(conv)) {
             ngx_http_agent_conv_evict_locked(z, conv);
             return 1;
         }
