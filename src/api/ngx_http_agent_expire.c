@@ -50,7 +50,6 @@ static ngx_uint_t ngx_http_agent_expire_conv_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv, uint64_t now);
 static void ngx_http_agent_expire_resume(ngx_http_agent_main_conf_t *amcf,
     ngx_http_agent_expired_t *e);
-static ngx_uint_t ngx_http_agent_alive(ngx_pid_t pid);
 static void ngx_http_agent_expire_evict_locked(
     ngx_http_agent_main_conf_t *amcf, ngx_http_agent_zone_t *z);
 static ngx_uint_t ngx_http_agent_expire_stalled_locked(
@@ -165,7 +164,7 @@ ngx_http_agent_expire_handler(ngx_event_t *ev)
         next = ngx_queue_next(q);
         conv = ngx_queue_data(q, ngx_http_agent_conv_t, leased);
 
-        if (conv->lease == ngx_pid || ngx_http_agent_alive(conv->lease)) {
+        if (conv->lease == ngx_pid || ngx_http_agent_pid_alive(conv->lease)) {
             continue;
         }
 
@@ -442,13 +441,4 @@ ngx_http_agent_expire_evict_locked(ngx_http_agent_main_conf_t *amcf,
 
         ngx_http_agent_conv_evict_locked(z, conv);
     }
-}
-
-
-/* a worker is gone when no process has its pid any more */
-
-static ngx_uint_t
-ngx_http_agent_alive(ngx_pid_t pid)
-{
-    return !(kill(pid, 0) == -1 && ngx_errno == NGX_ESRCH);
 }

@@ -141,12 +141,21 @@ ngx_http_agent_conv_evictable_locked(ngx_http_agent_conv_t *conv)
 }
 
 
+/* a worker is gone when no process has its pid any more */
+
+ngx_uint_t
+ngx_http_agent_pid_alive(ngx_pid_t pid)
+{
+    return !(kill(pid, 0) == -1 && ngx_errno == NGX_ESRCH);
+}
+
+
 /*
  * A worker that is gone (SIGKILL, a crash) took its subscribers with it:
  * their slots are cleared, so that they neither keep the conversation
  * from rest (and in the zone) nor its live events.  Asked for the few
  * conversations that are candidates to leave the zone, and for one whose
- * turn is taken over; kill(pid, 0) tells.  A wake-up sent to the worker
+ * turn is taken over.  A wake-up sent to the worker
  * tells as well, but only when the conversation has a new event.
  */
 
@@ -160,7 +169,7 @@ ngx_http_agent_conv_subs_reap_locked(ngx_http_agent_zone_t *z,
 
     for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
         if (conv->subs[i].count && conv->subs[i].pid != ngx_pid
-            && kill(conv->subs[i].pid, 0) == -1 && ngx_errno == NGX_ESRCH)
+            && !ngx_http_agent_pid_alive(conv->subs[i].pid))
         {
             conv->subs[i].count = 0;
             conv->subs[i].pid = 0;

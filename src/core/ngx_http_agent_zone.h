@@ -353,6 +353,7 @@ void ngx_http_agent_conv_delete_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
 ngx_int_t ngx_http_agent_conv_evictable_locked(ngx_http_agent_conv_t *conv);
 ngx_int_t ngx_http_agent_conv_at_rest_locked(ngx_http_agent_conv_t *conv);
+ngx_uint_t ngx_http_agent_pid_alive(ngx_pid_t pid);
 void ngx_http_agent_conv_subs_reap_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
 ngx_int_t ngx_http_agent_conv_bound_locked(ngx_http_agent_conv_t *conv,

@@ -544,7 +544,7 @@ ngx_http_agent_store_claim(ngx_cycle_t *cycle, ngx_uint_t behind,
     ngx_http_agent_zone_lock(z);
 
     if (behind && z->sh->writer && z->sh->writer != ngx_pid
-        && !(kill(z->sh->writer, 0) == -1 && ngx_errno == NGX_ESRCH))
+        && ngx_http_agent_pid_alive(z->sh->writer))
     {
         ngx_http_agent_zone_unlock(z);
         ngx_destroy_pool(pool);
@@ -565,7 +565,7 @@ ngx_http_agent_store_claim(ngx_cycle_t *cycle, ngx_uint_t behind,
         conv = ngx_queue_data(q, ngx_http_agent_conv_t, dirty);
 
         if (conv->flushing && conv->flushing != ngx_pid
-            && !(kill(conv->flushing, 0) == -1 && ngx_errno == NGX_ESRCH))
+            && ngx_http_agent_pid_alive(conv->flushing))
         {
             continue;
         }

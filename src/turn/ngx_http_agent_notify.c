@@ -294,9 +294,7 @@ ngx_http_agent_notify_walk_locked(ngx_http_agent_zone_t *z,
                 continue;
             }
 
-            if (e->sending
-                && !(kill(e->sending, 0) == -1 && ngx_errno == NGX_ESRCH))
-            {
+            if (e->sending && ngx_http_agent_pid_alive(e->sending)) {
                 continue;
             }
 
@@ -373,8 +371,7 @@ ngx_http_agent_notify_sweep_locked(ngx_http_agent_zone_t *z,
         e = ngx_queue_data(q, ngx_http_agent_notify_entry_t, queue);
 
         if (e->seen == nsh->walk
-            || (e->sending
-                && !(kill(e->sending, 0) == -1 && ngx_errno == NGX_ESRCH))
+            || (e->sending && ngx_http_agent_pid_alive(e->sending))
             || (e->done && e->deadline > now))
         {
             continue;
