@@ -70,6 +70,10 @@ typedef struct {
     /* the text: a string yajl did not unescape lies within it */
     u_char                       *text;
     u_char                       *text_end;
+
+    /* a string the reader decoded into the arena, NUL-terminated */
+    u_char                       *decoded;
+
     ngx_http_agent_json_frame_t   stack[NGX_HTTP_AGENT_JSON_LOG_DEPTH + 1];
 } ngx_http_agent_json_tree_t;
 
@@ -169,6 +173,7 @@ ngx_http_agent_json_parse(u_char *json, size_t len, ngx_uint_t depth,
     t.reason = NULL;
     t.text = json;
     t.text_end = json + len;
+    t.decoded = NULL;
 
     if (ngx_http_agent_json_read(&t, json, json + len) == NGX_OK) {
         return t.root;
@@ -194,6 +199,7 @@ ngx_http_agent_json_parse(u_char *json, size_t len, ngx_uint_t depth,
     t.root = NULL;
     t.depth = 0;
     t.reason = NULL;
+    t.decoded = NULL;
 
     afs.malloc = ngx_http_agent_json_yajl_malloc;
     afs.realloc = ngx_http_agent_json_yajl_realloc;
@@ -474,6 +480,13 @@ ngx_http_agent_json_strdup(ngx_http_agent_json_tree_t *t,
     const unsigned char *s, size_t len)
 {
     u_char  *p;
+
+    /* the reader's decoded string is in the arena already, with no NUL */
+
+    if ((u_char *) s == t->decoded) {
+        t->decoded = NULL;
+        return (char *) s;
+    }
 
     /*
      * the text has no NUL byte; only a string yajl unescaped into its
@@ -1006,7 +1019,7 @@ ngx_http_agent_json_read_escaped(ngx_http_agent_json_tree_t *t, u_char *p,
     u_char      *d, *start;
     ngx_int_t    c, low;
 
-    start = ngx_http_agent_json_alloc(t, last - p);
+    start = ngx_http_agent_json_alloc(t, last - p + 1);
     if (start == NULL) {
         return NULL;
     }
@@ -1095,8 +1108,13 @@ ngx_http_agent_json_read_escaped(ngx_http_agent_json_tree_t *t, u_char *p,
         p += 2;
     }
 
+    *d = '\0';
+
     s->data = start;
     s->len = d - start;
+
+    /* taken by the tree as it is, not copied again */
+    t->decoded = start;
 
     return start;
 }
