@@ -210,12 +210,14 @@ ok($deadline, 'a deadline');
 send_message($t, 'p2', 'ask me soon');
 wait_state($t, 'p2', 'awaiting_input');
 
-is(sql("SELECT status, kind, executor FROM tool_calls"
-       . " WHERE conversation = 'p1'"),
+# the suspension is written behind the state the zone shows
+
+is(wait_sql("SELECT status, kind, executor FROM tool_calls"
+            . " WHERE conversation = 'p1'", qr/^suspended\|/),
    'suspended|elicitation|human', 'tool call persisted as suspended')
     or diag(sql("SELECT * FROM tool_calls"));
-is(sql("SELECT state FROM conversations WHERE id = 'p1'"), 'awaiting_input',
-   'persisted state');
+is(wait_sql("SELECT state FROM conversations WHERE id = 'p1'",
+            qr/^awaiting_input$/), 'awaiting_input', 'persisted state');
 
 $t->stop;
 sleep 2.5;
@@ -346,9 +348,9 @@ is(send_message($t, 'v1', 'again')->{json}{seq}, 4,
 
 wait_state($t, 'v1', 'idle');
 
-my $sse = Test::Agent::SSE->new(http_stream(events_request('v1'),
-                                            port => $t->port(8080)));
-my @seen = $sse->events_until(
+my $watch = Test::Agent::SSE->new(http_stream(events_request('v1'),
+                                              port => $t->port(8080)));
+my @seen = $watch->events_until(
     sub { ($_[0]{event} // '') eq 'turn_completed' }, 5);
 ok(@seen, 'a subscriber of v1');
 
@@ -363,7 +365,7 @@ for (1 .. 50) {
     sleep 0.1;
 }
 is($zc, 0, 'its worker killed, v1 leaves the zone');
-$sse->stream->close;
+$watch->stream->close;
 $t->allow_alert(qr/exited on signal 9/);
 
 $t->done(more => 1);
