@@ -486,16 +486,6 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_event_t *ev,
             return NGX_ERROR;
         }
 
-        if (ngx_http_agent_sqlite_audit_prepare(db,
-                                            ngx_http_agent_sqlite_audit_stmts,
-                                            path, log)
-            != NGX_OK)
-        {
-            ngx_http_agent_sqlite_close_prepared(&db, stmts,
-                                                 NGX_HTTP_AGENT_SQLITE_W_N);
-            return NGX_ERROR;
-        }
-
         ngx_http_agent_sqlite_db = db;
     }
 
@@ -555,9 +545,27 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_event_t *ev,
         }
     }
 
+    /*
+     * the audit's statements are made when rows come: a table they cannot
+     * be made for costs the rows, never the log
+     */
+
     if (nrows) {
-        ngx_http_agent_sqlite_audit_rows(db, ngx_http_agent_sqlite_audit_stmts,
-                                         rows, nrows, path, log);
+        if (ngx_http_agent_sqlite_audit_stmts[0] == NULL
+            && ngx_http_agent_sqlite_audit_prepare(db,
+                                            ngx_http_agent_sqlite_audit_stmts,
+                                            path, log)
+               != NGX_OK)
+        {
+            ngx_log_error(NGX_LOG_ERR, log, 0,
+                          "agent store \"%V\" could not write %ui model "
+                          "call rows: %s", path, nrows, sqlite3_errmsg(db));
+
+        } else {
+            ngx_http_agent_sqlite_audit_rows(db,
+                                             ngx_http_agent_sqlite_audit_stmts,
+                                             rows, nrows, path, log);
+        }
     }
 
     if (ngx_http_agent_sqlite_step(stmts[NGX_HTTP_AGENT_SQLITE_COMMIT])
