@@ -49,14 +49,7 @@ my $tools = $ECHO_TOOL . <<'EOF';
     }
 EOF
 
-my $server = $ECHO_LOCATION . <<'EOF';
-        listen 127.0.0.1:%%PORT_8081%% reuseport;
-        add_header X-Worker $pid always;
-
-        location = /metrics {
-            agent_metrics;
-        }
-EOF
+my $server = $ECHO_LOCATION . $WORKERS_SERVER;
 
 $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
     tools => $tools, agent => 'tools echo ask_user ask_soon send;',

@@ -498,6 +498,17 @@ ngx_http_agent_prom_zone(ngx_http_agent_prom_t *p, ngx_http_agent_zone_t *z,
     ngx_http_agent_prom_hist(p, "agent_store_batch_events", NULL,
                              &z->sh->metrics->store_batch,
                              NGX_HTTP_AGENT_HIST_BATCH);
+
+    ngx_http_agent_prom_head(p, "agent_store_history_reads_total", "counter",
+                             "Turns that needed the history before the "
+                             "zone's: read from the store, or kept by "
+                             "the worker that ran the last turn.");
+    ngx_http_agent_prom_print(p, "agent_store_history_reads_total"
+                              "{from=\"store\"} %uA\n"
+                              "agent_store_history_reads_total"
+                              "{from=\"worker\"} %uA\n",
+                              z->sh->metrics->history[0],
+                              z->sh->metrics->history[1]);
 }
 
 

@@ -566,6 +566,16 @@ ngx_http_agent_metrics_store(ngx_http_agent_zone_t *z, ngx_uint_t events,
 }
 
 
+void
+ngx_http_agent_metrics_history(ngx_http_agent_zone_t *z, ngx_uint_t kept)
+{
+    if (z->sh->metrics) {
+        (void) ngx_atomic_fetch_add(&z->sh->metrics->history[kept ? 1 : 0],
+                                    1);
+    }
+}
+
+
 /*
  * The next member of a JSON object the module wrote: its key, and its
  * value (a string's without the quotes, still escaped).  NGX_DONE at

@@ -124,6 +124,9 @@ struct ngx_http_agent_metrics_sh_s {
     ngx_atomic_t                  store_errors;
     ngx_http_agent_hist_t         store_batch;
 
+    /* a turn's history: read from the store, or kept by its worker */
+    ngx_atomic_t                  history[2];
+
     /* slots are allocated as names are declared, and never freed */
     ngx_http_agent_metrics_agent_t *agents[NGX_HTTP_AGENT_METRICS_AGENTS];
     ngx_http_agent_metrics_tool_t  *tools[NGX_HTTP_AGENT_METRICS_TOOLS];
@@ -160,6 +163,8 @@ void ngx_http_agent_metrics_event_locked(ngx_http_agent_zone_t *z,
 void ngx_http_agent_metrics_takeover(ngx_http_agent_zone_t *z);
 void ngx_http_agent_metrics_store(ngx_http_agent_zone_t *z,
     ngx_uint_t events, ngx_int_t rc);
+void ngx_http_agent_metrics_history(ngx_http_agent_zone_t *z,
+    ngx_uint_t kept);
 
 
 #endif /* _NGX_HTTP_AGENT_METRICS_H_INCLUDED_ */

@@ -13,6 +13,7 @@
 #include "ngx_http_agent_metrics.h"
 #include "ngx_http_agent_store.h"
 #include "ngx_http_agent_store_audit.h"
+#include "ngx_http_agent_store_history.h"
 #include "ngx_http_agent_json.h"
 
 
@@ -28,6 +29,9 @@
 
 /* the audit's rows wait for another worker's batch so long, ms */
 #define NGX_HTTP_AGENT_STORE_ROWS_WAIT  10
+
+/* the history a worker keeps by default, bytes */
+#define NGX_HTTP_AGENT_STORE_HISTORY    (4 * 1024 * 1024)
 
 
 typedef struct {
@@ -73,7 +77,7 @@ ngx_int_t  (*ngx_http_agent_store_revive)(ngx_http_request_t *r,
     ngx_str_t *id);
 
 
-/* agent_store path [thread_pool=name] [flush=time]; */
+/* agent_store path [thread_pool=name] [flush=time] [history=size]; */
 
 char *
 ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -83,6 +87,7 @@ ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 
     u_char                       *p;
     ngx_str_t                    *value, name, s;
+    ssize_t                       size;
     ngx_uint_t                    i, flush;
     ngx_http_agent_store_conf_t  *scf;
 
@@ -117,6 +122,7 @@ ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 
     ngx_str_null(&name);
     flush = 0;
+    scf->history = NGX_CONF_UNSET_SIZE;
 
     for (i = 2; i < cf->args->nelts; i++) {
 
@@ -143,9 +149,30 @@ ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
             continue;
         }
 
+        if (ngx_strncmp(value[i].data, "history=", 8) == 0
+            && scf->history == NGX_CONF_UNSET_SIZE)
+        {
+            s.data = value[i].data + 8;
+            s.len = value[i].len - 8;
+
+            size = ngx_parse_size(&s);
+            if (size == NGX_ERROR) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid history size \"%V\"", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            scf->history = size;
+            continue;
+        }
+
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid parameter \"%V\"", &value[i]);
         return NGX_CONF_ERROR;
+    }
+
+    if (scf->history == NGX_CONF_UNSET_SIZE) {
+        scf->history = NGX_HTTP_AGENT_STORE_HISTORY;
     }
 
     scf->thread_pool = ngx_thread_pool_add(cf, name.len ? &name : NULL);
@@ -294,6 +321,8 @@ ngx_http_agent_store_exit_process(ngx_cycle_t *cycle)
     ngx_http_agent_store_exit_flush(cycle);
 
     scf->store->close();
+
+    ngx_http_agent_store_history_exit();
 }
 
 

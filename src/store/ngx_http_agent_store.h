@@ -117,6 +117,8 @@ typedef struct {
     ngx_thread_pool_t            *thread_pool;
     /* how long an event that no input waits for may wait for a batch */
     ngx_msec_t                    flush;
+    /* the history a worker keeps of the conversations it ran, bytes */
+    size_t                        history;
 } ngx_http_agent_store_conf_t;
 
 

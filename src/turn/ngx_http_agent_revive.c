@@ -15,6 +15,8 @@
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_store.h"
+#include "ngx_http_agent_store_history.h"
+#include "ngx_http_agent_metrics.h"
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_message.h"
@@ -837,6 +839,37 @@ ngx_http_agent_revive_turn_history(ngx_http_agent_turn_t *t)
     if (base == t->history_upto) {
         return NGX_OK;
     }
+
+    /*
+     * this worker ran the conversation's last turn: it kept the history,
+     * up to the end of that turn
+     */
+
+    if (!t->kept_taken) {
+        t->kept_taken = 1;
+
+        if (ngx_http_agent_store_history_take(t->request->pool, &t->id,
+                                              &t->kept, &t->kept_first,
+                                              &t->nkept)
+            == NGX_ERROR)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    if (t->kept && (t->nhistory == 0 || t->history == t->kept)
+        && base + 1 >= t->kept_first && base < t->kept_first + t->nkept)
+    {
+        t->history = t->kept;
+        t->nhistory = base + 1 - t->kept_first;
+        t->history_upto = base;
+
+        ngx_http_agent_metrics_history(t->zone, 1);
+
+        return NGX_OK;
+    }
+
+    ngx_http_agent_metrics_history(t->zone, 0);
 
     /*
      * what left since the last read is added to it; the first read starts

@@ -13,6 +13,7 @@
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_store.h"
+#include "ngx_http_agent_store_history.h"
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_tools.h"
 #include "ngx_http_agent_budget.h"
@@ -664,6 +665,8 @@ ngx_http_agent_summary_record(ngx_http_agent_summary_t *s)
     }
 
     conv->summary_to = s->to;
+
+    ngx_http_agent_store_history_add_locked(conv);
 
     n = ngx_http_agent_conv_sub_pids_locked(conv, pids);
 

@@ -64,6 +64,15 @@ struct ngx_http_agent_turn_s {
     ngx_uint_t                    nhistory;
     uint64_t                      history_upto;
 
+    /*
+     * or what this worker kept at the conversation's last turn here:
+     * events kept_first and after, the history is the first of them
+     */
+    ngx_str_t                    *kept;
+    ngx_uint_t                    nkept;
+    uint64_t                      kept_first;
+    unsigned                      kept_taken:1;
+
     /* the model call in progress, and its request's size */
     ngx_pool_t                   *pool;
     size_t                        context_len;

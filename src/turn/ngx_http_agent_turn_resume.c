@@ -14,6 +14,7 @@
 #include "ngx_http_agent_conf.h"
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_store_history.h"
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_tools.h"
 #include "ngx_http_agent_hook.h"
@@ -577,6 +578,16 @@ ngx_http_agent_turn_end(ngx_http_agent_turn_t *t,
         ngx_http_agent_zone_unlock(t->zone);
         ngx_http_agent_wake(&t->id, fsm.pids, fsm.npids);
         return NGX_DECLINED;
+    }
+
+    /* the next turn here takes the history from this one */
+
+    if (rc == NGX_OK && t->zone->store
+        && t->history_upto != (uint64_t) -1)
+    {
+        ngx_http_agent_store_history_keep_locked(conv, t->history,
+                                                 t->nhistory,
+                                                 t->history_upto);
     }
 
     if (rc == NGX_DECLINED && conv) {

@@ -21,7 +21,7 @@ use Test::Agent::HTTP;
 
 our @EXPORT = qw(engine_conf send_message inspect wait_state wait_pending
                  log_types events_request resolve cancel owner_request
-                 $ECHO_TOOL $ECHO_LOCATION);
+                 $ECHO_TOOL $ECHO_LOCATION $WORKERS_SERVER);
 
 # a server tool "echo" (for tools), and its location (for server), which
 # answers {"args": the arguments it got}
@@ -39,6 +39,18 @@ our $ECHO_LOCATION = <<'EOF';
             internal;
             default_type application/json;
             return 200 '{"args":$request_body}';
+        }
+EOF
+
+# for server: port 8081, whose connections reuseport spreads over the
+# workers, each answer naming its worker in X-Worker; agent_metrics there
+
+our $WORKERS_SERVER = <<'EOF';
+        listen 127.0.0.1:%%PORT_8081%% reuseport;
+        add_header X-Worker $pid always;
+
+        location = /metrics {
+            agent_metrics;
         }
 EOF
 

@@ -1,0 +1,48 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#ifndef _NGX_HTTP_AGENT_STORE_HISTORY_H_INCLUDED_
+#define _NGX_HTTP_AGENT_STORE_HISTORY_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_zone.h"
+
+
+/*
+ * The history a worker keeps (agent_store history=size): at the end of a
+ * turn it ran, the conversation's context as the turn read it and the
+ * zone's log after it; the next turn of the conversation in this worker
+ * takes it instead of reading the store.  A conversation's events never
+ * change once written, so what is kept of events 1..n is what the store
+ * holds of them.
+ */
+
+/*
+ * The events this worker kept of the conversation, events[i] is event
+ * first + i: they are the pool's from then on (NGX_DECLINED: none kept)
+ */
+ngx_int_t ngx_http_agent_store_history_take(ngx_pool_t *pool, ngx_str_t *id,
+    ngx_str_t **events, uint64_t *first, ngx_uint_t *n);
+
+/*
+ * Under the zone lock: history, events upto - n + 1 .. upto, and the
+ * conversation's log in the zone after them, kept for its next turn
+ */
+void ngx_http_agent_store_history_keep_locked(ngx_http_agent_conv_t *conv,
+    ngx_str_t *history, ngx_uint_t n, uint64_t upto);
+
+/* under the zone lock: an event added after the turn, kept with it */
+void ngx_http_agent_store_history_add_locked(ngx_http_agent_conv_t *conv);
+
+/* as the worker exits */
+void ngx_http_agent_store_history_exit(void);
+
+
+#endif /* _NGX_HTTP_AGENT_STORE_HISTORY_H_INCLUDED_ */

@@ -1,0 +1,262 @@
+#!/usr/bin/perl
+
+# The history a worker keeps (agent_store history=): a conversation's
+# turns go back and forth between two workers, with tool calls, a call
+# that waits for a person and is resolved on the other worker, and
+# summaries.  Every request the provider gets is byte for byte the one
+# it gets with history=0, where each turn reads its history from the
+# store; the workers took the history they kept for some turns, and
+# with history=0 for none.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use IO::Select;
+use JSON::PP;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+use Test::Agent;
+use Test::Agent::HTTP;
+use Test::Agent::Engine;
+use Test::Agent::MockProvider;
+
+plan(skip_all => 'no sqlite3 command') unless `sqlite3 -version 2>&1` =~ /^3/;
+
+my $PROMPT = 'Sum up the conversation so far.';
+
+# the reply depends on the request only: the same requests, the same run
+
+my $mock = Test::Agent::MockProvider->new(default => sub {
+    my ($req) = @_;
+    my $msgs = $req->{json}{messages} || [];
+    my $last = $msgs->[-1] || {};
+    my $content = $last->{content} // '';
+    my $n = scalar @$msgs;
+    my $usage = { prompt_tokens => int(length($req->{body}) / 4),
+                  completion_tokens => 20 };
+
+    return { text => "summary at $n", usage => $usage }
+        if $content eq $PROMPT;
+
+    if (($last->{role} // '') eq 'user' && $content =~ /^(tool|ask) (\d+)/) {
+        return { tool_calls => [{ id => "c$2", chunks => 3,
+                                  name => $1 eq 'ask' ? 'ask_user' : 'echo',
+                                  arguments => "{\"n\":$2}" }],
+                 usage => $usage };
+    }
+
+    return { text => "reply $n: " . ('words ' x 20), chunks => 4,
+             usage => $usage };
+});
+
+my $tools = $ECHO_TOOL . <<'EOF';
+    agent_tool ask_user {
+        executor human;
+        timeout 1h;
+    }
+EOF
+
+my $server = $ECHO_LOCATION . $WORKERS_SERVER . <<'EOF';
+        location = /worker {
+            return 204;
+        }
+EOF
+
+my $t = Test::Agent->new;
+
+sub start {
+    my ($dir, $history) = @_;
+
+    mkdir $t->testdir . "/$dir";
+
+    $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
+        zone => '4m', tools => $tools, server => $server,
+        agent => "tools echo ask_user; context_budget 300;"
+                 . " summary_prompt \"$PROMPT\";",
+        http => "agent_store " . $t->testdir . "/$dir/agent.db$history;"));
+    $t->run;
+}
+
+# a connection to the worker asked for: new connections until one is
+# there (reuseport spreads them by their ports); then the request on it
+
+sub on_worker {
+    my ($pid, $method, $uri, $body) = @_;
+
+    for (1 .. 200) {
+        my $s = Test::Agent::HTTP::connect_to($t->port(8081));
+        print $s "GET /worker HTTP/1.1\r\nHost: localhost\r\n\r\n";
+
+        my $head = read_head($s);
+        my ($worker) = ($head // '') =~ /^X-Worker: (\d+)/mi;
+
+        if (!defined $worker || $worker != $pid) {
+            close $s;
+            next;
+        }
+
+        print $s http_request($method, $uri, $body,
+            headers => { 'Content-Type' => 'application/json' });
+
+        my $raw = '';
+        my $sel = IO::Select->new($s);
+        my $deadline = time + 10;
+
+        while (time < $deadline && $sel->can_read($deadline - time)) {
+            last unless sysread($s, my $buf, 65536);
+            $raw .= $buf;
+        }
+
+        close $s;
+
+        my $r = parse_response($raw);
+        $r->{worker} = $worker;
+        return $r;
+    }
+
+    return { status => 0 };
+}
+
+sub read_head {
+    my ($s) = @_;
+    my $head = '';
+    my $sel = IO::Select->new($s);
+
+    while ($head !~ /\r\n\r\n/) {
+        return undef unless $sel->can_read(5);
+        return undef unless sysread($s, my $c, 1);
+        $head .= $c;
+    }
+
+    return $head;
+}
+
+# the two workers' pids, from answers on new connections
+
+sub workers {
+    my %pids;
+
+    for (1 .. 200) {
+        my $r = http_get('/worker', port => $t->port(8081));
+        $pids{$r->{headers}{'x-worker'}} = 1 if $r;
+        last if keys %pids == 2;
+    }
+
+    return sort keys %pids;
+}
+
+sub idle {
+    my ($cid) = @_;
+    my $c = wait_state($t, $cid, 'idle');
+    return $c && $c->{state} eq 'idle' && !defined $c->{lease};
+}
+
+sub summaries {
+    my ($cid) = @_;
+    my $log = inspect($t, $cid, 'limit=1000')->{json}{messages} // [];
+    return scalar grep { $_->{type} eq 'summary' } @$log;
+}
+
+sub reads {
+    my $body = http_get('/metrics', port => $t->port(8081))->{body} // '';
+    my %n = $body =~ /^agent_store_history_reads_total\{from="(\w+)"\} (\d+)/mg;
+    return \%n;
+}
+
+# one run: the turns of two conversations, each on the worker its step
+# names (0 or 1), then the requests the provider got
+
+my @STEPS = (
+    [0, 'msg 1'], [0, 'tool 2'], [1, 'msg 3'], [0, 'msg 4'],
+    [0, 'ask 5'], [1, 'resolve c5'], [1, 'msg 6'], [1, 'tool 7'],
+    [0, 'msg 8'], [0, 'msg 9'], [1, 'msg 10'], [1, 'msg 11'],
+    [0, 'tool 12'], [0, 'msg 13'],
+);
+
+sub run {
+    my ($label) = @_;
+    my @w = workers();
+    my @failed;
+
+    is(scalar @w, 2, "$label: two workers");
+
+    $mock->reset;
+
+    for my $cid ('h1', 'h2') {
+        for my $step (@STEPS) {
+            my ($w, $what) = @$step;
+            my $r;
+
+            if ($what =~ /^resolve (\w+)/) {
+                wait_pending($t, $cid, 'elicitation');
+                $r = on_worker($w[$w], 'POST', "/c/$cid/calls/$1",
+                               encode_json({ result => 'yes' }));
+                push @failed, "$cid $what: $r->{status}"
+                    unless $r->{status} == 200;
+
+            } else {
+                $r = on_worker($w[$w], 'POST', "/c/$cid/messages",
+                               encode_json({ content => "$what of $cid" }));
+                push @failed, "$cid $what: $r->{status}"
+                    unless $r->{status} == 202;
+            }
+
+            next if $what =~ /^ask/;
+
+            push @failed, "$cid $what: not idle" unless idle($cid);
+
+            # a summary made after the turn is in the log before the next
+
+            sleep 0.2;
+            my $asked = grep { index($_->{body}, $PROMPT) >= 0
+                               && index($_->{body}, " of $cid") >= 0 }
+                        @{$mock->requests};
+            my $deadline = time + 10;
+            sleep 0.05 while time < $deadline && summaries($cid) < $asked;
+        }
+    }
+
+    is(join('; ', @failed), '', "$label: every turn ended");
+
+    return [map { $_->{body} } @{$mock->requests}];
+}
+
+# a size that is not one
+
+$t->write_file_expand('nginx.conf', engine_conf($mock,
+    http => 'agent_store ' . $t->testdir . '/agent.db history=lots;'));
+like($t->test_config, qr/invalid history size "history=lots"/,
+     'history=lots refused');
+
+start('kept', '');
+my $kept = run('kept');
+my $n = reads();
+$t->stop;
+
+start('read', ' history=0');
+my $read = run('read');
+my $m = reads();
+$t->stop;
+
+my $summaries = grep { /\Q$PROMPT\E/ } @$kept;
+
+ok($summaries >= 2, "summaries were made ($summaries)");
+is(scalar @$kept, scalar @$read, 'as many requests either way ('
+   . scalar @$kept . ')');
+
+my ($diff) = grep { $kept->[$_] ne ($read->[$_] // '') } 0 .. $#$kept;
+is($diff, undef, 'every request is the one made from the store\'s history');
+
+ok(($n->{worker} // 0) >= 6, 'turns took the history their worker kept ('
+   . ($n->{worker} // 0) . '), the others read it ('
+   . ($n->{store} // 0) . ')');
+ok(($n->{store} // 0) >= 4, 'turns after the other worker\'s read it');
+is($m->{worker} // 0, 0, 'history=0: none kept');
+ok(($m->{store} // 0) > 0, 'history=0: every turn read the store ('
+   . ($m->{store} // 0) . ')');
+
+done_testing();
