@@ -157,6 +157,14 @@ ngx_http_agent_sqlite_audit_row(sqlite3_stmt **stmt,
     for (i = first; i <= last; i++) {
         s = stmt[i];
 
+        /* no later call moved down: none to bring back */
+
+        if (i == NGX_HTTP_AGENT_AUDIT_END - 2
+            && sqlite3_changes(sqlite3_db_handle(s)) == 0)
+        {
+            continue;
+        }
+
         sqlite3_bind_text(s, 1, (char *) row->conv.data, row->conv.len,
                           SQLITE_STATIC);
         sqlite3_bind_int64(s, 2, row->started);
