@@ -85,7 +85,7 @@ sub start {
 # there (reuseport spreads them by their ports); then the request on it
 
 sub on_worker {
-    my ($pid, $method, $uri, $body) = @_;
+    my ($pid, $method, $uri, $body, $until) = @_;
 
     for (1 .. 200) {
         my $s = Test::Agent::HTTP::connect_to($t->port(8081));
@@ -109,6 +109,7 @@ sub on_worker {
         while (time < $deadline && $sel->can_read($deadline - time)) {
             last unless sysread($s, my $buf, 65536);
             $raw .= $buf;
+            last if $until && $raw =~ $until;
         }
 
         close $s;
@@ -222,7 +223,50 @@ sub run {
 
     is(join('; ', @failed), '', "$label: every turn ended");
 
+    pages($label, @w);
+
     return [map { $_->{body} } @{$mock->requests}];
+}
+
+# A page of the history the zone gave up, and a subscriber's catch-up,
+# each on the worker that ran the conversation's last turn and on the
+# other: the same answers, taken from the worker's memory on the first
+# (with history kept) and read from the store on the second.
+
+sub pages {
+    my ($label, @w) = @_;
+
+    my $log = inspect($t, 'h2', 'limit=1000')->{json}{messages} // [];
+    my ($last) = grep { $_->{type} eq 'user_msg' } reverse @$log;
+    my $after = $last->{seq} - 1;
+    my $end = $log->[-1]{seq};
+    my (%page, %sse, %from);
+
+    for my $i (1, 0) {
+        my $before = reads();
+
+        my $r = on_worker($w[$i], 'GET', "/c/h2?after=$after&limit=100");
+        $page{$i} = $r->{status} == 200 ? $r->{body} : "status $r->{status}";
+
+        $r = on_worker($w[$i], 'GET', "/c/h2/events?after=$after", undef,
+                       qr/^id: $end\r?\n.*?\r?\n\r?\n/ms);
+        $sse{$i} = join "\n", grep { /^(id|event|data):/ }
+                               split /\r?\n/, $r->{body} // '';
+
+        my $now = reads();
+        $from{$i} = join ' ', map { ($now->{$_} // 0) - ($before->{$_} // 0)
+                                    . " $_" } qw(store worker);
+    }
+
+    like($page{0}, qr/"seq":$end\b/, "$label: a page reaching back");
+    is($page{0}, $page{1}, "$label: the same page from either worker");
+    like($sse{0}, qr/^id: $end$/m, "$label: a catch-up reaching back");
+    is($sse{0}, $sse{1}, "$label: the same catch-up from either worker");
+
+    is($from{1}, '2 store 0 worker', "$label: the other worker read both");
+    is($from{0}, $label eq 'kept' ? '0 store 2 worker' : '2 store 0 worker',
+       "$label: the last turn's worker "
+       . ($label eq 'kept' ? 'kept both' : 'read both'));
 }
 
 # a size that is not one
@@ -251,7 +295,7 @@ is(scalar @$kept, scalar @$read, 'as many requests either way ('
 my ($diff) = grep { $kept->[$_] ne ($read->[$_] // '') } 0 .. $#$kept;
 is($diff, undef, 'every request is the one made from the store\'s history');
 
-ok(($n->{worker} // 0) >= 6, 'turns took the history their worker kept ('
+ok(($n->{worker} // 0) >= 6, 'reads from the history a worker kept ('
    . ($n->{worker} // 0) . '), the others read it ('
    . ($n->{store} // 0) . ')');
 ok(($n->{store} // 0) >= 4, 'turns after the other worker\'s read it');

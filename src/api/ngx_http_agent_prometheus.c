@@ -500,9 +500,10 @@ ngx_http_agent_prom_zone(ngx_http_agent_prom_t *p, ngx_http_agent_zone_t *z,
                              NGX_HTTP_AGENT_HIST_BATCH);
 
     ngx_http_agent_prom_head(p, "agent_store_history_reads_total", "counter",
-                             "Turns that needed the history before the "
-                             "zone's: read from the store, or kept by "
-                             "the worker that ran the last turn.");
+                             "Reads of the history the zone gave up (a "
+                             "turn's, a request's page): from the store, "
+                             "or kept by the worker that ran the last "
+                             "turn.");
     ngx_http_agent_prom_print(p, "agent_store_history_reads_total"
                               "{from=\"store\"} %uA\n"
                               "agent_store_history_reads_total"

@@ -124,7 +124,10 @@ struct ngx_http_agent_metrics_sh_s {
     ngx_atomic_t                  store_errors;
     ngx_http_agent_hist_t         store_batch;
 
-    /* a turn's history: read from the store, or kept by its worker */
+    /*
+     * reads of the history the zone gave up (a turn's, a request's page):
+     * from the store, or from what the worker kept
+     */
     ngx_atomic_t                  history[2];
 
     /* slots are allocated as names are declared, and never freed */

@@ -280,6 +280,88 @@ ngx_http_agent_store_history_add_locked(ngx_http_agent_conv_t *conv)
 }
 
 
+/*
+ * A request's page of the history the zone gave up, events after..upto,
+ * copied from what this worker kept if it holds them all; each event's
+ * type is its JSON's first member, as every event of the log is written
+ */
+
+ngx_int_t
+ngx_http_agent_store_history_copy(ngx_pool_t *pool, ngx_str_t *id,
+    uint64_t after, uint64_t upto, ngx_http_agent_event_t ***events,
+    ngx_uint_t *n)
+{
+    u_char                    *p, *last;
+    ngx_str_t                 *name, *data;
+    ngx_uint_t                 i;
+    ngx_http_agent_event_t    *e, **evs;
+    ngx_http_agent_history_t  *h;
+
+    static u_char  prefix[] = "{\"type\":\"";
+
+    if (ngx_http_agent_store_history_max() == 0) {
+        return NGX_DECLINED;
+    }
+
+    h = ngx_http_agent_store_history_find(id);
+
+    if (h == NULL || after + 1 < h->first || upto < after + 1
+        || upto >= h->first + h->n)
+    {
+        return NGX_DECLINED;
+    }
+
+    evs = ngx_palloc(pool, (upto - after) * sizeof(ngx_http_agent_event_t *));
+    if (evs == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < upto - after; i++) {
+        data = &h->events[after + 1 + i - h->first];
+
+        if (data->len < sizeof(prefix) - 1
+            || ngx_strncmp(data->data, prefix, sizeof(prefix) - 1) != 0)
+        {
+            return NGX_DECLINED;
+        }
+
+        p = data->data + sizeof(prefix) - 1;
+        last = data->data + data->len;
+
+        for (name = ngx_http_agent_event_names; name->len; name++) {
+            if ((size_t) (last - p) > name->len && p[name->len] == '"'
+                && ngx_strncmp(p, name->data, name->len) == 0)
+            {
+                break;
+            }
+        }
+
+        if (name->len == 0) {
+            return NGX_DECLINED;
+        }
+
+        e = ngx_palloc(pool, offsetof(ngx_http_agent_event_t, data)
+                             + data->len);
+        if (e == NULL) {
+            return NGX_ERROR;
+        }
+
+        e->seq = after + 1 + i;
+        e->pos = 0;
+        e->type = name - ngx_http_agent_event_names;
+        e->len = data->len;
+        ngx_memcpy(e->data, data->data, data->len);
+
+        evs[i] = e;
+    }
+
+    *events = evs;
+    *n = upto - after;
+
+    return NGX_OK;
+}
+
+
 /* as the worker exits: what it kept */
 
 void

@@ -41,6 +41,14 @@ void ngx_http_agent_store_history_keep_locked(ngx_http_agent_conv_t *conv,
 /* under the zone lock: an event added after the turn, kept with it */
 void ngx_http_agent_store_history_add_locked(ngx_http_agent_conv_t *conv);
 
+/*
+ * Events after..upto for a request, copied into its pool, if this worker
+ * kept them all (NGX_DECLINED: read the store)
+ */
+ngx_int_t ngx_http_agent_store_history_copy(ngx_pool_t *pool, ngx_str_t *id,
+    uint64_t after, uint64_t upto, ngx_http_agent_event_t ***events,
+    ngx_uint_t *n);
+
 /* as the worker exits */
 void ngx_http_agent_store_history_exit(void);
 

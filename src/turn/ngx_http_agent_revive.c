@@ -725,12 +725,44 @@ ngx_int_t
 ngx_http_agent_revive_history(ngx_http_request_t *r, ngx_str_t *id,
     uint64_t after, uint64_t upto)
 {
+    ngx_http_agent_main_conf_t   *amcf;
     ngx_http_agent_revive_ctx_t  *ctx;
+
+    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
 
     ctx = ngx_http_agent_revive_ctx_get(r);
     if (ctx == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
+
+    /*
+     * the worker that ran the conversation's last turn kept it: the page
+     * is copied, and the handler runs again at once (once: if it still
+     * wants another page, that one is read)
+     */
+
+    if (!ctx->kept) {
+        ctx->kept = 1;
+
+        switch (ngx_http_agent_store_history_copy(r->pool, id, after, upto,
+                                                  &ctx->history,
+                                                  &ctx->nhistory))
+        {
+        case NGX_OK:
+            ctx->after = after;
+            ctx->upto = upto;
+            ngx_http_agent_metrics_history(amcf->zone, 1);
+            return r->content_handler(r);
+
+        case NGX_DECLINED:
+            break;
+
+        default:
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+
+    ngx_http_agent_metrics_history(amcf->zone, 0);
 
     if (ngx_http_agent_store_read(r->pool, id, after, upto,
                                   ngx_http_agent_history_read, ctx)

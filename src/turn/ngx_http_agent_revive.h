@@ -30,6 +30,8 @@ typedef struct {
     uint64_t                      upto;
     ngx_http_agent_event_t      **history;
     ngx_uint_t                    nhistory;
+    /* the page came from what the worker kept, not the store */
+    ngx_uint_t                    kept;
 } ngx_http_agent_revive_ctx_t;
 
 
