@@ -5,8 +5,9 @@
 # configuration is loaded, and its conversations are served as before; a
 # version 2 file (no owners) gets its conversations' owner, empty; a
 # version 3 file gets the audit of model calls, empty; a version 4 file
-# gets the trigger that knows turn_halted ends a turn.  A file newer than
-# the module is refused at nginx -t.
+# gets the trigger that knows turn_halted ends a turn; a version 5 file
+# gets the trigger that writes a conversation's state only when it
+# changes.  A file newer than the module is refused at nginx -t.
 
 use strict;
 use warnings;
@@ -108,7 +109,7 @@ $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
     http => "agent_store $db;"));
 $t->run;
 
-is(sql("SELECT value FROM meta"), '5', 'migrated to version 5');
+is(sql("SELECT value FROM meta"), '6', 'migrated to version 6');
 is(sql("SELECT count(*) FROM events"), scalar @events, 'the log kept');
 is(sql("SELECT id, name, executor, kind, status, deadline FROM tool_calls"),
    'q1|ask_user|human|elicitation|suspended|4102444800000',
@@ -152,8 +153,8 @@ sql("ALTER TABLE conversations DROP COLUMN owner; DROP TABLE model_calls;"
 
 my ($rc, $out) = $t->test_config;
 is($rc, 0, 'a version 2 file is taken') or diag($out);
-is(sql("SELECT value FROM meta"), '5', 'migrated to version 5');
-like($t->read_file('error.log'), qr/migrating the schema from version 2 to 5/,
+is(sql("SELECT value FROM meta"), '6', 'migrated to version 6');
+like($t->read_file('error.log'), qr/migrating the schema from version 2 to 6/,
      'migration logged');
 is(sql("SELECT id, owner, state FROM conversations ORDER BY id"),
    "a||idle\nb||idle", 'the conversations kept, owned by no one');
@@ -167,8 +168,8 @@ sql("DROP TABLE model_calls;"
 
 ($rc, $out) = $t->test_config;
 is($rc, 0, 'a version 3 file is taken') or diag($out);
-is(sql("SELECT value FROM meta"), '5', 'migrated to version 5');
-like($t->read_file('error.log'), qr/migrating the schema from version 3 to 5/,
+is(sql("SELECT value FROM meta"), '6', 'migrated to version 6');
+like($t->read_file('error.log'), qr/migrating the schema from version 3 to 6/,
      'migration logged');
 is(sql("SELECT count(*) FROM model_calls"), 0, 'with an empty audit');
 is(sql("SELECT count(*) FROM events"), $nevents, 'the log kept');
@@ -186,8 +187,8 @@ sql("DROP TRIGGER events_derive;"
 
 ($rc, $out) = $t->test_config;
 is($rc, 0, 'a version 4 file is taken') or diag($out);
-is(sql("SELECT value FROM meta"), '5', 'migrated to version 5');
-like($t->read_file('error.log'), qr/migrating the schema from version 4 to 5/,
+is(sql("SELECT value FROM meta"), '6', 'migrated to version 6');
+like($t->read_file('error.log'), qr/migrating the schema from version 4 to 6/,
      'migration logged');
 
 my $seq = sql("SELECT max(seq) FROM events WHERE conversation = 'a'");
@@ -205,13 +206,52 @@ is(sql("SELECT state FROM conversations WHERE id = 'a'"), 'idle',
    'a summary leaves a conversation at rest');
 is(sql("SELECT count(*) FROM events"), $nevents + 3, 'the log kept');
 
+# version 5, as the module wrote it: its trigger (its state part here)
+# wrote the conversation's row for every event, its state changed or not
+
+sql("DROP TRIGGER events_derive;"
+    . "CREATE TRIGGER events_derive AFTER INSERT ON events BEGIN"
+    . "  UPDATE conversations SET state = CASE"
+    . "    WHEN new.type IN ('turn_completed', 'turn_failed', 'cancelled',"
+    . "      'turn_halted') THEN 'idle' ELSE 'running' END"
+    . "    WHERE id = new.conversation AND new.type <> 'summary';"
+    . "END;"
+    . "UPDATE meta SET value = '5' WHERE key = 'schema_version'");
+
+($rc, $out) = $t->test_config;
+is($rc, 0, 'a version 5 file is taken') or diag($out);
+is(sql("SELECT value FROM meta"), '6', 'migrated to version 6');
+like($t->read_file('error.log'), qr/migrating the schema from version 5 to 6/,
+     'migration logged');
+
+# each write of a conversation's state is counted
+
+sql("CREATE TABLE state_writes (state TEXT);"
+    . "CREATE TRIGGER state_written AFTER UPDATE OF state ON conversations"
+    . " BEGIN INSERT INTO state_writes VALUES (new.state); END;");
+
+$seq = sql("SELECT max(seq) FROM events WHERE conversation = 'a'");
+my @turn = ('user_msg', 'assistant_msg', 'assistant_msg', 'turn_completed');
+
+for my $i (0 .. $#turn) {
+    sql("INSERT INTO events VALUES ('a', " . ($seq + 1 + $i) . ","
+        . " '$turn[$i]', '{}')");
+}
+
+is(sql("SELECT group_concat(state, ' ') FROM state_writes"), 'running idle',
+   'a turn of four events writes its conversation\'s state twice');
+is(sql("SELECT state FROM conversations WHERE id = 'a'"), 'idle',
+   'and leaves it at rest');
+
+sql("DROP TRIGGER state_written; DROP TABLE state_writes;");
+
 # a newer schema than the module's is refused
 
-sql("UPDATE meta SET value = '6' WHERE key = 'schema_version'");
+sql("UPDATE meta SET value = '7' WHERE key = 'schema_version'");
 
 ($rc, $out) = $t->test_config;
 isnt($rc, 0, 'nginx -t fails on a newer schema');
-like($out, qr/schema version 6, newer than this module's 5/, 'and says why');
+like($out, qr/schema version 7, newer than this module's 6/, 'and says why');
 
 # SQLite writes its WAL files beside the database as the workers' user:
 # a directory they cannot write is refused at once

@@ -24,7 +24,7 @@
  * conversation's persisted state, which the sweep reads after a restart.
  */
 
-#define NGX_HTTP_AGENT_SQLITE_VERSION  5
+#define NGX_HTTP_AGENT_SQLITE_VERSION  6
 
 
 static ngx_int_t ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log);
@@ -137,8 +137,21 @@ static int ngx_http_agent_sqlite_busy(void *data, int count);
 /*
  * what each event of the log derives: its calls' status, the message it
  * took from the queue, its conversation's state (a turn's end: at rest;
- * a summary, made after a turn, changes no state)
+ * a summary, made after a turn, changes no state), whose row is written
+ * only when the state changes: most events leave it as it was
  */
+
+#define NGX_HTTP_AGENT_SQLITE_STATE                                          \
+    " CASE"                                                                  \
+    "    WHEN new.type IN ('turn_completed', 'turn_failed', 'cancelled',"    \
+    "      'turn_halted') THEN 'idle'"                                       \
+    "    WHEN EXISTS (SELECT 1 FROM tool_calls"                              \
+    "      WHERE conversation = new.conversation"                            \
+    "        AND status IN ('called', 'resolved')) THEN 'running'"           \
+    "    WHEN EXISTS (SELECT 1 FROM tool_calls"                              \
+    "      WHERE conversation = new.conversation"                            \
+    "        AND status = 'suspended') THEN 'awaiting_input'"                \
+    "    ELSE 'running' END"
 
 #define NGX_HTTP_AGENT_SQLITE_TRIGGER                                        \
     "CREATE TRIGGER events_derive AFTER INSERT ON events BEGIN"              \
@@ -169,17 +182,9 @@ static int ngx_http_agent_sqlite_busy(void *data, int count);
     "  DELETE FROM queued WHERE new.type = 'user_msg'"                       \
     "    AND conversation = new.conversation"                                \
     "    AND id = json_extract(new.data, '$.queue_id');"                     \
-    "  UPDATE conversations SET state = CASE"                                \
-    "    WHEN new.type IN ('turn_completed', 'turn_failed', 'cancelled',"    \
-    "      'turn_halted') THEN 'idle'"                                       \
-    "    WHEN EXISTS (SELECT 1 FROM tool_calls"                              \
-    "      WHERE conversation = new.conversation"                            \
-    "        AND status IN ('called', 'resolved')) THEN 'running'"           \
-    "    WHEN EXISTS (SELECT 1 FROM tool_calls"                              \
-    "      WHERE conversation = new.conversation"                            \
-    "        AND status = 'suspended') THEN 'awaiting_input'"                \
-    "    ELSE 'running' END"                                                 \
-    "    WHERE id = new.conversation AND new.type <> 'summary';"             \
+    "  UPDATE conversations SET state =" NGX_HTTP_AGENT_SQLITE_STATE         \
+    "    WHERE id = new.conversation AND new.type <> 'summary'"              \
+    "      AND state <>" NGX_HTTP_AGENT_SQLITE_STATE ";"                     \
     "END;"
 
 
@@ -213,7 +218,7 @@ static int ngx_http_agent_sqlite_busy(void *data, int count);
 static char  ngx_http_agent_sqlite_create[] =
     "BEGIN IMMEDIATE;"
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-    "INSERT INTO meta VALUES ('schema_version', '5');"
+    "INSERT INTO meta VALUES ('schema_version', '6');"
     NGX_HTTP_AGENT_SQLITE_TABLES
     NGX_HTTP_AGENT_SQLITE_DERIVED
     NGX_HTTP_AGENT_SQLITE_AUDIT
@@ -272,11 +277,22 @@ static char  ngx_http_agent_sqlite_migrate_4[] =
     "COMMIT;";
 
 
+/* version 5's trigger wrote its conversation's row for every event */
+
+static char  ngx_http_agent_sqlite_migrate_5[] =
+    "BEGIN IMMEDIATE;"
+    "DROP TRIGGER events_derive;"
+    NGX_HTTP_AGENT_SQLITE_TRIGGER
+    "UPDATE meta SET value = '6' WHERE key = 'schema_version';"
+    "COMMIT;";
+
+
 static char  *ngx_http_agent_sqlite_migrate[] = {
     ngx_http_agent_sqlite_migrate_1,
     ngx_http_agent_sqlite_migrate_2,
     ngx_http_agent_sqlite_migrate_3,
-    ngx_http_agent_sqlite_migrate_4
+    ngx_http_agent_sqlite_migrate_4,
+    ngx_http_agent_sqlite_migrate_5
 };
 
 
@@ -315,6 +331,7 @@ ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
     case 2:
     case 3:
     case 4:
+    case 5:
         ngx_log_error(NGX_LOG_NOTICE, log, 0,
                       "agent store \"%V\": migrating the schema from "
                       "version %i to %d", path, version,
