@@ -146,16 +146,25 @@ is(sql("SELECT status, ok FROM tool_calls WHERE id = 'q1'"), 'done|1',
 
 $t->done(more => 1);
 
+# a file of an older version, as the module wrote it ($sql takes the
+# current one back there), is taken by nginx -t and migrated
+
+sub migrated {
+    my ($from, $sql) = @_;
+
+    sql($sql . "UPDATE meta SET value = '$from' WHERE key = 'schema_version'");
+
+    my ($rc, $out) = $t->test_config;
+    is($rc, 0, "a version $from file is taken") or diag($out);
+    is(sql("SELECT value FROM meta"), '6', 'migrated to version 6');
+    like($t->read_file('error.log'),
+         qr/migrating the schema from version $from to 6/, 'migration logged');
+}
+
 # version 2, as the module wrote it: conversations without an owner
 
-sql("ALTER TABLE conversations DROP COLUMN owner; DROP TABLE model_calls;"
-    . "UPDATE meta SET value = '2' WHERE key = 'schema_version'");
-
-my ($rc, $out) = $t->test_config;
-is($rc, 0, 'a version 2 file is taken') or diag($out);
-is(sql("SELECT value FROM meta"), '6', 'migrated to version 6');
-like($t->read_file('error.log'), qr/migrating the schema from version 2 to 6/,
-     'migration logged');
+migrated(2, "ALTER TABLE conversations DROP COLUMN owner;"
+    . " DROP TABLE model_calls;");
 is(sql("SELECT id, owner, state FROM conversations ORDER BY id"),
    "a||idle\nb||idle", 'the conversations kept, owned by no one');
 
@@ -163,33 +172,19 @@ is(sql("SELECT id, owner, state FROM conversations ORDER BY id"),
 
 my $nevents = sql("SELECT count(*) FROM events");
 
-sql("DROP TABLE model_calls;"
-    . "UPDATE meta SET value = '3' WHERE key = 'schema_version'");
-
-($rc, $out) = $t->test_config;
-is($rc, 0, 'a version 3 file is taken') or diag($out);
-is(sql("SELECT value FROM meta"), '6', 'migrated to version 6');
-like($t->read_file('error.log'), qr/migrating the schema from version 3 to 6/,
-     'migration logged');
+migrated(3, "DROP TABLE model_calls;");
 is(sql("SELECT count(*) FROM model_calls"), 0, 'with an empty audit');
 is(sql("SELECT count(*) FROM events"), $nevents, 'the log kept');
 
 # version 4, as the module wrote it: its trigger (its state part here)
 # did not know turn_halted, and took a summary for a turn running
 
-sql("DROP TRIGGER events_derive;"
+migrated(4, "DROP TRIGGER events_derive;"
     . "CREATE TRIGGER events_derive AFTER INSERT ON events BEGIN"
     . "  UPDATE conversations SET state = CASE"
     . "    WHEN new.type IN ('turn_completed', 'turn_failed', 'cancelled')"
     . "      THEN 'idle' ELSE 'running' END WHERE id = new.conversation;"
-    . "END;"
-    . "UPDATE meta SET value = '4' WHERE key = 'schema_version'");
-
-($rc, $out) = $t->test_config;
-is($rc, 0, 'a version 4 file is taken') or diag($out);
-is(sql("SELECT value FROM meta"), '6', 'migrated to version 6');
-like($t->read_file('error.log'), qr/migrating the schema from version 4 to 6/,
-     'migration logged');
+    . "END;");
 
 my $seq = sql("SELECT max(seq) FROM events WHERE conversation = 'a'");
 sql("INSERT INTO events VALUES ('a', " . ($seq + 1) . ", 'user_msg',"
@@ -209,20 +204,13 @@ is(sql("SELECT count(*) FROM events"), $nevents + 3, 'the log kept');
 # version 5, as the module wrote it: its trigger (its state part here)
 # wrote the conversation's row for every event, its state changed or not
 
-sql("DROP TRIGGER events_derive;"
+migrated(5, "DROP TRIGGER events_derive;"
     . "CREATE TRIGGER events_derive AFTER INSERT ON events BEGIN"
     . "  UPDATE conversations SET state = CASE"
     . "    WHEN new.type IN ('turn_completed', 'turn_failed', 'cancelled',"
     . "      'turn_halted') THEN 'idle' ELSE 'running' END"
     . "    WHERE id = new.conversation AND new.type <> 'summary';"
-    . "END;"
-    . "UPDATE meta SET value = '5' WHERE key = 'schema_version'");
-
-($rc, $out) = $t->test_config;
-is($rc, 0, 'a version 5 file is taken') or diag($out);
-is(sql("SELECT value FROM meta"), '6', 'migrated to version 6');
-like($t->read_file('error.log'), qr/migrating the schema from version 5 to 6/,
-     'migration logged');
+    . "END;");
 
 # each write of a conversation's state is counted
 
@@ -249,7 +237,7 @@ sql("DROP TRIGGER state_written; DROP TABLE state_writes;");
 
 sql("UPDATE meta SET value = '7' WHERE key = 'schema_version'");
 
-($rc, $out) = $t->test_config;
+my ($rc, $out) = $t->test_config;
 isnt($rc, 0, 'nginx -t fails on a newer schema');
 like($out, qr/schema version 7, newer than this module's 6/, 'and says why');
 
