@@ -179,6 +179,30 @@ ngx_http_agent_log_turn_locked(ngx_http_agent_conv_t *conv)
 
 
 /*
+ * A canonical event's type by its name, as the store's type column and
+ * the JSON's first member ({"type":"name", below) hold it; NGX_ERROR:
+ * no canonical event has that name
+ */
+
+ngx_int_t
+ngx_http_agent_log_type(u_char *name, size_t len)
+{
+    ngx_uint_t  type;
+
+    for (type = 0; ngx_http_agent_event_canonical(type); type++) {
+        if (ngx_http_agent_event_names[type].len == len
+            && ngx_strncmp(ngx_http_agent_event_names[type].data, name, len)
+               == 0)
+        {
+            return type;
+        }
+    }
+
+    return NGX_ERROR;
+}
+
+
+/*
  * An event is stored as the JSON its subscribers get:
  * {"type":T,"seq":N,"turn":N,"ts":N, <fields>}, where fields is a JSON
  * object whose members are appended (the caller builds it without the

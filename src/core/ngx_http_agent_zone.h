@@ -373,6 +373,7 @@ ngx_queue_t *ngx_http_agent_log_turn_locked(ngx_http_agent_conv_t *conv);
  * newest summary's range (the sentinel if none)
  */
 ngx_queue_t *ngx_http_agent_log_context_locked(ngx_http_agent_conv_t *conv);
+ngx_int_t ngx_http_agent_log_type(u_char *name, size_t len);
 void ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
 /* at rest with no subscriber: the live events go */

@@ -29,7 +29,7 @@
 #include "ngx_http_agent_store_history.h"
 
 
-typedef struct {
+struct ngx_http_agent_history_s {
     ngx_str_node_t                sn;         /* the conversation's id */
     ngx_queue_t                   queue;      /* least recently kept
                                                  first */
@@ -39,7 +39,11 @@ typedef struct {
     uint64_t                      first;
     ngx_uint_t                    n;
     ngx_str_t                    *events;
-} ngx_http_agent_history_t;
+
+    /* the history still to copy in, as the block is made */
+    ngx_str_t                    *from;
+    ngx_uint_t                    nfrom;
+};
 
 
 static void ngx_http_agent_store_history_drop(ngx_http_agent_history_t *h);
@@ -116,58 +120,44 @@ ngx_http_agent_store_history_take(ngx_pool_t *pool, ngx_str_t *id,
 }
 
 
-void
+/*
+ * Under the zone lock, at a turn's end: a block for the history (events
+ * upto - n + 1 .. upto) and the conversation's log in the zone after it,
+ * less the newest summary's range; the log's events are copied now, the
+ * history's by ngx_http_agent_store_history_keep() once the lock is
+ * given back (it may be large)
+ */
+
+ngx_http_agent_history_t *
 ngx_http_agent_store_history_keep_locked(ngx_http_agent_conv_t *conv,
     ngx_str_t *history, ngx_uint_t n, uint64_t upto)
 {
     u_char                    *p;
-    size_t                     size, max;
+    size_t                     size, hsize, max;
     uint64_t                   first;
-    ngx_str_t                  id;
     ngx_uint_t                 i, skip, nlog;
     ngx_queue_t               *q, *start;
     ngx_http_agent_event_t    *ev;
-    ngx_http_agent_history_t  *h, *old;
+    ngx_http_agent_history_t  *h;
 
     max = ngx_http_agent_store_history_max();
 
-    if (max == 0) {
-        return;
-    }
-
-    id.data = conv->id;
-    id.len = conv->id_len;
-
-    /*
-     * the block kept before goes once the new one is made: it may hold
-     * the history
-     */
-
-    old = ngx_http_agent_store_history_find(&id);
-
-    if (old) {
-        ngx_rbtree_delete(&ngx_http_agent_histories, &old->sn.node);
-        ngx_queue_remove(&old->queue);
-        ngx_http_agent_histories_size -= old->size;
-    }
-
     /* the zone's log goes on from the history, with no gap */
 
-    if (conv->base > upto || upto < n) {
-        goto done;
+    if (max == 0 || conv->base > upto || upto < n) {
+        return NULL;
     }
-
-    /* what is kept: the events after the newest summary's range */
 
     first = upto - n + 1;
     skip = (conv->summary_to >= first) ? conv->summary_to - first + 1 : 0;
 
-    size = sizeof(ngx_http_agent_history_t) + id.len;
+    hsize = 0;
 
     for (i = skip; i < n; i++) {
-        size += sizeof(ngx_str_t) + history[i].len;
+        hsize += history[i].len;
     }
 
+    size = sizeof(ngx_http_agent_history_t) + conv->id_len + hsize;
     nlog = 0;
     start = NULL;
 
@@ -182,11 +172,11 @@ ngx_http_agent_store_history_keep_locked(ngx_http_agent_conv_t *conv,
         }
 
         if (ev->seq != upto + 1 + nlog) {
-            goto done;
+            return NULL;
         }
 
         if (ev->seq > conv->summary_to) {
-            size += sizeof(ngx_str_t) + ev->len;
+            size += ev->len;
         }
 
         if (nlog++ == 0) {
@@ -195,22 +185,17 @@ ngx_http_agent_store_history_keep_locked(ngx_http_agent_conv_t *conv,
     }
 
     skip = ngx_min(skip, n + nlog);
+    size += (n + nlog - skip) * sizeof(ngx_str_t);
 
     /* a conversation may take a quarter: others are kept beside it */
 
     if (size > max / 4) {
-        goto done;
-    }
-
-    while (ngx_http_agent_histories_size + size > max) {
-        q = ngx_queue_head(&ngx_http_agent_histories_lru);
-        ngx_http_agent_store_history_drop(
-                       ngx_queue_data(q, ngx_http_agent_history_t, queue));
+        return NULL;
     }
 
     h = ngx_alloc(size, ngx_cycle->log);
     if (h == NULL) {
-        goto done;
+        return NULL;
     }
 
     h->size = size;
@@ -218,15 +203,12 @@ ngx_http_agent_store_history_keep_locked(ngx_http_agent_conv_t *conv,
     h->n = n + nlog - skip;
     h->events = (ngx_str_t *) (h + 1);
 
-    p = (u_char *) (h->events + h->n);
+    h->from = history + skip;
+    h->nfrom = (n > skip) ? n - skip : 0;
 
-    for (i = skip; i < n; i++) {
-        h->events[i - skip].data = p;
-        h->events[i - skip].len = history[i].len;
-        p = ngx_cpymem(p, history[i].data, history[i].len);
-    }
+    /* the history's place first, then the zone's events, then the id */
 
-    /* then the zone's, from the first after the history */
+    p = (u_char *) (h->events + h->n) + hsize;
 
     for (q = start, i = n; i < n + nlog; q = ngx_queue_next(q), i++) {
         ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
@@ -239,33 +221,74 @@ ngx_http_agent_store_history_keep_locked(ngx_http_agent_conv_t *conv,
     }
 
     h->sn.str.data = p;
-    h->sn.str.len = id.len;
-    ngx_memcpy(p, id.data, id.len);
+    h->sn.str.len = conv->id_len;
+    ngx_memcpy(p, conv->id, conv->id_len);
 
-    h->sn.node.key = ngx_crc32_short(id.data, id.len);
+    h->sn.node.key = ngx_crc32_short(conv->id, conv->id_len);
 
-    ngx_rbtree_insert(&ngx_http_agent_histories, &h->sn.node);
-    ngx_queue_insert_tail(&ngx_http_agent_histories_lru, &h->queue);
-    ngx_http_agent_histories_size += size;
-
-done:
-
-    if (old) {
-        ngx_free(old);
-    }
+    return h;
 }
 
 
-/* an event after a turn (a summary) goes on what was kept of it */
+/*
+ * Without the lock: the history copied in, and the block kept in place
+ * of the one kept before (which may have held the history)
+ */
 
 void
+ngx_http_agent_store_history_keep(ngx_http_agent_history_t *h)
+{
+    u_char                    *p;
+    size_t                     max;
+    ngx_uint_t                 i;
+    ngx_queue_t               *q;
+    ngx_http_agent_history_t  *old;
+
+    if (h == NULL) {
+        return;
+    }
+
+    p = (u_char *) (h->events + h->n);
+
+    for (i = 0; i < h->nfrom; i++) {
+        h->events[i].data = p;
+        h->events[i].len = h->from[i].len;
+        p = ngx_cpymem(p, h->from[i].data, h->from[i].len);
+    }
+
+    old = ngx_http_agent_store_history_find(&h->sn.str);
+
+    if (old) {
+        ngx_http_agent_store_history_drop(old);
+    }
+
+    max = ngx_http_agent_store_history_max();
+
+    while (ngx_http_agent_histories_size + h->size > max) {
+        q = ngx_queue_head(&ngx_http_agent_histories_lru);
+        ngx_http_agent_store_history_drop(
+                       ngx_queue_data(q, ngx_http_agent_history_t, queue));
+    }
+
+    ngx_rbtree_insert(&ngx_http_agent_histories, &h->sn.node);
+    ngx_queue_insert_tail(&ngx_http_agent_histories_lru, &h->queue);
+    ngx_http_agent_histories_size += h->size;
+}
+
+
+/*
+ * Under the zone lock: an event after a turn (a summary) goes on what
+ * was kept of it; ngx_http_agent_store_history_keep() without the lock
+ */
+
+ngx_http_agent_history_t *
 ngx_http_agent_store_history_add_locked(ngx_http_agent_conv_t *conv)
 {
     ngx_str_t                  id;
     ngx_http_agent_history_t  *h;
 
     if (ngx_http_agent_store_history_max() == 0) {
-        return;
+        return NULL;
     }
 
     id.data = conv->id;
@@ -273,17 +296,19 @@ ngx_http_agent_store_history_add_locked(ngx_http_agent_conv_t *conv)
 
     h = ngx_http_agent_store_history_find(&id);
 
-    if (h) {
-        ngx_http_agent_store_history_keep_locked(conv, h->events, h->n,
-                                                 h->first + h->n - 1);
+    if (h == NULL) {
+        return NULL;
     }
+
+    return ngx_http_agent_store_history_keep_locked(conv, h->events, h->n,
+                                                    h->first + h->n - 1);
 }
 
 
 /*
  * A request's page of the history the zone gave up, events after..upto,
  * copied from what this worker kept if it holds them all; each event's
- * type is its JSON's first member, as every event of the log is written
+ * type is its JSON's first member, as the log writes every event
  */
 
 ngx_int_t
@@ -291,8 +316,9 @@ ngx_http_agent_store_history_copy(ngx_pool_t *pool, ngx_str_t *id,
     uint64_t after, uint64_t upto, ngx_http_agent_event_t ***events,
     ngx_uint_t *n)
 {
-    u_char                    *p, *last;
-    ngx_str_t                 *name, *data;
+    u_char                    *name, *end;
+    ngx_int_t                  type;
+    ngx_str_t                 *data;
     ngx_uint_t                 i;
     ngx_http_agent_event_t    *e, **evs;
     ngx_http_agent_history_t  *h;
@@ -319,24 +345,18 @@ ngx_http_agent_store_history_copy(ngx_pool_t *pool, ngx_str_t *id,
     for (i = 0; i < upto - after; i++) {
         data = &h->events[after + 1 + i - h->first];
 
-        if (data->len < sizeof(prefix) - 1
+        if (data->len <= sizeof(prefix) - 1
             || ngx_strncmp(data->data, prefix, sizeof(prefix) - 1) != 0)
         {
             return NGX_DECLINED;
         }
 
-        p = data->data + sizeof(prefix) - 1;
-        last = data->data + data->len;
+        name = data->data + sizeof(prefix) - 1;
+        end = ngx_strlchr(name, data->data + data->len, '"');
 
-        for (name = ngx_http_agent_event_names; name->len; name++) {
-            if ((size_t) (last - p) > name->len && p[name->len] == '"'
-                && ngx_strncmp(p, name->data, name->len) == 0)
-            {
-                break;
-            }
-        }
+        type = end ? ngx_http_agent_log_type(name, end - name) : NGX_ERROR;
 
-        if (name->len == 0) {
+        if (type == NGX_ERROR) {
             return NGX_DECLINED;
         }
 
@@ -348,7 +368,7 @@ ngx_http_agent_store_history_copy(ngx_pool_t *pool, ngx_str_t *id,
 
         e->seq = after + 1 + i;
         e->pos = 0;
-        e->type = name - ngx_http_agent_event_names;
+        e->type = type;
         e->len = data->len;
         ngx_memcpy(e->data, data->data, data->len);
 

@@ -31,15 +31,23 @@
 ngx_int_t ngx_http_agent_store_history_take(ngx_pool_t *pool, ngx_str_t *id,
     ngx_str_t **events, uint64_t *first, ngx_uint_t *n);
 
+typedef struct ngx_http_agent_history_s  ngx_http_agent_history_t;
+
 /*
- * Under the zone lock: history, events upto - n + 1 .. upto, and the
- * conversation's log in the zone after them, kept for its next turn
+ * Under the zone lock: a block for history, events upto - n + 1 .. upto,
+ * and the conversation's log in the zone after them, for its next turn
+ * (NULL: none); ngx_http_agent_store_history_keep() once the lock is
+ * given back copies the history in (history stays valid until then) and
+ * keeps the block
  */
-void ngx_http_agent_store_history_keep_locked(ngx_http_agent_conv_t *conv,
-    ngx_str_t *history, ngx_uint_t n, uint64_t upto);
+ngx_http_agent_history_t *ngx_http_agent_store_history_keep_locked(
+    ngx_http_agent_conv_t *conv, ngx_str_t *history, ngx_uint_t n,
+    uint64_t upto);
+void ngx_http_agent_store_history_keep(ngx_http_agent_history_t *h);
 
 /* under the zone lock: an event added after the turn, kept with it */
-void ngx_http_agent_store_history_add_locked(ngx_http_agent_conv_t *conv);
+ngx_http_agent_history_t *ngx_http_agent_store_history_add_locked(
+    ngx_http_agent_conv_t *conv);
 
 /*
  * Events after..upto for a request, copied into its pool, if this worker

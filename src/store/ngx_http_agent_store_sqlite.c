@@ -920,6 +920,7 @@ ngx_http_agent_sqlite_read_events(sqlite3_stmt *stmt, ngx_str_t *path,
     ngx_http_agent_store_read_t *rd, ngx_pool_t *pool, ngx_log_t *log)
 {
     int                            rc;
+    ngx_int_t                      type;
     ngx_http_agent_store_event_t  *ev;
 
     sqlite3_bind_text(stmt, 1, (char *) rd->id.data, rd->id.len,
@@ -937,19 +938,10 @@ ngx_http_agent_sqlite_read_events(sqlite3_stmt *stmt, ngx_str_t *path,
         ev->conv = rd->id;
         ev->agent = rd->agent;
 
-        for (ev->type = 0;
-             ev->type < NGX_HTTP_AGENT_EV_TURN_STARTED;
-             ev->type++)
-        {
-            if (ngx_strcmp(sqlite3_column_text(stmt, 1),
-                           ngx_http_agent_event_names[ev->type].data)
-                == 0)
-            {
-                break;
-            }
-        }
+        type = ngx_http_agent_log_type((u_char *) sqlite3_column_text(stmt, 1),
+                                       sqlite3_column_bytes(stmt, 1));
 
-        if (ev->type == NGX_HTTP_AGENT_EV_TURN_STARTED
+        if (type == NGX_ERROR
             || ngx_http_agent_sqlite_text(pool, stmt, 2, &ev->data) != NGX_OK)
         {
             ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\": event "
@@ -957,6 +949,8 @@ ngx_http_agent_sqlite_read_events(sqlite3_stmt *stmt, ngx_str_t *path,
                           &rd->id);
             return NGX_ERROR;
         }
+
+        ev->type = type;
     }
 
     return (rc == SQLITE_DONE) ? NGX_OK : NGX_ERROR;

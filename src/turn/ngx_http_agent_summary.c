@@ -618,12 +618,13 @@ ngx_http_agent_summary_finish(ngx_event_t *ev)
 static ngx_int_t
 ngx_http_agent_summary_record(ngx_http_agent_summary_t *s)
 {
-    yajl_gen                 g;
-    ngx_str_t                fields, text;
-    ngx_uint_t               n, failed;
-    ngx_pid_t                pids[NGX_HTTP_AGENT_SUB_WORKERS];
-    ngx_http_agent_conv_t   *conv;
-    ngx_http_agent_event_t  *ev;
+    yajl_gen                   g;
+    ngx_str_t                  fields, text;
+    ngx_uint_t                 n, failed;
+    ngx_pid_t                  pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_http_agent_conv_t     *conv;
+    ngx_http_agent_event_t    *ev;
+    ngx_http_agent_history_t  *kept;
 
     g = ngx_http_agent_json_gen(s->pool);
     if (g == NULL) {
@@ -666,11 +667,13 @@ ngx_http_agent_summary_record(ngx_http_agent_summary_t *s)
 
     conv->summary_to = s->to;
 
-    ngx_http_agent_store_history_add_locked(conv);
+    kept = ngx_http_agent_store_history_add_locked(conv);
 
     n = ngx_http_agent_conv_sub_pids_locked(conv, pids);
 
     ngx_http_agent_zone_unlock(s->zone);
+
+    ngx_http_agent_store_history_keep(kept);
 
     ngx_http_agent_wake(&s->id, pids, n);
 

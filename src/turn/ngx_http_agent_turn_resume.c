@@ -556,9 +556,10 @@ ngx_int_t
 ngx_http_agent_turn_end(ngx_http_agent_turn_t *t,
     ngx_http_agent_fsm_input_e input, ngx_str_t *fields)
 {
-    ngx_int_t               rc;
-    ngx_http_agent_fsm_t    fsm;
-    ngx_http_agent_conv_t  *conv;
+    ngx_int_t                  rc;
+    ngx_http_agent_fsm_t       fsm;
+    ngx_http_agent_conv_t     *conv;
+    ngx_http_agent_history_t  *kept;
 
     fsm.fields = fields;
     fsm.npids = 0;
@@ -582,12 +583,14 @@ ngx_http_agent_turn_end(ngx_http_agent_turn_t *t,
 
     /* the next turn here takes the history from this one */
 
+    kept = NULL;
+
     if (rc == NGX_OK && t->zone->store
         && t->history_upto != (uint64_t) -1)
     {
-        ngx_http_agent_store_history_keep_locked(conv, t->history,
-                                                 t->nhistory,
-                                                 t->history_upto);
+        kept = ngx_http_agent_store_history_keep_locked(conv, t->history,
+                                                        t->nhistory,
+                                                        t->history_upto);
     }
 
     if (rc == NGX_DECLINED && conv) {
@@ -598,6 +601,8 @@ ngx_http_agent_turn_end(ngx_http_agent_turn_t *t,
     }
 
     ngx_http_agent_zone_unlock(t->zone);
+
+    ngx_http_agent_store_history_keep(kept);
 
     ngx_http_agent_fsm_after(t->agent, t->zone, &t->id, &fsm);
 
