@@ -618,6 +618,7 @@ ngx_http_agent_summary_finish(ngx_event_t *ev)
 static ngx_int_t
 ngx_http_agent_summary_record(ngx_http_agent_summary_t *s)
 {
+    uint64_t                   seq;
     yajl_gen                   g;
     ngx_str_t                  fields, text;
     ngx_uint_t                 n, failed;
@@ -666,6 +667,7 @@ ngx_http_agent_summary_record(ngx_http_agent_summary_t *s)
     }
 
     conv->summary_to = s->to;
+    seq = ev->seq;
 
     kept = ngx_http_agent_store_history_add_locked(conv);
 
@@ -679,7 +681,7 @@ ngx_http_agent_summary_record(ngx_http_agent_summary_t *s)
 
     ngx_log_error(NGX_LOG_INFO, &s->log, 0,
                   "agent summary of seq 1 to %uL recorded as seq %uL",
-                  s->to, ev->seq);
+                  s->to, seq);
 
     return NGX_OK;
 }
