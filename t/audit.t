@@ -189,6 +189,21 @@ my $o = http_get('/o/a1?view=model_calls', port => $t->port(8080),
                  headers => { 'X-User' => 'mallory' });
 is($o->{status}, 404, 'another owner: 404, as unknown');
 
+# a row that comes after a later call's (another worker wrote that one
+# first): it takes its place by start time, and the later one moves up
+
+sql("INSERT INTO model_calls (conversation, call, started, worker, turn,"
+    . " attempt, adapter, model, status) VALUES ('late', 1,"
+    . " 4102444800000, 1, 9, 1, 'openai_chat', 'gpt-test', 'ok')");
+
+$mock->script({ text => 'before it' });
+send_message($t, 'late', 'an earlier call');
+wait_state($t, 'late', 'idle');
+
+is(wait_sql("SELECT call, turn, status FROM model_calls"
+            . " WHERE conversation = 'late' ORDER BY call", qr/^1\|1\|ok$/m),
+   "1|1|ok\n2|9|ok", 'an earlier call goes before a later one written first');
+
 # rows go in the log writer's transaction, under a savepoint: rows that
 # cannot be written (their table gone) are undone and logged, and the
 # batch's events are committed all the same
