@@ -16,6 +16,10 @@
 #include "ngx_http_agent_store_history.h"
 #include "ngx_http_agent_json.h"
 
+#if (NGX_LINUX && defined __GLIBC__)
+#include <malloc.h>
+#endif
+
 
 /*
  * The canonical log is written behind, in batches, on a thread of the
@@ -32,6 +36,9 @@
 
 /* the history a worker keeps by default, bytes */
 #define NGX_HTTP_AGENT_STORE_HISTORY    (4 * 1024 * 1024)
+
+/* glibc's thresholds once a block of this size was freed, see below */
+#define NGX_HTTP_AGENT_STORE_MMAP       (1024 * 1024)
 
 
 typedef struct {
@@ -296,6 +303,28 @@ ngx_http_agent_store_init_process(ngx_cycle_t *cycle)
 
     ngx_http_agent_store_busy = 0;
     ngx_queue_init(&ngx_http_agent_store_acks);
+
+#if (NGX_LINUX && defined __GLIBC__ && defined M_TRIM_THRESHOLD)
+
+    /*
+     * A batch runs on whichever thread of the pool is free, and each
+     * thread allocates from an arena of its own.  glibc gives an arena's
+     * free top back to the kernel once it exceeds 128 KB, a threshold it
+     * raises only after a block it mapped is freed: every batch gave its
+     * SQLite memory back and faulted it in again (about 60 madvise() a
+     * batch).  The thresholds are set where glibc's own policy would put
+     * them after a block of 1 MB: such blocks come from the arenas, and
+     * an arena keeps up to twice that free.
+     */
+
+    if (mallopt(M_MMAP_THRESHOLD, NGX_HTTP_AGENT_STORE_MMAP) == 0
+        || mallopt(M_TRIM_THRESHOLD, 2 * NGX_HTTP_AGENT_STORE_MMAP) == 0)
+    {
+        ngx_log_error(NGX_LOG_WARN, cycle->log, 0,
+                      "agent store could not set malloc's thresholds");
+    }
+
+#endif
 
     return NGX_OK;
 }

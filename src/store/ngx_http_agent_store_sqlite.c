@@ -305,6 +305,15 @@ ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
     ngx_int_t   version;
     ngx_uint_t  i;
 
+    /*
+     * SQLite counts its memory under a global mutex at every allocation,
+     * for sqlite3_memory_used(), which nothing here reads.  Set before
+     * SQLite is initialized, when the configuration is first read: later
+     * the call is refused, and what it set stays.
+     */
+
+    (void) sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+
     db = ngx_http_agent_sqlite_connect(path, log, NGX_LOG_EMERG);
     if (db == NULL) {
         return NGX_ERROR;
