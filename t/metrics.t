@@ -291,6 +291,41 @@ wait_state($t, 'm9', 'idle');
 is(value(scrape(), 'agent_turns_total', %chat, outcome => 'completed'), 7,
    'counting goes on from there');
 
+# three calls in one turn, their results out of order: each timed from
+# its own call (a question answered 0.5 s later, two echoes at once)
+
+my $b = scrape();
+my %asked = (gen_ai_tool_name => 'ask_user');
+my %echo = (gen_ai_tool_name => 'echo');
+
+$mock->script({ tool_calls => [call('e2', 'echo', '{"n":2}'),
+                               call('h2', 'ask_user', '{"q":"?"}'),
+                               call('e3', 'echo', '{"n":3}')] },
+              { text => 'three' });
+send_message($t, 'm10', 'three calls');
+wait_state($t, 'm10', 'awaiting_input');
+select undef, undef, undef, 0.5;
+is(resolve($t, 'm10', 'h2', { result => 'yes' })->{status}, 200,
+   'm10 answered');
+is(wait_state($t, 'm10', 'idle')->{messages}[-2]{content}, 'three',
+   'm10 done');
+
+$s = scrape();
+
+sub grew {
+    my ($name, %l) = @_;
+    return value($s, $name, %l) - (value($b, $name, %l) // 0);
+}
+
+is(grew('gen_ai_execute_tool_duration_seconds_count', %echo), 2,
+   'm10: both echoes timed');
+is(grew('gen_ai_execute_tool_duration_seconds_count', %asked), 1,
+   'm10: the question timed');
+cmp_ok(grew('gen_ai_execute_tool_duration_seconds_sum', %asked), '>=', 0.5,
+       'm10: the question from its own call, past the wait');
+cmp_ok(grew('gen_ai_execute_tool_duration_seconds_sum', %echo), '<', 0.5,
+       'm10: the echoes from theirs, not past it');
+
 ($ok, $out) = promtool_ok(scrape()->{body});
 ok($ok, 'promtool check metrics passes after the reload') or diag $out;
 

@@ -33,6 +33,8 @@ static void ngx_http_agent_metrics_resolution(ngx_http_agent_zone_t *z,
     ngx_str_t *fields);
 static uint64_t ngx_http_agent_metrics_called(ngx_http_agent_conv_t *conv,
     ngx_str_t *id);
+static ngx_int_t ngx_http_agent_metrics_call(ngx_http_agent_event_t *e,
+    ngx_str_t *id, uint64_t *ts);
 static ngx_int_t ngx_http_agent_metrics_member(u_char **pos, u_char *last,
     ngx_str_t *key, ngx_str_t *value);
 static u_char *ngx_http_agent_metrics_string(u_char *p, u_char *last);
@@ -475,20 +477,51 @@ ngx_http_agent_metrics_result(ngx_http_agent_zone_t *z,
 
 /*
  * The time of the call's tool_call event, if the zone still holds it:
- * looked for back from the log's end, within the current turn
+ * looked for back from the log's end, within the current turn.  Results
+ * mostly come in the order of their calls: the tool_call after the one
+ * last found in this worker is tried first.  It is only a hint, compared
+ * as any other; a miss looks through the turn.
  */
+
+static ngx_http_agent_conv_t  *ngx_http_agent_metrics_last_conv;
+static uint64_t                ngx_http_agent_metrics_last_seq;
+
 
 static uint64_t
 ngx_http_agent_metrics_called(ngx_http_agent_conv_t *conv, ngx_str_t *id)
 {
-    u_char                  *pos;
     uint64_t                 ts;
-    ngx_str_t                key, value;
     ngx_queue_t             *q;
-    ngx_http_agent_event_t  *e;
+    ngx_http_agent_event_t  *e, *next;
 
     if (id->len == 0) {
         return 0;
+    }
+
+    if (conv == ngx_http_agent_metrics_last_conv
+        && ngx_http_agent_metrics_last_seq >= conv->turn_seq)
+    {
+        next = NULL;
+
+        for (q = ngx_queue_last(&conv->log);
+             q != ngx_queue_sentinel(&conv->log);
+             q = ngx_queue_prev(q))
+        {
+            e = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+            if (e->seq <= ngx_http_agent_metrics_last_seq) {
+                break;
+            }
+
+            if (e->type == NGX_HTTP_AGENT_EV_TOOL_CALL) {
+                next = e;
+            }
+        }
+
+        if (next && ngx_http_agent_metrics_call(next, id, &ts) == NGX_OK) {
+            ngx_http_agent_metrics_last_seq = next->seq;
+            return ts;
+        }
     }
 
     for (q = ngx_queue_last(&conv->log);
@@ -501,37 +534,53 @@ ngx_http_agent_metrics_called(ngx_http_agent_conv_t *conv, ngx_str_t *id)
             return 0;
         }
 
-        if (e->type != NGX_HTTP_AGENT_EV_TOOL_CALL) {
-            continue;
-        }
-
-        pos = e->data;
-        ts = 0;
-
-        while (ngx_http_agent_metrics_member(&pos, e->data + e->len, &key,
-                                             &value)
-               == NGX_OK)
+        if (e->type == NGX_HTTP_AGENT_EV_TOOL_CALL
+            && ngx_http_agent_metrics_call(e, id, &ts) == NGX_OK)
         {
-            if (key.len == 2 && ngx_strncmp(key.data, "ts", 2) == 0) {
-                ts = ngx_atoof(value.data, value.len);
-                continue;
-            }
-
-            if (key.len == 12
-                && ngx_strncmp(key.data, "tool_call_id", 12) == 0)
-            {
-                if (value.len == id->len
-                    && ngx_strncmp(value.data, id->data, id->len) == 0)
-                {
-                    return ts == (uint64_t) NGX_ERROR ? 0 : ts;
-                }
-
-                break;
-            }
+            ngx_http_agent_metrics_last_conv = conv;
+            ngx_http_agent_metrics_last_seq = e->seq;
+            return ts;
         }
     }
 
     return 0;
+}
+
+
+/* NGX_OK and its time if the tool_call event is the call's */
+
+static ngx_int_t
+ngx_http_agent_metrics_call(ngx_http_agent_event_t *e, ngx_str_t *id,
+    uint64_t *ts)
+{
+    u_char     *pos;
+    ngx_str_t   key, value;
+
+    pos = e->data;
+    *ts = 0;
+
+    while (ngx_http_agent_metrics_member(&pos, e->data + e->len, &key,
+                                         &value)
+           == NGX_OK)
+    {
+        if (key.len == 2 && ngx_strncmp(key.data, "ts", 2) == 0) {
+            *ts = ngx_atoof(value.data, value.len);
+
+            if (*ts == (uint64_t) NGX_ERROR) {
+                *ts = 0;
+            }
+
+            continue;
+        }
+
+        if (key.len == 12 && ngx_strncmp(key.data, "tool_call_id", 12) == 0) {
+            return (value.len == id->len
+                    && ngx_strncmp(value.data, id->data, id->len) == 0)
+                   ? NGX_OK : NGX_DECLINED;
+        }
+    }
+
+    return NGX_DECLINED;
 }
 
 
