@@ -67,6 +67,7 @@ static ngx_http_agent_flush_t *ngx_http_agent_store_claim(
 static ngx_uint_t ngx_http_agent_store_collect_locked(
     ngx_http_agent_flush_t *f, ngx_http_agent_conv_t *conv, uint64_t upto);
 static void ngx_http_agent_store_thread(void *data, ngx_log_t *log);
+static void ngx_http_agent_store_release(ngx_http_agent_flush_t *f);
 static void ngx_http_agent_store_done(ngx_event_t *ev);
 static void ngx_http_agent_store_kick_now(void);
 static void ngx_http_agent_store_written_locked(ngx_http_agent_flush_t *f);
@@ -532,6 +533,9 @@ ngx_http_agent_store_flush(ngx_event_t *ev)
     task->event.data = f;
 
     if (ngx_thread_task_post(f->conf->thread_pool, task) != NGX_OK) {
+        /* nothing was written: the claims go, the events stay dirty */
+        f->rc = NGX_ERROR;
+        ngx_http_agent_store_release(f);
         ngx_http_agent_store_done(&task->event);
         return;
     }
@@ -734,6 +738,14 @@ ngx_http_agent_store_collect_locked(ngx_http_agent_flush_t *f,
 }
 
 
+/*
+ * On the pool's thread: the batch, then, under the zone's lock, what was
+ * written is flushed and the writer's turn goes.  Another worker's next
+ * batch, and the inputs it waits to answer, need not wait until this
+ * worker's event loop comes to the batch's end, which under load can be
+ * a loop's whole pass later.
+ */
+
 static void
 ngx_http_agent_store_thread(void *data, ngx_log_t *log)
 {
@@ -742,12 +754,29 @@ ngx_http_agent_store_thread(void *data, ngx_log_t *log)
     f->rc = f->conf->store->write(&f->conf->path, f->events, f->nevents,
                                   f->rows ? f->rows->elts : NULL,
                                   f->rows ? f->rows->nelts : 0, log);
+
+    ngx_http_agent_store_release(f);
+}
+
+
+static void
+ngx_http_agent_store_release(ngx_http_agent_flush_t *f)
+{
+    ngx_http_agent_zone_lock(f->zone);
+
+    ngx_http_agent_store_written_locked(f);
+
+    if (f->zone->sh->writer == ngx_pid) {
+        f->zone->sh->writer = 0;
+    }
+
+    ngx_http_agent_zone_unlock(f->zone);
 }
 
 
 /*
- * Back in the event loop: what was written is flushed; a conversation
- * with more stays dirty, and the next batch follows.
+ * Back in the event loop: the inputs the batch made durable are
+ * answered, and the next batch follows.
  */
 
 static void
@@ -778,16 +807,6 @@ ngx_http_agent_store_done(ngx_event_t *ev)
     if (f->rows_pool) {
         ngx_destroy_pool(f->rows_pool);
     }
-
-    ngx_http_agent_zone_lock(f->zone);
-
-    ngx_http_agent_store_written_locked(f);
-
-    if (f->zone->sh->writer == ngx_pid) {
-        f->zone->sh->writer = 0;
-    }
-
-    ngx_http_agent_zone_unlock(f->zone);
 
     rc = f->rc;
 
