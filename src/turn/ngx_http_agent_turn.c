@@ -421,6 +421,13 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
             return;
         }
 
+        if (rc == NGX_OK) {
+            /* the history this worker kept has it: started again at once */
+            t->event.handler = ngx_http_agent_turn_model_call;
+            ngx_post_event(&t->event, &ngx_posted_events);
+            return;
+        }
+
         goto failed;
     }
 
