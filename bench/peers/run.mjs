@@ -535,6 +535,35 @@ async function ready() {
     throw new Error('the server did not start');
 }
 
+/*
+ * The mock of this pacing, once it listens; a mock that cannot (its port
+ * taken, say by one a killed run left) stops the run: the servers would
+ * be measured against the other
+ */
+
+function startMock(pacing) {
+    return new Promise((resolve, reject) => {
+        const proc = spawn(process.execPath,
+                           [path.join(here, 'mock.mjs'), MOCK_PORT, pacing],
+                           { stdio: ['ignore', 'pipe', 'inherit'] });
+        let out = '';
+
+        proc.stdout.on('data', (d) => {
+            out += d;
+
+            if (out.includes('mock listening')) {
+                proc.stdout.removeAllListeners('data');
+                proc.stdout.resume();
+                resolve(proc);
+            }
+        });
+
+        proc.on('exit', (code) => reject(new Error(
+            `the ${pacing} mock exited (${code}) before it listened`
+            + ` on ${MOCK_PORT}`)));
+    });
+}
+
 function stop(proc) {
     return new Promise((resolve) => {
         if (proc.exitCode !== null) {
@@ -573,9 +602,14 @@ function perfTop(dir) {
         perfReport(dir, 'dso,symbol', 1.5, 20)).join('\n');
 }
 
+/* the servers and mocks running, stopped if the run is cut short */
+const live = new Set();
+
 async function measure(server, pacing) {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), `peers-${server.name}-`));
     const proc = server.start(dir);
+
+    live.add(proc);
 
     try {
         await ready();
@@ -618,6 +652,7 @@ async function measure(server, pacing) {
 
     } finally {
         await stop(proc);
+        live.delete(proc);
         fs.rmSync(dir, { recursive: true, force: true });
     }
 }
@@ -694,11 +729,24 @@ async function main() {
     const tops = [];
     const before = machine();
 
+    /*
+     * a run cut short leaves no server, and no mock for the next run to
+     * measure against, behind
+     */
+    process.on('exit', () => {
+        for (const proc of live) {
+            proc.kill();
+        }
+
+        if (mock.proc) {
+            mock.proc.kill();
+        }
+    });
+    process.on('SIGINT', () => process.exit(130));
+    process.on('SIGTERM', () => process.exit(143));
+
     for (const pacing of pacings) {
-        mock.proc = spawn(process.execPath,
-                          [path.join(here, 'mock.mjs'), MOCK_PORT, pacing],
-                          { stdio: 'ignore' });
-        await sleep(500);
+        mock.proc = await startMock(pacing);
 
         for (const s of servers) {
             if (only && !only.includes(s.name)) {
