@@ -54,11 +54,10 @@ our $WORKERS_SERVER = <<'EOF';
         }
 EOF
 
-# %opts: workers, main (more main-level lines), zone (size), http (more
-# http-level lines), server (more server-level lines), provider (lines in
-# the provider location), agent (more lines in the agent block), tools
-# (agent_tool blocks), adapter (the agent's provider adapter, which also
-# picks the mock's API path)
+# %opts: workers, zone (size), http (more http-level lines), server (more
+# server-level lines), provider (lines in the provider location), agent
+# (more lines in the agent block), tools (agent_tool blocks), adapter (the
+# agent's provider adapter, which also picks the mock's API path)
 
 my %API_PATH = (
     openai_chat      => '/v1/chat/completions',
@@ -70,7 +69,6 @@ sub engine_conf {
     my ($mock, %opts) = @_;
 
     my $workers = $opts{workers} // 1;
-    my $main = $opts{main} // '';
     my $port = $mock->port;
     my $http = $opts{http} // '';
     my $server = $opts{server} // '';
@@ -85,7 +83,6 @@ sub engine_conf {
 %%TEST_GLOBALS%%
 
 worker_processes $workers;
-$main
 
 events {
 }
