@@ -397,9 +397,7 @@ ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle)
             f->rc = NGX_DECLINED;
         }
 
-        ngx_http_agent_zone_lock(f->zone);
-        ngx_http_agent_store_written_locked(f);
-        ngx_http_agent_zone_unlock(f->zone);
+        ngx_http_agent_store_release(f);
 
         rc = f->rc;
         n = f->nevents;
@@ -834,27 +832,34 @@ ngx_http_agent_store_done(ngx_event_t *ev)
 static void
 ngx_http_agent_store_written_locked(ngx_http_agent_flush_t *f)
 {
+    uint64_t                last;
     ngx_str_t               id;
-    ngx_uint_t              i;
+    ngx_uint_t              i, next;
     ngx_http_agent_conv_t  *conv;
 
-    for (i = 0; i < f->nevents; i++) {
+    for (i = 0; i < f->nevents; i = next) {
         id = f->events[i].conv;
+
+        /* a conversation's events come together, in seq order */
+
+        for (next = i + 1;
+             next < f->nevents
+             && f->events[next].conv.len == id.len
+             && ngx_memcmp(f->events[next].conv.data, id.data, id.len) == 0;
+             next++)
+        {
+            /* void */
+        }
+
+        last = f->events[next - 1].seq;
 
         conv = ngx_http_agent_conv_find_locked(f->zone, &id);
         if (conv == NULL || conv->flushing != ngx_pid) {
             continue;
         }
 
-        if (f->rc == NGX_OK && f->events[i].seq > conv->flushed) {
-            conv->flushed = f->events[i].seq;
-        }
-
-        if (i + 1 < f->nevents
-            && f->events[i + 1].conv.len == id.len
-            && ngx_memcmp(f->events[i + 1].conv.data, id.data, id.len) == 0)
-        {
-            continue;
+        if (f->rc == NGX_OK && last > conv->flushed) {
+            conv->flushed = last;
         }
 
         conv->flushing = 0;
