@@ -16,7 +16,6 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 
 use Test::More;
-use IO::Select;
 use Time::HiRes qw(sleep time);
 
 use Test::Agent;
@@ -57,31 +56,6 @@ $t->run;
 
 my $port = $t->port(8080);
 
-# a POST whose answer is read later
-
-sub post_later {
-    my ($cid, $content) = @_;
-
-    my $s = Test::Agent::HTTP::connect_to($port);
-    print $s http_request('POST', "/c/$cid/messages",
-                          "{\"content\":\"$content\"}",
-                          headers => { 'Content-Type' => 'application/json' });
-    return $s;
-}
-
-sub status_of {
-    my ($s, $timeout) = @_;
-
-    my $sel = IO::Select->new($s);
-    my $raw = '';
-
-    while ($raw !~ /\r\n/ && $sel->can_read($timeout)) {
-        sysread($s, $raw, 4096, length $raw) or last;
-    }
-
-    return $raw =~ m{^HTTP/1\.\d (\d{3})} ? $1 : 0;
-}
-
 sub metric {
     my ($name) = @_;
     my $r = http_get('/metrics', port => $port);
@@ -90,21 +64,22 @@ sub metric {
 
 ok($db->lock, 'the database is locked by another process');
 
-my @load = map { post_later("w$_", "question $_") } 1 .. $convs;
+my @load = map { send_message_later($t, "w$_", "question $_") }
+    1 .. $convs;
 
 wait_state($t, "w$_", 'idle', 60) for 1 .. $convs;
 
 is(metric('agent_store_lag_events'), $events,
    "$events events of $convs turns wait for the store");
 
-my $urgent = post_later('u1', 'urgent');
+my $urgent = send_message_later($t, 'u1', 'urgent');
 
 # its user_msg is in the zone, behind the others
 sleep 0.3;
 
 $db->unlock;
 
-is(status_of($urgent, 15), 202, 'the last message is acknowledged');
+is(http_status($urgent, 15), 202, 'the last message is acknowledged');
 
 my $lag = metric('agent_store_lag_events');
 
@@ -114,7 +89,7 @@ my $lag = metric('agent_store_lag_events');
 cmp_ok($lag, '>', $events / 4,
        "before the backlog is written ($lag events still wait)");
 
-is(status_of($_, 15), 202, 'a message of the backlog acknowledged')
+is(http_status($_, 15), 202, 'a message of the backlog acknowledged')
     for @load;
 
 my $all = $events + 3;

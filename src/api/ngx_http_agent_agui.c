@@ -578,6 +578,9 @@ ngx_http_agent_agui_resolve(ngx_http_request_t *r,
             return NGX_DECLINED;
         case NGX_DONE:
             return NGX_DONE;
+        case NGX_BUSY:
+            in->rc = ngx_http_agent_revive_busy(r);
+            return NGX_ABORT;
         default:
             return NGX_ERROR;
         }

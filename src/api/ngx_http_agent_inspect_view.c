@@ -65,6 +65,12 @@ ngx_http_agent_inspect_view(ngx_http_request_t *r, ngx_str_t *id,
                                          "agent_store");
     }
 
+    if (rc == NGX_BUSY) {
+        return ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                         "unavailable",
+                                         "the store cannot be read");
+    }
+
     if (rc != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }

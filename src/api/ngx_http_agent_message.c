@@ -520,10 +520,17 @@ ngx_http_agent_message_queued(ngx_http_request_t *r, ngx_str_t *id,
     ack->request = r;
     ack->json = *json;
 
-    if (ngx_http_agent_store_enqueue(r->pool, id, queued,
-                                     ngx_http_agent_message_queued_done, ack)
-        != NGX_OK)
+    switch (ngx_http_agent_store_enqueue(r->pool, id, queued,
+                                         ngx_http_agent_message_queued_done,
+                                         ack))
     {
+    case NGX_OK:
+        break;
+
+    case NGX_BUSY:
+        return ngx_http_agent_revive_busy(r);
+
+    default:
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -614,6 +621,8 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
             break;
         case NGX_DONE:
             return NGX_DONE;
+        case NGX_BUSY:
+            return ngx_http_agent_revive_busy(r);
         default:
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }

@@ -1249,7 +1249,10 @@ ngx_http_agent_store_task(ngx_pool_t *owner, ngx_str_t *id, uint64_t after,
             rd->cln->handler = NULL;
         }
 
-        goto failed;
+        /* the pool's queue is full: the store is there, only busy */
+
+        ngx_destroy_pool(pool);
+        return NGX_BUSY;
     }
 
     /*

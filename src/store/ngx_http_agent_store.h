@@ -144,7 +144,10 @@ typedef struct ngx_http_agent_store_reader_s  ngx_http_agent_store_reader_t;
 typedef void (*ngx_http_agent_store_read_pt)(ngx_http_agent_store_read_t *rd,
     ngx_int_t rc, void *data);
 
-/* reads on the pool: the handler runs unless the owner pool went first */
+/*
+ * reads on the pool: the handler runs unless the owner pool went first;
+ * NGX_BUSY: the pool's queue was full, nothing was started
+ */
 ngx_int_t ngx_http_agent_store_read(ngx_pool_t *owner, ngx_str_t *id,
     uint64_t after, uint64_t upto, ngx_http_agent_store_read_pt handler,
     void *data);

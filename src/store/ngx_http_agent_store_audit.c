@@ -233,7 +233,7 @@ ngx_http_agent_store_audit_page(ngx_http_request_t *r, ngx_str_t *conv,
 
     if (ngx_thread_task_post(rd->conf->thread_pool, task) != NGX_OK) {
         ngx_destroy_pool(pool);
-        return NGX_ERROR;
+        return NGX_BUSY;
     }
 
     /* the request stays until the page is answered */

@@ -132,6 +132,7 @@ ngx_http_agent_revive_ctx_cleanup(void *data)
 ngx_int_t
 ngx_http_agent_revive(ngx_http_request_t *r, ngx_str_t *id)
 {
+    ngx_int_t                     rc;
     ngx_http_agent_revival_t     *rv;
     ngx_http_agent_revive_ctx_t  *ctx;
     ngx_http_agent_main_conf_t   *amcf;
@@ -177,12 +178,12 @@ ngx_http_agent_revive(ngx_http_request_t *r, ngx_str_t *id)
     rv->evicted = rv->zone->sh->evicted;
     ngx_http_agent_zone_unlock(rv->zone);
 
-    if (ngx_http_agent_store_read(NULL, id, NGX_HTTP_AGENT_STORE_TAIL, 0,
-                                  ngx_http_agent_revive_read, rv)
-        != NGX_OK)
-    {
+    rc = ngx_http_agent_store_read(NULL, id, NGX_HTTP_AGENT_STORE_TAIL, 0,
+                                   ngx_http_agent_revive_read, rv);
+
+    if (rc != NGX_OK) {
         ngx_free(rv);
-        return NGX_ERROR;
+        return (rc == NGX_BUSY) ? NGX_BUSY : NGX_ERROR;
     }
 
     if (r) {
@@ -340,9 +341,23 @@ ngx_http_agent_revive_not_found(ngx_http_request_t *r, ngx_str_t *id)
     case NGX_DONE:
         return NGX_DONE;
 
+    case NGX_BUSY:
+        return ngx_http_agent_revive_busy(r);
+
     default:
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
+}
+
+
+/* the store's thread pool refused the read: nothing was done */
+
+ngx_int_t
+ngx_http_agent_revive_busy(ngx_http_request_t *r)
+{
+    return ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                     "unavailable",
+                                     "the store is busy, try again");
 }
 
 
@@ -764,10 +779,16 @@ ngx_http_agent_revive_history(ngx_http_request_t *r, ngx_str_t *id,
 
     ngx_http_agent_metrics_history(amcf->zone, 0);
 
-    if (ngx_http_agent_store_read(r->pool, id, after, upto,
-                                  ngx_http_agent_history_read, ctx)
-        != NGX_OK)
+    switch (ngx_http_agent_store_read(r->pool, id, after, upto,
+                                      ngx_http_agent_history_read, ctx))
     {
+    case NGX_OK:
+        break;
+
+    case NGX_BUSY:
+        return ngx_http_agent_revive_busy(r);
+
+    default:
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 

@@ -39,9 +39,13 @@ typedef struct {
  * The one door back into the zone: a conversation that is not there is
  * read from the store and put back as it was, then the request's handler
  * runs again (r == NULL: nobody waits).  NGX_DECLINED: no store, or this
- * request had its revival; NGX_DONE: it is under way.
+ * request had its revival; NGX_DONE: it is under way; NGX_BUSY: the
+ * store's thread pool refused the read (ngx_http_agent_revive_busy()).
  */
 ngx_int_t ngx_http_agent_revive(ngx_http_request_t *r, ngx_str_t *id);
+
+/* 503: the store could not take the read now */
+ngx_int_t ngx_http_agent_revive_busy(ngx_http_request_t *r);
 
 /* revived, or answered 404; the zone is not locked */
 ngx_int_t ngx_http_agent_revive_not_found(ngx_http_request_t *r, ngx_str_t *id);

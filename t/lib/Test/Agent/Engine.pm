@@ -19,7 +19,8 @@ use Time::HiRes qw(time sleep);
 
 use Test::Agent::HTTP;
 
-our @EXPORT = qw(engine_conf send_message inspect wait_state wait_pending
+our @EXPORT = qw(engine_conf send_message send_message_later inspect
+                 wait_state wait_pending
                  log_types events_request resolve cancel owner_request
                  $ECHO_TOOL $ECHO_LOCATION $WORKERS_SERVER);
 
@@ -166,6 +167,19 @@ sub send_message {
 
     $r->{json} = eval { decode_json($r->{body}) } if $r;
     return $r;
+}
+
+# POST a message, its answer read later from the connection returned
+# (http_status)
+
+sub send_message_later {
+    my ($t, $cid, $content) = @_;
+
+    my $s = Test::Agent::HTTP::connect_to($t->port(8080));
+    print $s http_request('POST', "/c/$cid/messages",
+                          encode_json({ content => $content }),
+                          headers => { 'Content-Type' => 'application/json' });
+    return $s;
 }
 
 # POST a resolution of a pending call; body is a Perl structure or, with

@@ -20,7 +20,7 @@ use IO::Socket::INET;
 use Time::HiRes qw(time);
 
 our @EXPORT = qw(http http_get http_post http_request http_stream
-                 parse_response);
+                 http_status parse_response);
 
 sub connect_to {
     my ($port) = @_;
@@ -73,6 +73,22 @@ sub http {
 
     close $s;
     return $opts{raw} ? $raw : parse_response($raw);
+}
+
+# The status of the answer on a connection a request was written to, 0
+# if none comes within timeout seconds
+
+sub http_status {
+    my ($s, $timeout) = @_;
+
+    my $sel = IO::Select->new($s);
+    my $raw = '';
+
+    while ($raw !~ /\r\n/ && $sel->can_read($timeout)) {
+        sysread($s, $raw, 4096, length $raw) or last;
+    }
+
+    return $raw =~ m{^HTTP/1\.\d (\d{3})} ? $1 : 0;
 }
 
 sub http_get {

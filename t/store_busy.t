@@ -1,0 +1,127 @@
+#!/usr/bin/perl
+
+# A read the store's thread pool refuses (its queue full) is answered
+# 503 `unavailable` and changes nothing.  One pool thread and
+# max_queue=0: a task is taken only while the thread is idle.  The
+# database is locked by another process, and a message's batch holds
+# the thread in SQLite's busy wait; meanwhile a message to a new
+# conversation (whose store read comes first) and the audit of model
+# calls are refused.  The lock goes: the held message is answered 202,
+# the refused conversation does not exist, and a message to it runs.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use JSON::PP;
+use Test::More;
+use Time::HiRes qw(sleep);
+
+use Test::Agent;
+use Test::Agent::HTTP;
+use Test::Agent::Engine;
+use Test::Agent::MockProvider;
+use Test::Agent::Store;
+
+plan(skip_all => 'no sqlite3 command') unless Test::Agent::Store->available;
+
+my $mock = Test::Agent::MockProvider->new(default => sub { { text => 'hi' } });
+
+my $t = Test::Agent->new;
+my $path = $t->testdir . '/agent.db';
+my $db = Test::Agent::Store->new($path);
+
+my $conf = engine_conf($mock, workers => 1,
+    http => "agent_store $path thread_pool=agent;", server => <<'EOF');
+        location = /metrics {
+            agent_metrics;
+        }
+EOF
+
+$conf =~ s/^(%%TEST_GLOBALS%%)/$1\nthread_pool agent threads=1 max_queue=0;/m
+    or die "no globals in the configuration\n";
+
+$t->write_file_expand('nginx.conf', $conf);
+$t->run;
+
+my $port = $t->port(8080);
+
+sub lag {
+    my $r = http_get('/metrics', port => $port);
+    return $r && $r->{body} =~ /^agent_store_lag_events (\d+)/m ? $1 : -1;
+}
+
+sub code_of {
+    my ($r) = @_;
+    my $j = eval { decode_json($r->{body}) } || {};
+    return $j->{error}{code} // '';
+}
+
+# the store takes work while its thread is idle
+
+is(send_message($t, 'a1', 'first')->{status}, 202, 'a message written');
+wait_state($t, 'a1', 'idle');
+
+# its last batch and the audit's rows written: the thread is idle again
+
+my $n = 0;
+sleep 0.05 until lag() == 0 || ++$n > 200;
+sleep 0.3;
+
+ok($db->lock, 'the database is locked by another process');
+
+# b1's read is taken, then its batch holds the thread in the busy wait
+
+my $held = send_message_later($t, 'b1', 'held');
+
+$n = 0;
+sleep 0.05 until lag() > 0 || ++$n > 200;
+cmp_ok(lag(), '>', 0, 'the held message\'s events wait for the store');
+
+my $r = send_message($t, 'c1', 'refused');
+is($r->{status}, 503, 'a new conversation\'s read refused: 503');
+is(code_of($r), 'unavailable', 'error code unavailable');
+
+$r = http_get('/c/a1?view=model_calls', port => $port);
+is($r->{status}, 503, 'the audit\'s read refused: 503');
+is(code_of($r), 'unavailable', 'error code unavailable');
+
+$db->unlock;
+
+is(http_status($held, 15), 202, 'the held message answered once written');
+
+# the thread goes on with b1's turn: a read may still be refused a while
+
+sub until_taken {
+    my ($try) = @_;
+    my $r;
+
+    for (1 .. 100) {
+        $r = $try->();
+        last unless $r && $r->{status} == 503;
+        sleep 0.05;
+    }
+
+    return $r;
+}
+
+is(until_taken(sub { inspect($t, 'c1') })->{status}, 404,
+   'the refused message made nothing');
+is($db->sql("SELECT count(*) FROM events WHERE conversation = 'c1'"), 0,
+   'nothing of it in the store');
+
+is(until_taken(sub { send_message($t, 'c1', 'again') })->{status}, 202,
+   'the same message taken once the pool is free');
+wait_state($t, 'c1', 'idle');
+
+is($db->wait_sql("SELECT group_concat(type, ' ') FROM (SELECT type"
+                 . " FROM events WHERE conversation = 'c1' ORDER BY seq)",
+                 qr/turn_completed$/, 10),
+   'user_msg assistant_msg turn_completed', 'and its turn written whole');
+
+like($t->read_file('error.log'), qr/queue overflow/,
+     'the refusals are in the error log');
+
+done_testing();
