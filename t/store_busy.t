@@ -1,13 +1,20 @@
 #!/usr/bin/perl
 
-# A read the store's thread pool refuses (its queue full) is answered
-# 503 `unavailable` and changes nothing.  One pool thread and
-# max_queue=0: a task is taken only while the thread is idle.  The
-# database is locked by another process, and a message's batch holds
-# the thread in SQLite's busy wait; meanwhile a message to a new
-# conversation (whose store read comes first) and the audit of model
-# calls are refused.  The lock goes: the held message is answered 202,
-# the refused conversation does not exist, and a message to it runs.
+# The store's thread pool refusing a task (its queue full), with one
+# pool thread and max_queue=0: a task is taken only while the thread is
+# idle.  The database is locked by another process, so that a write on
+# the thread waits in SQLite's busy wait and holds it.
+#
+# A read refused is answered 503 `unavailable` and changes nothing: a
+# message to a new conversation (whose store read comes first) and a
+# page of the audit of model calls, while a message's batch holds the
+# thread.  Once the pool is free the refused conversation does not
+# exist, and a message to it runs.
+#
+# A batch refused is not taken for written: while a queued message's
+# write holds the thread, a message to a conversation at rest in the
+# zone is answered only once its user_msg is written, after the lock
+# goes.
 
 use strict;
 use warnings;
@@ -37,6 +44,13 @@ my $conf = engine_conf($mock, workers => 1,
     http => "agent_store $path thread_pool=agent;", server => <<'EOF');
         location = /metrics {
             agent_metrics;
+        }
+
+        location ~ ^/q/(?<cid>[^/]+)$ {
+            agent chat;
+            agent_conversation $cid;
+            agent_busy queue;
+            agent_message;
         }
 EOF
 
@@ -120,6 +134,48 @@ is($db->wait_sql("SELECT group_concat(type, ' ') FROM (SELECT type"
                  . " FROM events WHERE conversation = 'c1' ORDER BY seq)",
                  qr/turn_completed$/, 10),
    'user_msg assistant_msg turn_completed', 'and its turn written whole');
+
+# A batch the pool refuses is not taken for written.  A message queued
+# behind a running turn holds the thread (its write waits for the
+# lock); a message to a conversation at rest in the zone needs no read,
+# and its batch is refused: it is answered only once its user_msg is
+# written, after the lock goes.
+
+sub wait_written {
+    my $n = 0;
+    sleep 0.05 until lag() == 0 || ++$n > 200;
+    sleep 0.3;
+}
+
+$mock->script({ text => 'a long reply', chunks => 2, pause_after => 1 });
+
+is(http_post('/q/q1', '{"content":"start"}', port => $port,
+             headers => { 'Content-Type' => 'application/json' })->{status},
+   202, 'a turn runs');
+$mock->wait_paused(0, 5);
+wait_written();
+
+ok($db->lock, 'the database is locked again');
+
+my $queued = Test::Agent::HTTP::connect_to($port);
+print $queued http_request('POST', '/q/q1', '{"content":"later"}',
+                           headers => { 'Content-Type' => 'application/json' });
+
+# the queued message's write is on the thread
+sleep 0.5;
+
+my $second = send_message_later($t, 'a1', 'second');
+
+is(http_status($second, 1.5), 0, 'no answer while its batch is refused');
+
+$db->unlock;
+
+is(http_status($second, 15), 202, 'answered once written');
+is($db->sql("SELECT count(*) FROM events WHERE conversation = 'a1'"
+            . " AND type = 'user_msg'"), 2, 'its user_msg is in the store');
+is(http_status($queued, 15), 202, 'the queued message taken');
+
+$mock->release;
 
 like($t->read_file('error.log'), qr/queue overflow/,
      'the refusals are in the error log');
