@@ -14,7 +14,8 @@
 # A batch refused is not taken for written: while a queued message's
 # write holds the thread, a message to a conversation at rest in the
 # zone is answered only once its user_msg is written, after the lock
-# goes.
+# goes.  Its turn's read of the history, refused too, waits for the
+# pool rather than failing the turn.
 
 use strict;
 use warnings;
@@ -41,7 +42,8 @@ my $path = $t->testdir . '/agent.db';
 my $db = Test::Agent::Store->new($path);
 
 my $conf = engine_conf($mock, workers => 1,
-    http => "agent_store $path thread_pool=agent;", server => <<'EOF');
+    http => "agent_store $path thread_pool=agent history=0;",
+    server => <<'EOF');
         location = /metrics {
             agent_metrics;
         }
@@ -174,6 +176,19 @@ is(http_status($second, 15), 202, 'answered once written');
 is($db->sql("SELECT count(*) FROM events WHERE conversation = 'a1'"
             . " AND type = 'user_msg'"), 2, 'its user_msg is in the store');
 is(http_status($queued, 15), 202, 'the queued message taken');
+
+# its turn's history read (history=0: none kept) was refused too, and
+# waited for the pool
+
+wait_state($t, 'a1', 'idle');
+is($db->wait_sql("SELECT group_concat(type, ' ') FROM (SELECT type"
+                 . " FROM events WHERE conversation = 'a1' ORDER BY seq)",
+                 qr/ turn_\w+$/, 10),
+   'user_msg assistant_msg turn_completed user_msg assistant_msg'
+   . ' turn_completed', 'its turn waited for the history, then completed');
+like($t->read_file('error.log'),
+     qr/waits for the store's thread pool to read the history/,
+     'the wait is in the error log');
 
 $mock->release;
 

@@ -869,13 +869,15 @@ failed:
 
 /*
  * A turn reads the history the zone gave up before a model call, when
- * more of it left the zone since the last read.
+ * more of it left the zone since the last read.  NGX_AGAIN: the read is
+ * under way; NGX_BUSY: the store's thread pool refused it.
  */
 
 ngx_int_t
 ngx_http_agent_revive_turn_history(ngx_http_agent_turn_t *t)
 {
     uint64_t                base;
+    ngx_int_t               rc;
     ngx_http_agent_conv_t  *conv;
 
     if (t->history_upto == (uint64_t) -1) {
@@ -929,16 +931,19 @@ ngx_http_agent_revive_turn_history(ngx_http_agent_turn_t *t)
      * at the newest summary's range: the context, not the whole log
      */
 
-    if (ngx_http_agent_store_read(t->request->pool, &t->id,
-                                  t->nhistory ? t->history_upto
-                                              : NGX_HTTP_AGENT_STORE_SUMMARY,
-                                  base, ngx_http_agent_turn_history_read, t)
-        != NGX_OK)
-    {
+    rc = ngx_http_agent_store_read(t->request->pool, &t->id,
+                                   t->nhistory ? t->history_upto
+                                               : NGX_HTTP_AGENT_STORE_SUMMARY,
+                                   base, ngx_http_agent_turn_history_read, t);
+
+    switch (rc) {
+    case NGX_OK:
+        return NGX_AGAIN;
+    case NGX_BUSY:
+        return NGX_BUSY;
+    default:
         return NGX_ERROR;
     }
-
-    return NGX_AGAIN;
 }
 
 

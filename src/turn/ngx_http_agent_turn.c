@@ -41,8 +41,14 @@ static ngx_int_t ngx_http_agent_turn_post_subrequest(ngx_http_request_t *r,
 static void ngx_http_agent_turn_call_done(ngx_event_t *ev);
 static void ngx_http_agent_turn_deadline(ngx_event_t *ev);
 static ngx_uint_t ngx_http_agent_turn_log_grew(ngx_http_agent_turn_t *t);
+static ngx_int_t ngx_http_agent_turn_store_busy(ngx_http_agent_turn_t *t);
 static u_char *ngx_http_agent_turn_log_error(ngx_log_t *log, u_char *buf,
     size_t len);
+
+
+/* a history read the store's pool refused: tried again so often, ms */
+#define NGX_HTTP_AGENT_TURN_BUSY_WAIT   50
+#define NGX_HTTP_AGENT_TURN_BUSY_TRIES  100
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
@@ -310,6 +316,37 @@ ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
 }
 
 
+/*
+ * The store's thread pool refused the history's read (its queue full):
+ * the model call is tried again a little later, for at most 5 s, rather
+ * than the turn failing on a moment's load
+ */
+
+static ngx_int_t
+ngx_http_agent_turn_store_busy(ngx_http_agent_turn_t *t)
+{
+    if (t->store_busy++ == NGX_HTTP_AGENT_TURN_BUSY_TRIES) {
+        ngx_log_error(NGX_LOG_ERR, &t->log, 0,
+                      "agent turn \"%V\": the store's thread pool did not "
+                      "take the history's read for %d ms", &t->id,
+                      NGX_HTTP_AGENT_TURN_BUSY_WAIT
+                      * NGX_HTTP_AGENT_TURN_BUSY_TRIES);
+        return NGX_ERROR;
+    }
+
+    if (t->store_busy == 1) {
+        ngx_log_error(NGX_LOG_WARN, &t->log, 0,
+                      "agent turn \"%V\" waits for the store's thread pool "
+                      "to read the history", &t->id);
+    }
+
+    t->event.handler = ngx_http_agent_turn_model_call;
+    ngx_add_timer(&t->event, NGX_HTTP_AGENT_TURN_BUSY_WAIT);
+
+    return NGX_OK;
+}
+
+
 /* a model call: the log so far, rendered by the adapter, to the provider */
 
 void
@@ -328,6 +365,12 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
     if (rc == NGX_AGAIN) {
         return;
     }
+
+    if (rc == NGX_BUSY && ngx_http_agent_turn_store_busy(t) == NGX_OK) {
+        return;
+    }
+
+    t->store_busy = 0;
 
     /* the previous call's pool: its reply and tool calls are logged */
     if (t->pool) {
@@ -425,6 +468,10 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
             /* the history this worker kept has it: started again at once */
             t->event.handler = ngx_http_agent_turn_model_call;
             ngx_post_event(&t->event, &ngx_posted_events);
+            return;
+        }
+
+        if (rc == NGX_BUSY && ngx_http_agent_turn_store_busy(t) == NGX_OK) {
             return;
         }
 

@@ -59,6 +59,9 @@ struct ngx_http_agent_turn_s {
     ngx_uint_t                    model_calls;
     ngx_uint_t                    attempt;
 
+    /* the tries of a history read the store's pool refused */
+    ngx_uint_t                    store_busy;
+
     /* the log before the zone's, read from the store, for the turn */
     ngx_str_t                    *history;
     ngx_uint_t                    nhistory;
