@@ -15,7 +15,8 @@
 # write holds the thread, a message to a conversation at rest in the
 # zone is answered only once its user_msg is written, after the lock
 # goes.  Its turn's read of the history, refused too, waits for the
-# pool rather than failing the turn.
+# pool rather than failing the turn.  The refused batch is tried again
+# every 50 ms, not at each poll of its input.
 
 use strict;
 use warnings;
@@ -192,7 +193,14 @@ like($t->read_file('error.log'),
 
 $mock->release;
 
-like($t->read_file('error.log'), qr/queue overflow/,
-     'the refusals are in the error log');
+my $log = $t->read_file('error.log');
+
+like($log, qr/queue overflow/, 'the refusals are in the error log');
+
+# the refused batch was tried again every 50 ms while its input waited
+# (about 2 s), not at each of the input's polls (every 2 ms)
+
+my $tries = () = $log =~ /could not write 1 events/g;
+cmp_ok($tries, '<', 200, "the refused batch tried $tries times");
 
 done_testing();

@@ -31,6 +31,9 @@
 #define NGX_HTTP_AGENT_STORE_BATCH      256
 #define NGX_HTTP_AGENT_STORE_EXIT_WAIT  5000
 
+/* a batch the thread pool refused is tried again after so long, ms */
+#define NGX_HTTP_AGENT_STORE_REFUSED_WAIT  50
+
 /* the audit's rows wait for another worker's batch so long, ms */
 #define NGX_HTTP_AGENT_STORE_ROWS_WAIT  10
 
@@ -76,6 +79,10 @@ static void ngx_http_agent_store_ack_wake(void);
 
 static ngx_event_t    ngx_http_agent_store_event;
 static ngx_uint_t     ngx_http_agent_store_busy;
+
+/* the thread pool refused this worker's last batch, and when */
+static ngx_uint_t     ngx_http_agent_store_refused;
+static ngx_msec_t     ngx_http_agent_store_refused_at;
 
 /* this worker's inputs that wait for their write */
 static ngx_queue_t    ngx_http_agent_store_acks;
@@ -473,12 +480,28 @@ ngx_http_agent_store_kick(void)
 static void
 ngx_http_agent_store_kick_now(void)
 {
-    ngx_event_t  *ev;
+    ngx_event_t     *ev;
+    ngx_msec_int_t   wait;
 
     ev = &ngx_http_agent_store_event;
 
     if (ev->handler == NULL || ev->posted || ngx_http_agent_store_busy) {
         return;
+    }
+
+    /*
+     * the pool's queue was full: tried again a little later, not at each
+     * poll of an input that waits (each refusal is an error in the log)
+     */
+
+    if (ngx_http_agent_store_refused) {
+        wait = ngx_http_agent_store_refused_at
+               + NGX_HTTP_AGENT_STORE_REFUSED_WAIT - ngx_current_msec;
+
+        if (wait > 0) {
+            ngx_add_timer(ev, wait);
+            return;
+        }
     }
 
     if (ev->timer_set) {
@@ -534,10 +557,15 @@ ngx_http_agent_store_flush(ngx_event_t *ev)
         /* nothing was written: the claims go, the events stay dirty */
         f->rc = NGX_ERROR;
         ngx_http_agent_store_release(f);
+
+        ngx_http_agent_store_refused = 1;
+        ngx_http_agent_store_refused_at = ngx_current_msec;
+
         ngx_http_agent_store_done(&task->event);
         return;
     }
 
+    ngx_http_agent_store_refused = 0;
     ngx_http_agent_store_busy = 1;
 }
 
