@@ -2,21 +2,22 @@
 
 # The store's thread pool refusing a task (its queue full), with one
 # pool thread and max_queue=0: a task is taken only while the thread is
-# idle.  The database is locked by another process, so that a write on
-# the thread waits in SQLite's busy wait and holds it.
+# idle.  The database is locked by another process, and a message
+# queued behind a running turn (agent_busy queue) is written on the
+# thread, where it waits in SQLite's busy wait and holds the thread.
+# Meanwhile:
 #
-# A read refused is answered 503 `unavailable` and changes nothing: a
-# message to a new conversation (whose store read comes first) and a
-# page of the audit of model calls, while a message's batch holds the
-# thread.  Once the pool is free the refused conversation does not
-# exist, and a message to it runs.
-#
-# A batch refused is not taken for written: while a queued message's
-# write holds the thread, a message to a conversation at rest in the
-# zone is answered only once its user_msg is written, after the lock
-# goes.  Its turn's read of the history, refused too, waits for the
-# pool rather than failing the turn.  The refused batch is tried again
-# every 50 ms, not at each poll of its input.
+# - a read refused is answered 503 `unavailable` and changes nothing: a
+#   message to a new conversation (whose store read comes first) and a
+#   page of the audit of model calls; once the pool is free the refused
+#   conversation does not exist, and a message to it runs;
+# - a batch refused is not taken for written: a message to a
+#   conversation at rest in the zone is answered only once its user_msg
+#   is written, after the lock goes;
+# - its turn's read of the history, refused too, waits for the pool
+#   rather than failing the turn;
+# - the refused batch is tried again every 50 ms, not at each poll of
+#   its input.
 
 use strict;
 use warnings;
@@ -76,40 +77,17 @@ sub code_of {
     return $j->{error}{code} // '';
 }
 
-# the store takes work while its thread is idle
+# the thread is idle once everything recorded is written, the audit's
+# rows (which may wait 10 ms for a batch) with it
 
-is(send_message($t, 'a1', 'first')->{status}, 202, 'a message written');
-wait_state($t, 'a1', 'idle');
+sub wait_written {
+    my $n = 0;
+    sleep 0.05 until lag() == 0 || ++$n > 200;
+    sleep 0.3;
+}
 
-# its last batch and the audit's rows written: the thread is idle again
-
-my $n = 0;
-sleep 0.05 until lag() == 0 || ++$n > 200;
-sleep 0.3;
-
-ok($db->lock, 'the database is locked by another process');
-
-# b1's read is taken, then its batch holds the thread in the busy wait
-
-my $held = send_message_later($t, 'b1', 'held');
-
-$n = 0;
-sleep 0.05 until lag() > 0 || ++$n > 200;
-cmp_ok(lag(), '>', 0, 'the held message\'s events wait for the store');
-
-my $r = send_message($t, 'c1', 'refused');
-is($r->{status}, 503, 'a new conversation\'s read refused: 503');
-is(code_of($r), 'unavailable', 'error code unavailable');
-
-$r = http_get('/c/a1?view=model_calls', port => $port);
-is($r->{status}, 503, 'the audit\'s read refused: 503');
-is(code_of($r), 'unavailable', 'error code unavailable');
-
-$db->unlock;
-
-is(http_status($held, 15), 202, 'the held message answered once written');
-
-# the thread goes on with b1's turn: a read may still be refused a while
+# a read refused while the thread is held may still be refused a little
+# while after the lock goes: the thread goes on with what waited
 
 sub until_taken {
     my ($try) = @_;
@@ -124,31 +102,10 @@ sub until_taken {
     return $r;
 }
 
-is(until_taken(sub { inspect($t, 'c1') })->{status}, 404,
-   'the refused message made nothing');
-is($db->sql("SELECT count(*) FROM events WHERE conversation = 'c1'"), 0,
-   'nothing of it in the store');
+is(send_message($t, 'a1', 'first')->{status}, 202, 'a message written');
+wait_state($t, 'a1', 'idle');
 
-is(until_taken(sub { send_message($t, 'c1', 'again') })->{status}, 202,
-   'the same message taken once the pool is free');
-wait_state($t, 'c1', 'idle');
-
-is($db->wait_sql("SELECT group_concat(type, ' ') FROM (SELECT type"
-                 . " FROM events WHERE conversation = 'c1' ORDER BY seq)",
-                 qr/turn_completed$/, 10),
-   'user_msg assistant_msg turn_completed', 'and its turn written whole');
-
-# A batch the pool refuses is not taken for written.  A message queued
-# behind a running turn holds the thread (its write waits for the
-# lock); a message to a conversation at rest in the zone needs no read,
-# and its batch is refused: it is answered only once its user_msg is
-# written, after the lock goes.
-
-sub wait_written {
-    my $n = 0;
-    sleep 0.05 until lag() == 0 || ++$n > 200;
-    sleep 0.3;
-}
+# a turn runs, its model's reply paused
 
 $mock->script({ text => 'a long reply', chunks => 2, pause_after => 1 });
 
@@ -158,14 +115,24 @@ is(http_post('/q/q1', '{"content":"start"}', port => $port,
 $mock->wait_paused(0, 5);
 wait_written();
 
-ok($db->lock, 'the database is locked again');
+ok($db->lock, 'the database is locked by another process');
+
+# a message queued behind the turn: its write holds the thread
 
 my $queued = Test::Agent::HTTP::connect_to($port);
 print $queued http_request('POST', '/q/q1', '{"content":"later"}',
                            headers => { 'Content-Type' => 'application/json' });
-
-# the queued message's write is on the thread
 sleep 0.5;
+
+my $r = send_message($t, 'c1', 'refused');
+is($r->{status}, 503, 'a new conversation\'s read refused: 503');
+is(code_of($r), 'unavailable', 'error code unavailable');
+
+$r = http_get('/c/a1?view=model_calls', port => $port);
+is($r->{status}, 503, 'the audit\'s read refused: 503');
+is(code_of($r), 'unavailable', 'error code unavailable');
+
+# a1 is at rest in the zone: no read, its batch is refused
 
 my $second = send_message_later($t, 'a1', 'second');
 
@@ -192,6 +159,20 @@ like($t->read_file('error.log'),
      'the wait is in the error log');
 
 $mock->release;
+
+is(until_taken(sub { inspect($t, 'c1') })->{status}, 404,
+   'the refused message made nothing');
+is($db->sql("SELECT count(*) FROM events WHERE conversation = 'c1'"), 0,
+   'nothing of it in the store');
+
+is(until_taken(sub { send_message($t, 'c1', 'again') })->{status}, 202,
+   'the same message taken once the pool is free');
+wait_state($t, 'c1', 'idle');
+
+is($db->wait_sql("SELECT group_concat(type, ' ') FROM (SELECT type"
+                 . " FROM events WHERE conversation = 'c1' ORDER BY seq)",
+                 qr/turn_completed$/, 10),
+   'user_msg assistant_msg turn_completed', 'and its turn written whole');
 
 my $log = $t->read_file('error.log');
 

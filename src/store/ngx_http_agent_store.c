@@ -480,28 +480,12 @@ ngx_http_agent_store_kick(void)
 static void
 ngx_http_agent_store_kick_now(void)
 {
-    ngx_event_t     *ev;
-    ngx_msec_int_t   wait;
+    ngx_event_t  *ev;
 
     ev = &ngx_http_agent_store_event;
 
     if (ev->handler == NULL || ev->posted || ngx_http_agent_store_busy) {
         return;
-    }
-
-    /*
-     * the pool's queue was full: tried again a little later, not at each
-     * poll of an input that waits (each refusal is an error in the log)
-     */
-
-    if (ngx_http_agent_store_refused) {
-        wait = ngx_http_agent_store_refused_at
-               + NGX_HTTP_AGENT_STORE_REFUSED_WAIT - ngx_current_msec;
-
-        if (wait > 0) {
-            ngx_add_timer(ev, wait);
-            return;
-        }
     }
 
     if (ev->timer_set) {
@@ -518,6 +502,7 @@ static void
 ngx_http_agent_store_flush(ngx_event_t *ev)
 {
     ngx_uint_t                    alone;
+    ngx_msec_int_t                wait;
     ngx_thread_task_t            *task;
     ngx_http_agent_flush_t       *f;
     ngx_http_agent_main_conf_t   *amcf;
@@ -525,6 +510,22 @@ ngx_http_agent_store_flush(ngx_event_t *ev)
 
     if (ngx_http_agent_store_busy) {
         return;
+    }
+
+    /*
+     * the pool's queue was full: tried again a little later, not at each
+     * event appended or each poll of an input that waits (each refusal
+     * is an error in the log)
+     */
+
+    if (ngx_http_agent_store_refused) {
+        wait = ngx_http_agent_store_refused_at
+               + NGX_HTTP_AGENT_STORE_REFUSED_WAIT - ngx_current_msec;
+
+        if (wait > 0) {
+            ngx_add_timer(ev, wait);
+            return;
+        }
     }
 
     amcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
