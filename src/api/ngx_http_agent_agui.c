@@ -29,6 +29,7 @@
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_revive.h"
+#include "ngx_http_agent_store.h"
 #include "ngx_http_agent_provider.h"
 #include "ngx_http_agent_message.h"
 #include "ngx_http_agent_resolve.h"
@@ -579,7 +580,7 @@ ngx_http_agent_agui_resolve(ngx_http_request_t *r,
         case NGX_DONE:
             return NGX_DONE;
         case NGX_BUSY:
-            in->rc = ngx_http_agent_revive_busy(r);
+            in->rc = ngx_http_agent_store_busy_answer(r);
             return NGX_ABORT;
         default:
             return NGX_ERROR;

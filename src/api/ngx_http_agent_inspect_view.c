@@ -19,6 +19,7 @@
 #include "ngx_http_agent_api.h"
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_store.h"
 #include "ngx_http_agent_store_audit.h"
 #include "ngx_http_agent_inspect.h"
 
@@ -66,9 +67,7 @@ ngx_http_agent_inspect_view(ngx_http_request_t *r, ngx_str_t *id,
     }
 
     if (rc == NGX_BUSY) {
-        return ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                         "unavailable",
-                                         "the store cannot be read");
+        return ngx_http_agent_store_busy_answer(r);
     }
 
     if (rc != NGX_OK) {

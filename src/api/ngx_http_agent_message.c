@@ -528,7 +528,7 @@ ngx_http_agent_message_queued(ngx_http_request_t *r, ngx_str_t *id,
         break;
 
     case NGX_BUSY:
-        return ngx_http_agent_revive_busy(r);
+        return ngx_http_agent_store_busy_answer(r);
 
     default:
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -622,7 +622,7 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
         case NGX_DONE:
             return NGX_DONE;
         case NGX_BUSY:
-            return ngx_http_agent_revive_busy(r);
+            return ngx_http_agent_store_busy_answer(r);
         default:
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }

@@ -1305,6 +1305,15 @@ failed:
 }
 
 
+ngx_int_t
+ngx_http_agent_store_busy_answer(ngx_http_request_t *r)
+{
+    return ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                     "unavailable",
+                                     "the store is busy, try again");
+}
+
+
 static void
 ngx_http_agent_store_read_thread(void *data, ngx_log_t *log)
 {

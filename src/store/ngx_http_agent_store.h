@@ -152,6 +152,9 @@ ngx_int_t ngx_http_agent_store_read(ngx_pool_t *owner, ngx_str_t *id,
     uint64_t after, uint64_t upto, ngx_http_agent_store_read_pt handler,
     void *data);
 
+/* 503 unavailable: the pool's queue refused a read, nothing was done */
+ngx_int_t ngx_http_agent_store_busy_answer(ngx_http_request_t *r);
+
 /* writes a queued message on the pool, then the handler runs */
 ngx_int_t ngx_http_agent_store_enqueue(ngx_pool_t *owner, ngx_str_t *id,
     ngx_http_agent_store_queued_t *q, ngx_http_agent_store_read_pt handler,

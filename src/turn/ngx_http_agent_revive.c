@@ -183,7 +183,7 @@ ngx_http_agent_revive(ngx_http_request_t *r, ngx_str_t *id)
 
     if (rc != NGX_OK) {
         ngx_free(rv);
-        return (rc == NGX_BUSY) ? NGX_BUSY : NGX_ERROR;
+        return rc;
     }
 
     if (r) {
@@ -342,22 +342,11 @@ ngx_http_agent_revive_not_found(ngx_http_request_t *r, ngx_str_t *id)
         return NGX_DONE;
 
     case NGX_BUSY:
-        return ngx_http_agent_revive_busy(r);
+        return ngx_http_agent_store_busy_answer(r);
 
     default:
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-}
-
-
-/* the store's thread pool refused the read: nothing was done */
-
-ngx_int_t
-ngx_http_agent_revive_busy(ngx_http_request_t *r)
-{
-    return ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                     "unavailable",
-                                     "the store is busy, try again");
 }
 
 
@@ -786,7 +775,7 @@ ngx_http_agent_revive_history(ngx_http_request_t *r, ngx_str_t *id,
         break;
 
     case NGX_BUSY:
-        return ngx_http_agent_revive_busy(r);
+        return ngx_http_agent_store_busy_answer(r);
 
     default:
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -936,14 +925,7 @@ ngx_http_agent_revive_turn_history(ngx_http_agent_turn_t *t)
                                                : NGX_HTTP_AGENT_STORE_SUMMARY,
                                    base, ngx_http_agent_turn_history_read, t);
 
-    switch (rc) {
-    case NGX_OK:
-        return NGX_AGAIN;
-    case NGX_BUSY:
-        return NGX_BUSY;
-    default:
-        return NGX_ERROR;
-    }
+    return (rc == NGX_OK) ? NGX_AGAIN : rc;
 }
 
 

@@ -40,12 +40,9 @@ typedef struct {
  * read from the store and put back as it was, then the request's handler
  * runs again (r == NULL: nobody waits).  NGX_DECLINED: no store, or this
  * request had its revival; NGX_DONE: it is under way; NGX_BUSY: the
- * store's thread pool refused the read (ngx_http_agent_revive_busy()).
+ * store's thread pool refused the read (ngx_http_agent_store_busy_answer).
  */
 ngx_int_t ngx_http_agent_revive(ngx_http_request_t *r, ngx_str_t *id);
-
-/* 503: the store could not take the read now */
-ngx_int_t ngx_http_agent_revive_busy(ngx_http_request_t *r);
 
 /* revived, or answered 404; the zone is not locked */
 ngx_int_t ngx_http_agent_revive_not_found(ngx_http_request_t *r, ngx_str_t *id);
