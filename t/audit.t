@@ -102,16 +102,9 @@ isnt(sql("SELECT worker FROM model_calls WHERE conversation = 'a1'"
 
 # the metrics agree: the lost call ended nowhere, so it is not counted
 
-sub metric {
-    my ($name) = @_;
-    my $body = http_get('/metrics', port => $t->port(8080))->{body} // '';
-    my $sum;
-    $sum += $_ for $body =~ /^\Q$name\E(?:\{[^}]*\})? (\d+)$/mg;
-    return $sum;
-}
 
-is(metric('agent_model_calls_total'), 4, 'four model calls ended');
-is(metric('agent_takeovers_total'), 1, 'one take-over');
+is(metric($t, 'agent_model_calls_total'), 4, 'four model calls ended');
+is(metric($t, 'agent_takeovers_total'), 1, 'one take-over');
 
 # a restart: numbering goes on from the store
 
@@ -137,12 +130,12 @@ my $events = sql("SELECT count(*) FROM events WHERE conversation = 'b1'"
                  . " OR (conversation = 'a1'"
                  . " AND json_extract(data, '\$.turn') = 4)");
 is($events, 6, 'six events since the start');
-is(metric('agent_store_batch_events_sum'), $events,
+is(metric($t, 'agent_store_batch_events_sum'), $events,
    'the batches wrote them, once');
-cmp_ok(metric('agent_store_batch_events_count'), '>=', 2,
+cmp_ok(metric($t, 'agent_store_batch_events_count'), '>=', 2,
        'in a batch or more each');
-is(metric('agent_store_lag_events'), 0, 'nothing left to write');
-is(metric('agent_store_errors_total'), 0, 'no error');
+is(metric($t, 'agent_store_lag_events'), 0, 'nothing left to write');
+is(metric($t, 'agent_store_errors_total'), 0, 'no error');
 
 # inspect pages through them
 

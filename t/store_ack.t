@@ -37,8 +37,7 @@ my $mock = Test::Agent::MockProvider->new(default => sub {
 
     return { text => 'done' } if $last->{role} eq 'tool';
     return { text => 'noted' } if ($last->{content} // '') =~ /^urgent/;
-    return { tool_calls => [ map { { id => "c$_", name => 'echo',
-                                     arguments => '{}' } } 1 .. $calls ] };
+    return { tool_calls => echo_calls($calls) };
 });
 
 my $t = Test::Agent->new;
@@ -47,20 +46,9 @@ my $db = Test::Agent::Store->new($path);
 
 $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 1,
     zone => '32m', http => "agent_store $path;", tools => $ECHO_TOOL,
-    agent => 'tools echo;', server => $ECHO_LOCATION . <<'EOF'));
-        location = /metrics {
-            agent_metrics;
-        }
-EOF
+    agent => 'tools echo;', server => $ECHO_LOCATION . $METRICS_LOCATION));
 $t->run;
 
-my $port = $t->port(8080);
-
-sub metric {
-    my ($name) = @_;
-    my $r = http_get('/metrics', port => $port);
-    return $r && $r->{body} =~ /^$name (\d+)/m ? $1 : -1;
-}
 
 ok($db->lock, 'the database is locked by another process');
 
@@ -69,7 +57,7 @@ my @load = map { send_message_later($t, "w$_", "question $_") }
 
 wait_state($t, "w$_", 'idle', 60) for 1 .. $convs;
 
-is(metric('agent_store_lag_events'), $events,
+is(metric($t, 'agent_store_lag_events'), $events,
    "$events events of $convs turns wait for the store");
 
 my $urgent = send_message_later($t, 'u1', 'urgent');
@@ -81,7 +69,7 @@ $db->unlock;
 
 is(http_status($urgent, 15), 202, 'the last message is acknowledged');
 
-my $lag = metric('agent_store_lag_events');
+my $lag = metric($t, 'agent_store_lag_events');
 
 # written last, it would find none left; a quarter leaves room for a
 # slow machine between the 202 and the count
@@ -109,7 +97,7 @@ is($db->sql("SELECT group_concat(type, ' ') FROM (SELECT type FROM events"
 is($db->sql("SELECT count(*) FROM conversations WHERE state = 'idle'"),
    $convs + 1, 'every conversation at rest in SQLite');
 
-is(metric('agent_store_lag_events'), 0, 'nothing waits for the store');
+is(metric($t, 'agent_store_lag_events'), 0, 'nothing waits for the store');
 
 $t->stop;
 $mock->stop;

@@ -230,6 +230,12 @@ ngx_http_agent_prometheus_handler(ngx_http_request_t *r)
     ngx_http_agent_prom_print(&p, "agent_takeovers_total %uA\n",
                               m->takeovers);
 
+    ngx_http_agent_prom_head(&p, "agent_turn_steps_later_total", "counter",
+                             "Steps of turns left to a later pass of a "
+                             "worker's event loop, which had run 2 ms.");
+    ngx_http_agent_prom_print(&p, "agent_turn_steps_later_total %uA\n",
+                              m->steps_later);
+
     ngx_http_agent_prom_zone(&p, z, amcf->store != NULL);
 
     if (p.failed) {
@@ -498,6 +504,13 @@ ngx_http_agent_prom_zone(ngx_http_agent_prom_t *p, ngx_http_agent_zone_t *z,
     ngx_http_agent_prom_hist(p, "agent_store_batch_events", NULL,
                              &z->sh->metrics->store_batch,
                              NGX_HTTP_AGENT_HIST_BATCH);
+
+    ngx_http_agent_prom_head(p, "agent_store_batches_cut_total", "counter",
+                             "Store batches that ended early, between two "
+                             "conversations, for an input waiting to be "
+                             "written.");
+    ngx_http_agent_prom_print(p, "agent_store_batches_cut_total %uA\n",
+                              z->sh->metrics->store_cut);
 
     ngx_http_agent_prom_head(p, "agent_store_history_reads_total", "counter",
                              "Reads of the history the zone gave up (a "

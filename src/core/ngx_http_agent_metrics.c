@@ -594,8 +594,17 @@ ngx_http_agent_metrics_takeover(ngx_http_agent_zone_t *z)
 
 
 void
+ngx_http_agent_metrics_step_later(ngx_http_agent_zone_t *z)
+{
+    if (z->sh->metrics) {
+        (void) ngx_atomic_fetch_add(&z->sh->metrics->steps_later, 1);
+    }
+}
+
+
+void
 ngx_http_agent_metrics_store(ngx_http_agent_zone_t *z, ngx_uint_t events,
-    ngx_int_t rc)
+    ngx_uint_t cut, ngx_int_t rc)
 {
     ngx_http_agent_metrics_sh_t  *m;
 
@@ -612,6 +621,10 @@ ngx_http_agent_metrics_store(ngx_http_agent_zone_t *z, ngx_uint_t events,
 
     ngx_http_agent_metrics_observe(&m->store_batch, NGX_HTTP_AGENT_HIST_BATCH,
                                    events);
+
+    if (cut) {
+        (void) ngx_atomic_fetch_add(&m->store_cut, 1);
+    }
 }
 
 

@@ -121,8 +121,14 @@ struct ngx_http_agent_metrics_sh_s {
     ngx_atomic_t                  resolutions[NGX_HTTP_AGENT_DECISIONS];
     ngx_atomic_t                  takeovers;
 
+    /* turn steps left to a later pass of the event loop */
+    ngx_atomic_t                  steps_later;
+
     ngx_atomic_t                  store_errors;
     ngx_http_agent_hist_t         store_batch;
+
+    /* batches that ended early for an input */
+    ngx_atomic_t                  store_cut;
 
     /*
      * reads of the history the zone gave up (a turn's, a request's page):
@@ -164,8 +170,10 @@ void ngx_http_agent_metrics_event_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv, ngx_uint_t type, ngx_str_t *fields);
 
 void ngx_http_agent_metrics_takeover(ngx_http_agent_zone_t *z);
+void ngx_http_agent_metrics_step_later(ngx_http_agent_zone_t *z);
+/* a batch written (cut: ended early for an input), or not (rc) */
 void ngx_http_agent_metrics_store(ngx_http_agent_zone_t *z,
-    ngx_uint_t events, ngx_int_t rc);
+    ngx_uint_t events, ngx_uint_t cut, ngx_int_t rc);
 void ngx_http_agent_metrics_history(ngx_http_agent_zone_t *z,
     ngx_uint_t kept);
 

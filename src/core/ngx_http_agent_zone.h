@@ -240,6 +240,9 @@ typedef struct {
     /* the worker with a batch on its thread pool: one writes at a time */
     ngx_pid_t                     writer;
 
+    /* inputs that came to wait for a write, ever: a batch ends early */
+    ngx_atomic_t                  inputs;
+
     /* conversations that left the zone, ever: a revival checks it */
     ngx_uint_t                    evicted;
 

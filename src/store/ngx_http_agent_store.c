@@ -52,6 +52,13 @@ typedef struct {
     ngx_http_agent_store_event_t *events;
     ngx_uint_t                    nevents;
 
+    /* of the events, those written: the batch may end early */
+    ngx_uint_t                    written;
+
+    /* the zone's count of inputs when the batch was claimed, see stop */
+    ngx_atomic_uint_t             inputs;
+    ngx_uint_t                    input;      /* the batch is an input's */
+
     /* the audit's rows that go with the batch, in a pool of their own */
     ngx_array_t                  *rows;
     ngx_pool_t                   *rows_pool;
@@ -70,6 +77,7 @@ static ngx_http_agent_flush_t *ngx_http_agent_store_claim(
 static ngx_uint_t ngx_http_agent_store_collect_locked(
     ngx_http_agent_flush_t *f, ngx_http_agent_conv_t *conv, uint64_t upto);
 static void ngx_http_agent_store_thread(void *data, ngx_log_t *log);
+static ngx_uint_t ngx_http_agent_store_stop(void *data);
 static void ngx_http_agent_store_release(ngx_http_agent_flush_t *f);
 static void ngx_http_agent_store_done(ngx_event_t *ev);
 static void ngx_http_agent_store_kick_now(void);
@@ -391,13 +399,14 @@ ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle)
         ngx_time_update();
 
         if (ngx_current_msec - start < NGX_HTTP_AGENT_STORE_EXIT_WAIT) {
+            f->written = f->nevents;
             f->rc = f->conf->store->write(&f->conf->path, f->events,
-                                          f->nevents,
+                                          &f->written,
                                           f->rows ? f->rows->elts : NULL,
                                           f->rows ? f->rows->nelts : 0,
-                                          f->log);
+                                          NULL, NULL, f->log);
 
-            ngx_http_agent_metrics_store(f->zone, f->nevents, f->rc);
+            ngx_http_agent_metrics_store(f->zone, f->written, 0, f->rc);
 
         } else {
             /* not tried: the claims go as after a failure */
@@ -407,7 +416,7 @@ ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle)
         ngx_http_agent_store_release(f);
 
         rc = f->rc;
-        n = f->nevents;
+        n = f->written;
 
         if (f->rows_pool) {
             if (rc != NGX_OK) {
@@ -680,6 +689,9 @@ ngx_http_agent_store_claim(ngx_cycle_t *cycle, ngx_uint_t behind,
         z->sh->writer = ngx_pid;
     }
 
+    f->inputs = z->sh->inputs;
+    f->input = acked;
+
     ngx_http_agent_zone_unlock(z);
 
     /* the audit's rows queued in this worker go with the batch */
@@ -778,11 +790,31 @@ ngx_http_agent_store_thread(void *data, ngx_log_t *log)
 {
     ngx_http_agent_flush_t *f = data;
 
-    f->rc = f->conf->store->write(&f->conf->path, f->events, f->nevents,
+    f->written = f->nevents;
+    f->rc = f->conf->store->write(&f->conf->path, f->events, &f->written,
                                   f->rows ? f->rows->elts : NULL,
-                                  f->rows ? f->rows->nelts : 0, log);
+                                  f->rows ? f->rows->nelts : 0,
+                                  ngx_http_agent_store_stop, f, log);
 
     ngx_http_agent_store_release(f);
+}
+
+
+/*
+ * An input came to wait for a write while the batch is being written: the
+ * batch ends with the conversation it has written (on the thread, between
+ * two conversations), so that the input's batch, next, need not wait for
+ * all of it: a batch of the backlog holds up to 256 events, some 4 ms
+ * under load.  What was not written stays dirty, in its place.  An
+ * input's own batch is short and goes whole.
+ */
+
+static ngx_uint_t
+ngx_http_agent_store_stop(void *data)
+{
+    ngx_http_agent_flush_t *f = data;
+
+    return !f->input && f->zone->sh->inputs != f->inputs;
 }
 
 
@@ -814,7 +846,8 @@ ngx_http_agent_store_done(ngx_event_t *ev)
     ngx_int_t  rc;
 
     ngx_http_agent_store_busy = 0;
-    ngx_http_agent_metrics_store(f->zone, f->nevents, f->rc);
+    ngx_http_agent_metrics_store(f->zone, f->written,
+                                 f->written < f->nevents, f->rc);
 
     if (f->rc != NGX_OK) {
         ngx_log_error(NGX_LOG_ERR, f->log, 0,
@@ -887,7 +920,7 @@ ngx_http_agent_store_written_locked(ngx_http_agent_flush_t *f)
             continue;
         }
 
-        if (f->rc == NGX_OK && last > conv->flushed) {
+        if (f->rc == NGX_OK && next <= f->written && last > conv->flushed) {
             conv->flushed = last;
         }
 
@@ -1049,6 +1082,9 @@ ngx_http_agent_store_ack_first(ngx_http_agent_zone_t *z, ngx_str_t *id,
 
         ngx_queue_remove(&conv->dirty);
         ngx_queue_insert_head(&z->sh->dirty, &conv->dirty);
+
+        /* a batch being written ends early (ngx_http_agent_store_stop) */
+        z->sh->inputs++;
     }
 
     ngx_http_agent_zone_unlock(z);

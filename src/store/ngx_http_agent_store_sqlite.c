@@ -30,8 +30,9 @@
 static ngx_int_t ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log);
 static ngx_int_t ngx_http_agent_sqlite_version(sqlite3 *db);
 static ngx_int_t ngx_http_agent_sqlite_write(ngx_str_t *path,
-    ngx_http_agent_store_event_t *ev, ngx_uint_t n,
-    ngx_http_agent_audit_row_t *rows, ngx_uint_t nrows, ngx_log_t *log);
+    ngx_http_agent_store_event_t *ev, ngx_uint_t *n,
+    ngx_http_agent_audit_row_t *rows, ngx_uint_t nrows,
+    ngx_http_agent_store_stop_pt stop, void *data, ngx_log_t *log);
 static ngx_int_t ngx_http_agent_sqlite_read(ngx_str_t *path,
     ngx_http_agent_store_read_t *rd, ngx_pool_t *pool, ngx_log_t *log);
 static ngx_int_t ngx_http_agent_sqlite_sweep(ngx_str_t *path, uint64_t now,
@@ -494,8 +495,8 @@ ngx_http_agent_sqlite_busy(void *data, int count)
 
 static ngx_int_t
 ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_event_t *ev,
-    ngx_uint_t n, ngx_http_agent_audit_row_t *rows, ngx_uint_t nrows,
-    ngx_log_t *log)
+    ngx_uint_t *n, ngx_http_agent_audit_row_t *rows, ngx_uint_t nrows,
+    ngx_http_agent_store_stop_pt stop, void *data, ngx_log_t *log)
 {
     sqlite3       *db;
     ngx_uint_t     i, last;
@@ -526,7 +527,7 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_event_t *ev,
 
     last = 0;
 
-    for (i = 0; i < n; i++) {
+    for (i = 0; i < *n; i++) {
 
         /* the conversation's row first: the trigger updates its state */
 
@@ -534,8 +535,15 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_event_t *ev,
             || ngx_memcmp(ev[i].conv.data, ev[i - 1].conv.data,
                           ev[i].conv.len) != 0)
         {
+            /* the batch ends with whole conversations */
+
+            if (i && stop && stop(data)) {
+                *n = i;
+                break;
+            }
+
             for (last = i;
-                 last + 1 < n && ev[last + 1].conv.len == ev[i].conv.len
+                 last + 1 < *n && ev[last + 1].conv.len == ev[i].conv.len
                  && ngx_memcmp(ev[last + 1].conv.data, ev[i].conv.data,
                                ev[i].conv.len) == 0;
                  last++)

@@ -292,8 +292,7 @@ ngx_http_agent_hook_timeout(ngx_event_t *ev)
         ngx_http_agent_tools_abort(ctx->sub.sr);
     }
 
-    t->event.handler = ngx_http_agent_hook_done;
-    ngx_post_event(&t->event, &ngx_posted_events);
+    ngx_http_agent_turn_post(t, ngx_http_agent_hook_done);
 }
 
 

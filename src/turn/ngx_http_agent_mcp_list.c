@@ -281,8 +281,7 @@ next:
 
     /* the step that asked, from its start: other lists may be due too */
 
-    t->event.handler = tm->then;
-    ngx_post_event(&t->event, &ngx_posted_events);
+    ngx_http_agent_turn_post(t, tm->then);
 }
 
 

@@ -979,6 +979,5 @@ ngx_http_agent_turn_history_read(ngx_http_agent_store_read_t *rd,
 
 next:
 
-    t->event.handler = ngx_http_agent_turn_model_call;
-    ngx_post_event(&t->event, &ngx_posted_events);
+    ngx_http_agent_turn_post(t, ngx_http_agent_turn_model_call);
 }

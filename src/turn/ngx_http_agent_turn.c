@@ -14,6 +14,7 @@
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_turn_metrics.h"
+#include "ngx_http_agent_metrics.h"
 #include "ngx_http_agent_revive.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_provider.h"
@@ -42,6 +43,8 @@ static void ngx_http_agent_turn_call_done(ngx_event_t *ev);
 static void ngx_http_agent_turn_deadline(ngx_event_t *ev);
 static ngx_uint_t ngx_http_agent_turn_log_grew(ngx_http_agent_turn_t *t);
 static ngx_int_t ngx_http_agent_turn_store_busy(ngx_http_agent_turn_t *t);
+static ngx_uint_t ngx_http_agent_turn_pass_spent(void);
+static void ngx_http_agent_turn_later(ngx_event_t *ev);
 static u_char *ngx_http_agent_turn_log_error(ngx_log_t *log, u_char *buf,
     size_t len);
 
@@ -49,6 +52,9 @@ static u_char *ngx_http_agent_turn_log_error(ngx_log_t *log, u_char *buf,
 /* a history read the store's pool refused: tried again so often, ms */
 #define NGX_HTTP_AGENT_TURN_BUSY_WAIT   50
 #define NGX_HTTP_AGENT_TURN_BUSY_TRIES  100
+
+/* a pass of the event loop that has run so long leaves steps to the next */
+#define NGX_HTTP_AGENT_TURN_PASS        2
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
@@ -59,6 +65,13 @@ static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 
 /* the turns this worker runs, for a cancel to find */
 static ngx_queue_t  ngx_http_agent_turns;
+
+/*
+ * The steps left to the event loop's next passes, in the order they were
+ * posted, and the event that runs them (ngx_http_agent_turn_post()).
+ */
+static ngx_queue_t  ngx_http_agent_turn_steps;
+static ngx_event_t  ngx_http_agent_turn_stepper;
 
 
 ngx_int_t
@@ -310,7 +323,7 @@ ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
     t->event.data = t;
     t->event.log = &t->log;
 
-    ngx_post_event(&t->event, &ngx_posted_events);
+    ngx_http_agent_turn_post(t, t->event.handler);
 
     return NGX_OK;
 }
@@ -466,8 +479,7 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
 
         if (rc == NGX_OK) {
             /* the history this worker kept has it: started again at once */
-            t->event.handler = ngx_http_agent_turn_model_call;
-            ngx_post_event(&t->event, &ngx_posted_events);
+            ngx_http_agent_turn_post(t, ngx_http_agent_turn_model_call);
             return;
         }
 
@@ -700,10 +712,109 @@ ngx_int_t
 ngx_http_agent_turn_sub_ended(ngx_http_agent_turn_t *t,
     ngx_event_handler_pt handler, ngx_int_t rc)
 {
-    t->event.handler = handler;
-    ngx_post_event(&t->event, &ngx_posted_events);
+    ngx_http_agent_turn_post(t, handler);
 
     return ngx_http_agent_detached_rc(rc);
+}
+
+
+/*
+ * A turn goes on in handler from a posted event.  The event loop runs
+ * every posted event in the pass that posted it, and a pass that comes
+ * to many turns at once (their model calls answered together, each with
+ * its tool calls) would keep a request that came meanwhile, or a batch
+ * the store has written, waiting for all of them.  So once the pass has
+ * run NGX_HTTP_AGENT_TURN_PASS ms, a step is left to the passes after
+ * it: a queue in the order the steps were posted, run by one event on
+ * ngx_posted_next_events, which also stops once the pass has run that
+ * long (after one step at least, so that every pass makes progress).  A
+ * step posted while others wait goes behind them.
+ *
+ * The step is still a posted event, on the queue of its own:
+ * ngx_delete_posted_event() takes it off as it would any other.
+ */
+
+void
+ngx_http_agent_turn_post(ngx_http_agent_turn_t *t,
+    ngx_event_handler_pt handler)
+{
+    t->event.handler = handler;
+
+    if (ngx_http_agent_turn_steps.next == NULL) {
+        ngx_queue_init(&ngx_http_agent_turn_steps);
+        ngx_http_agent_turn_stepper.handler = ngx_http_agent_turn_later;
+        ngx_http_agent_turn_stepper.log = ngx_cycle->log;
+    }
+
+    if (ngx_queue_empty(&ngx_http_agent_turn_steps)
+        && !ngx_http_agent_turn_pass_spent())
+    {
+        ngx_post_event(&t->event, &ngx_posted_events);
+        return;
+    }
+
+    if (!t->event.posted) {
+        ngx_http_agent_metrics_step_later(t->zone);
+    }
+
+    ngx_post_event(&t->event, &ngx_http_agent_turn_steps);
+    ngx_post_event(&ngx_http_agent_turn_stepper, &ngx_posted_next_events);
+}
+
+
+static void
+ngx_http_agent_turn_later(ngx_event_t *ev)
+{
+    ngx_uint_t    n;
+    ngx_queue_t  *q;
+    ngx_event_t  *step;
+
+    for (n = 0; !ngx_queue_empty(&ngx_http_agent_turn_steps); n++) {
+
+        if (n && ngx_http_agent_turn_pass_spent()) {
+            ngx_post_event(ev, &ngx_posted_next_events);
+            return;
+        }
+
+        q = ngx_queue_head(&ngx_http_agent_turn_steps);
+        step = ngx_queue_data(q, ngx_event_t, queue);
+
+        ngx_delete_posted_event(step);
+        step->handler(step);
+    }
+}
+
+
+/*
+ * The pass began when epoll_wait() returned, which is when nginx took
+ * ngx_current_msec (with timer_resolution, it takes it only on its
+ * timer: no step is left then).
+ */
+
+static ngx_uint_t
+ngx_http_agent_turn_pass_spent(void)
+{
+#if (NGX_HAVE_CLOCK_MONOTONIC)
+    ngx_msec_t        now;
+    struct timespec   ts;
+    ngx_core_conf_t  *ccf;
+
+    ccf = (ngx_core_conf_t *) ngx_get_conf(ngx_cycle->conf_ctx,
+                                           ngx_core_module);
+
+    if (ccf->timer_resolution) {
+        return 0;
+    }
+
+    (void) clock_gettime(CLOCK_MONOTONIC, &ts);
+
+    now = (ngx_msec_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+
+    return (ngx_msec_int_t) (now - ngx_current_msec)
+           >= NGX_HTTP_AGENT_TURN_PASS;
+#else
+    return 0;
+#endif
 }
 
 
@@ -733,8 +844,7 @@ ngx_http_agent_turn_deadline(ngx_event_t *ev)
     ngx_http_agent_tools_abort(t->sub.sr);
     t->sub.sr = NULL;
 
-    t->event.handler = ngx_http_agent_turn_call_done;
-    ngx_post_event(&t->event, &ngx_posted_events);
+    ngx_http_agent_turn_post(t, ngx_http_agent_turn_call_done);
 }
 
 
@@ -905,8 +1015,7 @@ ngx_http_agent_turn_replied(ngx_http_agent_turn_t *t)
 void
 ngx_http_agent_turn_tools_done(ngx_http_agent_turn_t *t)
 {
-    t->event.handler = ngx_http_agent_turn_resume;
-    ngx_post_event(&t->event, &ngx_posted_events);
+    ngx_http_agent_turn_post(t, ngx_http_agent_turn_resume);
 }
 
 
@@ -940,8 +1049,7 @@ ngx_http_agent_turn_batch_done(ngx_event_t *ev)
                        "agent turn \"%V\": resolved meanwhile, the batch "
                        "is read again", &t->id);
 
-        t->event.handler = ngx_http_agent_turn_resume;
-        ngx_post_event(&t->event, &ngx_posted_events);
+        ngx_http_agent_turn_post(t, ngx_http_agent_turn_resume);
         return;
     }
 

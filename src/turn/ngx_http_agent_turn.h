@@ -185,6 +185,10 @@ ngx_int_t ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t,
     ngx_keyval_t *headers, ngx_uint_t nheaders,
     ngx_http_post_subrequest_pt handler, void *data);
 
+/* the turn goes on in handler, in this pass of the event loop or later */
+void ngx_http_agent_turn_post(ngx_http_agent_turn_t *t,
+    ngx_event_handler_pt handler);
+
 /* a subrequest of the turn ended: the turn goes on in handler */
 ngx_int_t ngx_http_agent_turn_sub_ended(ngx_http_agent_turn_t *t,
     ngx_event_handler_pt handler, ngx_int_t rc);

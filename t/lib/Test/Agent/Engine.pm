@@ -22,7 +22,9 @@ use Test::Agent::HTTP;
 our @EXPORT = qw(engine_conf send_message send_message_later inspect
                  wait_state wait_pending
                  log_types events_request resolve cancel owner_request
-                 $ECHO_TOOL $ECHO_LOCATION $WORKERS_SERVER);
+                 metric echo_calls
+                 $ECHO_TOOL $ECHO_LOCATION $METRICS_LOCATION
+                 $WORKERS_SERVER);
 
 # a server tool "echo" (for tools), and its location (for server), which
 # answers {"args": the arguments it got}
@@ -40,6 +42,22 @@ our $ECHO_LOCATION = <<'EOF';
             internal;
             default_type application/json;
             return 200 '{"args":$request_body}';
+        }
+EOF
+
+# a reply's tool calls: n calls of echo with no arguments, c1 to cn
+
+sub echo_calls {
+    my ($n) = @_;
+    return [ map { { id => "c$_", name => 'echo', arguments => '{}' } }
+             1 .. $n ];
+}
+
+# for server: agent_metrics at /metrics
+
+our $METRICS_LOCATION = <<'EOF';
+        location = /metrics {
+            agent_metrics;
         }
 EOF
 
@@ -278,6 +296,21 @@ sub events_request {
     my $req = "GET /c/$cid/events HTTP/1.1\r\nHost: localhost\r\n";
     $req .= "$_: $headers{$_}\r\n" for sort keys %headers;
     return $req . "\r\n";
+}
+
+# a series of agent_metrics on port 8080 (/metrics), its labelled series
+# summed; -1 if there is none
+
+sub metric {
+    my ($t, $name) = @_;
+
+    my $r = http_get('/metrics', port => $t->port(8080));
+    my @v = ($r && $r->{body} // '') =~ /^\Q$name\E(?:\{[^}]*\})? (\d+)$/mg;
+
+    my $sum = 0;
+    $sum += $_ for @v;
+
+    return @v ? $sum : -1;
 }
 
 1;

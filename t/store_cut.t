@@ -1,0 +1,144 @@
+#!/usr/bin/perl
+
+# A batch of the backlog ends early for an input: an input that comes
+# while a batch is being written waits only for the conversation the
+# batch is writing, not for the whole batch.
+#
+# Two turns of 64 tool calls each record their 262 events while the
+# database is locked by another process; with flush=1s they wait, then
+# one batch takes 256 of them (one conversation's whole, the other's
+# start) and waits for the lock.  A message to a new conversation comes
+# meanwhile.  Once the lock goes, the batch writes the first
+# conversation, ends there, and the message's user_msg is written next:
+# before any of the second conversation's events (a trigger of the
+# test's records the order of the rows).  Written whole, the batch would
+# put 125 of them first.  Then everything is written, each log whole.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use Time::HiRes qw(sleep);
+
+use Test::Agent;
+use Test::Agent::HTTP;
+use Test::Agent::Engine;
+use Test::Agent::MockProvider;
+use Test::Agent::Store;
+
+plan(skip_all => 'no sqlite3 command') unless Test::Agent::Store->available;
+
+my $calls = 64;
+
+my $mock = Test::Agent::MockProvider->new(default => sub {
+    my ($req) = @_;
+    my $msgs = $req->{json}{messages} || [];
+    my $last = $msgs->[-1] || {};
+
+    return { text => 'done' } if $last->{role} eq 'tool';
+    return { text => 'noted' } if ($last->{content} // '') eq 'urgent';
+
+    # held after its first event until the database is locked
+    return { pause_after => 1,
+             tool_calls => echo_calls($calls) };
+});
+
+my $t = Test::Agent->new;
+my $path = $t->testdir . '/agent.db';
+my $db = Test::Agent::Store->new($path);
+
+$t->write_file_expand('nginx.conf', engine_conf($mock, workers => 1,
+    zone => '32m', http => "agent_store $path flush=1s;",
+    tools => $ECHO_TOOL, agent => 'tools echo;',
+    server => $ECHO_LOCATION . $METRICS_LOCATION));
+$t->run;
+
+
+# the order in which rows go into the events table
+$db->sql('CREATE TABLE written (n INTEGER PRIMARY KEY, conversation TEXT,'
+         . ' seq INTEGER); CREATE TRIGGER written_order AFTER INSERT ON'
+         . ' events BEGIN INSERT INTO written (conversation, seq) VALUES'
+         . ' (new.conversation, new.seq); END;');
+
+is(send_message($t, $_, 'question')->{status}, 202, "$_: acknowledged")
+    for qw(w1 w2);
+
+ok($mock->wait_paused($_, 10), "the model's reply to w" . ($_ + 1)
+   . ' under way') for 0, 1;
+
+is(metric($t, 'agent_store_lag_events'), 0, 'nothing waits for the store');
+
+ok($db->lock, 'the database is locked by another process');
+
+$mock->release;
+
+wait_state($t, $_, 'idle', 30) for qw(w1 w2);
+
+my $events = 2 * (2 * $calls + 3);
+
+is(metric($t, 'agent_store_lag_events'), $events,
+   "the two turns' $events events wait for the store");
+
+# flush=1s has passed since the first of them: a batch took 256
+sleep 1.5;
+
+my $urgent = send_message_later($t, 'u1', 'urgent');
+
+sleep 0.3;
+
+is(metric($t, 'agent_store_batches_cut_total'), 0, 'no batch cut yet');
+
+$db->unlock;
+
+is(http_status($urgent, 15), 202, 'the message is acknowledged');
+
+is(metric($t, 'agent_store_batches_cut_total'), 1,
+   'the batch ended early, once');
+
+my $u = $db->sql("SELECT n FROM written WHERE conversation = 'u1'"
+                 . ' AND seq = 1');
+
+like($u, qr/^\d+$/, 'its user_msg is written');
+
+# the two turns' user_msgs were written before the lock
+
+my %before = map { split /\|/ } split /\n/,
+    $db->sql("SELECT conversation, count(*) FROM written WHERE n < $u"
+             . ' AND seq > 1 GROUP BY conversation');
+
+is(scalar(keys %before), 1, 'before it, one turn\'s events');
+
+my ($first) = keys %before;
+my ($second) = grep { $_ ne ($first // '') } qw(w1 w2);
+
+is($before{$first}, 2 * $calls + 3, "$first\'s, whole");
+
+is($db->sql("SELECT count(*) FROM written WHERE conversation = '$second'"
+            . " AND n < $u AND seq > 1"), 0, "none of $second\'s");
+
+my $all = 2 * (2 * $calls + 4) + 3;
+
+is($db->wait_sql('SELECT count(*) FROM events', qr/^$all$/, 30), $all,
+   'then every event is written');
+
+is($db->sql('SELECT count(*) FROM (SELECT conversation, count(*) AS n,'
+            . ' max(seq) AS m FROM events GROUP BY conversation'
+            . ' HAVING n = m)'), 3,
+   'each conversation\'s log from seq 1, with no gap');
+
+is($db->sql("SELECT count(*) FROM conversations WHERE state = 'idle'"), 3,
+   'every conversation at rest in SQLite');
+
+is(metric($t, 'agent_store_lag_events'), 0, 'nothing waits for the store');
+is(metric($t, 'agent_store_errors_total'), 0, 'no batch failed');
+
+$t->stop;
+$mock->stop;
+
+unlike($t->read_file('error.log'), qr/\[(alert|emerg)\]/,
+       'no alert in error.log');
+
+done_testing;

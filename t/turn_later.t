@@ -1,0 +1,111 @@
+#!/usr/bin/perl
+
+# A pass of the event loop that has run 2 ms leaves the turns' next steps
+# to the passes after it.  Forty turns of 64 tool calls each run at once
+# in one worker, their model calls answered together, so that passes
+# come to many of them at once; some are cancelled while they run.
+# Steps are left to later passes (agent_turn_steps_later_total), and
+# every turn still ends: each log whole and in order in the store, the
+# cancelled ones at rest too.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use Time::HiRes qw(sleep);
+
+use Test::Agent;
+use Test::Agent::HTTP;
+use Test::Agent::Engine;
+use Test::Agent::MockProvider;
+use Test::Agent::Store;
+
+plan(skip_all => 'no sqlite3 command') unless Test::Agent::Store->available;
+
+my $convs = 40;
+my $calls = 64;
+
+my $mock = Test::Agent::MockProvider->new(default => sub {
+    my ($req) = @_;
+    my $msgs = $req->{json}{messages} || [];
+    my $last = $msgs->[-1] || {};
+
+    return { text => 'done' } if $last->{role} eq 'tool';
+
+    # held after their first event, then let go together
+    return { pause_after => 1,
+             tool_calls => echo_calls($calls) };
+});
+
+my $t = Test::Agent->new;
+my $path = $t->testdir . '/agent.db';
+my $db = Test::Agent::Store->new($path);
+
+$t->write_file_expand('nginx.conf', engine_conf($mock, workers => 1,
+    zone => '64m', http => "agent_store $path;", tools => $ECHO_TOOL,
+    agent => 'tools echo;', server => $ECHO_LOCATION . $METRICS_LOCATION));
+$t->run;
+
+
+is(metric($t, 'agent_turn_steps_later_total'), 0, 'no step left yet');
+
+my @sent = map { send_message_later($t, "w$_", "question $_") } 1 .. $convs;
+
+is(http_status($_, 30), 202, 'a message acknowledged') for @sent;
+
+ok($mock->wait_paused($convs - 1, 30), 'every model call under way');
+
+$mock->release;
+
+# cancelled while they run, wherever their steps are
+my @cancelled = map { "w$_" } grep { $_ % 8 == 0 } 1 .. $convs;
+
+is(cancel($t, $_)->{status}, 200, "$_: cancel answered") for @cancelled;
+
+is(wait_state($t, "w$_", 'idle', 60)->{state}, 'idle', "w$_: at rest")
+    for 1 .. $convs;
+
+my $later = metric($t, 'agent_turn_steps_later_total');
+
+cmp_ok($later, '>', 0,
+       "steps were left to later passes ($later)");
+
+my %cancelled = map { $_ => 1 } @cancelled;
+my @whole = grep { !$cancelled{$_} } map { "w$_" } 1 .. $convs;
+my $ids = join ',', map { "'$_'" } @whole;
+
+$db->wait_sql('SELECT count(*) FROM conversations WHERE state = \'idle\'',
+              qr/^$convs$/, 30);
+
+is($db->sql("SELECT count(*) FROM events WHERE conversation IN ($ids)"),
+   @whole * (2 * $calls + 4), 'the turns not cancelled: every event');
+
+is($db->sql('SELECT count(*) FROM (SELECT conversation, count(*) AS n,'
+            . ' max(seq) AS m FROM events GROUP BY conversation'
+            . ' HAVING n = m)'), $convs,
+   'each conversation\'s log from seq 1, with no gap');
+
+# in each log: the calls, then their results, then the answer
+
+my $order = $db->sql('SELECT count(*) FROM (SELECT conversation,'
+    . " group_concat(type, ' ') AS types FROM (SELECT * FROM events"
+    . " WHERE conversation IN ($ids) ORDER BY conversation, seq)"
+    . ' GROUP BY conversation) WHERE types = '
+    . "'user_msg assistant_msg" . (' tool_call' x $calls)
+    . (' tool_result' x $calls) . " assistant_msg turn_completed'");
+
+is($order, scalar @whole, 'each log in the order of its turn');
+
+is($db->sql("SELECT count(*) FROM conversations WHERE state = 'idle'"),
+   $convs, 'every conversation at rest in SQLite');
+
+$t->stop;
+$mock->stop;
+
+unlike($t->read_file('error.log'), qr/\[(alert|emerg|crit)\]/,
+       'no alert in error.log');
+
+done_testing;
