@@ -77,7 +77,9 @@ static ngx_http_agent_flush_t *ngx_http_agent_store_claim(
 static ngx_uint_t ngx_http_agent_store_collect_locked(
     ngx_http_agent_flush_t *f, ngx_http_agent_conv_t *conv, uint64_t upto);
 static void ngx_http_agent_store_thread(void *data, ngx_log_t *log);
-static ngx_uint_t ngx_http_agent_store_stop(void *data);
+static void ngx_http_agent_store_write(ngx_http_agent_flush_t *f,
+    ngx_uint_t (*waits)(void *data), ngx_log_t *log);
+static ngx_uint_t ngx_http_agent_store_waits(void *data);
 static void ngx_http_agent_store_release(ngx_http_agent_flush_t *f);
 static void ngx_http_agent_store_done(ngx_event_t *ev);
 static void ngx_http_agent_store_kick_now(void);
@@ -399,12 +401,7 @@ ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle)
         ngx_time_update();
 
         if (ngx_current_msec - start < NGX_HTTP_AGENT_STORE_EXIT_WAIT) {
-            f->written = f->nevents;
-            f->rc = f->conf->store->write(&f->conf->path, f->events,
-                                          &f->written,
-                                          f->rows ? f->rows->elts : NULL,
-                                          f->rows ? f->rows->nelts : 0,
-                                          NULL, NULL, f->log);
+            ngx_http_agent_store_write(f, NULL, f->log);
 
             ngx_http_agent_metrics_store(f->zone, f->written, 0, f->rc);
 
@@ -790,31 +787,47 @@ ngx_http_agent_store_thread(void *data, ngx_log_t *log)
 {
     ngx_http_agent_flush_t *f = data;
 
-    f->written = f->nevents;
-    f->rc = f->conf->store->write(&f->conf->path, f->events, &f->written,
-                                  f->rows ? f->rows->elts : NULL,
-                                  f->rows ? f->rows->nelts : 0,
-                                  ngx_http_agent_store_stop, f, log);
+    ngx_http_agent_store_write(f, ngx_http_agent_store_waits, log);
 
     ngx_http_agent_store_release(f);
 }
 
 
+static void
+ngx_http_agent_store_write(ngx_http_agent_flush_t *f,
+    ngx_uint_t (*waits)(void *data), ngx_log_t *log)
+{
+    ngx_http_agent_store_batch_t  b;
+
+    b.events = f->events;
+    b.nevents = f->nevents;
+    b.rows = f->rows ? f->rows->elts : NULL;
+    b.nrows = f->rows ? f->rows->nelts : 0;
+    b.waits = waits;
+    b.data = f;
+    b.input = f->input;
+
+    f->rc = f->conf->store->write(&f->conf->path, &b, log);
+    f->written = b.nevents;
+}
+
+
 /*
- * An input came to wait for a write while the batch is being written: the
- * batch ends with the conversation it has written (on the thread, between
- * two conversations), so that the input's batch, next, need not wait for
- * all of it: a batch of the backlog holds up to 256 events, some 4 ms
- * under load.  What was not written stays dirty, in its place.  An
- * input's own batch is short and goes whole.
+ * An input came to wait for a write while the batch is being written: a
+ * batch of the backlog ends with the conversation it has written (on the
+ * thread, between two conversations), so that the input's batch, next,
+ * need not wait for all of it: such a batch holds up to 256 events, some
+ * 4 ms under load.  What was not written stays dirty, in its place.  An
+ * input's own batch is short and goes whole.  Either way the WAL's
+ * checkpoint waits for a batch no input waits for.
  */
 
 static ngx_uint_t
-ngx_http_agent_store_stop(void *data)
+ngx_http_agent_store_waits(void *data)
 {
     ngx_http_agent_flush_t *f = data;
 
-    return !f->input && f->zone->sh->inputs != f->inputs;
+    return f->zone->sh->inputs != f->inputs;
 }
 
 
@@ -1083,7 +1096,7 @@ ngx_http_agent_store_ack_first(ngx_http_agent_zone_t *z, ngx_str_t *id,
         ngx_queue_remove(&conv->dirty);
         ngx_queue_insert_head(&z->sh->dirty, &conv->dirty);
 
-        /* a batch being written ends early (ngx_http_agent_store_stop) */
+        /* a batch being written ends early (ngx_http_agent_store_waits) */
         z->sh->inputs++;
     }
 

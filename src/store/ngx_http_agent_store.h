@@ -81,24 +81,33 @@ typedef struct {
  * loop.  A PostgreSQL store is another struct like this one.
  */
 
-typedef ngx_uint_t (*ngx_http_agent_store_stop_pt)(void *data);
+/*
+ * A batch to write: the events, and the audit's rows queued meanwhile,
+ * in one transaction.  waits(data): an input has come to wait for the
+ * store since the batch was taken.  A batch that is not an input's then
+ * ends with the conversation it has written (nevents says how many were
+ * written); after a batch that is an input's, or while an input waits,
+ * the WAL's checkpoint waits for a later batch.
+ */
+
+typedef struct {
+    ngx_http_agent_store_event_t *events;
+    ngx_uint_t                    nevents;
+    ngx_http_agent_audit_row_t   *rows;
+    ngx_uint_t                    nrows;
+
+    ngx_uint_t                  (*waits)(void *data);
+    void                         *data;
+    ngx_uint_t                    input;
+} ngx_http_agent_store_batch_t;
 
 
 typedef struct {
     ngx_str_t                     name;
     ngx_int_t                   (*open)(ngx_str_t *path, ngx_log_t *log);
-    /*
-     * and the audit's rows queued meanwhile, in the same transaction;
-     * *n events, or the conversations before the first for which
-     * stop(data) says to end the batch: *n is then how many were written
-     */
     ngx_int_t                   (*write)(ngx_str_t *path,
-                                         ngx_http_agent_store_event_t *ev,
-                                         ngx_uint_t *n,
-                                         ngx_http_agent_audit_row_t *rows,
-                                         ngx_uint_t nrows,
-                                         ngx_http_agent_store_stop_pt stop,
-                                         void *data, ngx_log_t *log);
+                                         ngx_http_agent_store_batch_t *b,
+                                         ngx_log_t *log);
     /* on a thread of the pool, into pool */
     ngx_int_t                   (*read)(ngx_str_t *path,
                                         ngx_http_agent_store_read_t *rd,

@@ -1,0 +1,72 @@
+#!/usr/bin/perl
+
+# The WAL's checkpoint is the writer's own (after a batch no input waits
+# for): it still comes.  Sixty turns of 64 tool calls each write some
+# 2,400 pages to the WAL; checkpointed at 1,000, the WAL stays under
+# 2,000 pages and the database file holds the log.  Without a
+# checkpoint the WAL holds it all (9.7 MB) and the database 60 KB.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use Time::HiRes qw(sleep);
+
+use Test::Agent;
+use Test::Agent::HTTP;
+use Test::Agent::Engine;
+use Test::Agent::MockProvider;
+use Test::Agent::Store;
+
+plan(skip_all => 'no sqlite3 command') unless Test::Agent::Store->available;
+
+my $convs = 60;
+my $calls = 64;
+
+my $mock = Test::Agent::MockProvider->new(default => sub {
+    my ($req) = @_;
+    my $last = $req->{json}{messages}[-1] || {};
+
+    return { text => 'done' } if $last->{role} eq 'tool';
+    return { tool_calls => echo_calls($calls) };
+});
+
+my $t = Test::Agent->new;
+my $path = $t->testdir . '/agent.db';
+my $db = Test::Agent::Store->new($path);
+
+$t->write_file_expand('nginx.conf', engine_conf($mock, workers => 1,
+    zone => '64m', http => "agent_store $path;", tools => $ECHO_TOOL,
+    agent => 'tools echo;', server => $ECHO_LOCATION . $METRICS_LOCATION));
+$t->run;
+
+for my $i (1 .. $convs) {
+    is(send_message($t, "w$i", 'question')->{status}, 202,
+       "w$i: acknowledged");
+}
+
+is(wait_state($t, "w$_", 'idle', 60)->{state}, 'idle', "w$_: at rest")
+    for 1 .. $convs;
+
+my $events = $convs * (2 * $calls + 4);
+
+$db->wait_sql('SELECT count(*) FROM events', qr/^$events$/, 30);
+
+is(metric($t, 'agent_store_lag_events'), 0, 'everything is written');
+
+my $page = $db->sql('PRAGMA page_size');
+my $wal = -s "$path-wal";
+
+cmp_ok($wal, '<', 2000 * $page, "the WAL is under 2,000 pages ($wal bytes)");
+cmp_ok(-s $path, '>', 256 * $page, 'the database file holds the log');
+
+$t->stop;
+$mock->stop;
+
+unlike($t->read_file('error.log'), qr/\[(alert|emerg|crit)\]/,
+       'no alert in error.log');
+
+done_testing;
