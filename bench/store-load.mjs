@@ -3,7 +3,7 @@
 // acknowledged inputs in a second one.  No packages: Node's own http.
 //
 //   node store-load.mjs load NGINX_PORT MOCK_PORT SECONDS CONVERSATIONS
-//                            CALLS ACK_RATE WARMUP BACKLOG
+//                            CALLS ACK_RATE WARMUP BACKLOG [TURN_RATE]
 //   node store-load.mjs fill NGINX_PORT MOCK_PORT SECONDS CONVERSATIONS
 //                            CALLS BACKLOG
 //
@@ -20,6 +20,8 @@
 // messages a second to new conversations, on a fixed schedule whatever
 // the answers, and times each POST to its 202.  Every second the store's
 // counters are read from /metrics.  The result is one line of JSON.
+// With TURN_RATE, the clients start at most that many turns a second
+// between them, evenly spaced: a load below what the machine can run.
 //
 // fill: the same turns for SECONDS, but no client waits for its 202 (the
 // store is locked by another process meanwhile); then the store's
@@ -204,9 +206,26 @@ async function ack(port, rate, seconds) {
 // more than BACKLOG events wait; with wait, a client waits for its 202
 // (a refusal counted in refused) before it waits for the turn's end
 
-function turns(port, conversations, backlog, wait) {
+function turns(port, conversations, backlog, wait, rate) {
     const run = { running: true, turns: 0, refused: {} };
     let full = false;
+    let next = Date.now();
+
+    // with rate, a turn's start waits for its slot
+    const slot = async () => {
+        if (!rate) {
+            return;
+        }
+
+        const now = Date.now();
+        const at = Math.max(now, next);
+
+        next = at + 1000 / rate;
+
+        if (at > now) {
+            await sleep(at - now);
+        }
+    };
 
     const watch = (async () => {
         while (run.running) {
@@ -222,6 +241,8 @@ function turns(port, conversations, backlog, wait) {
             while (full && run.running) {
                 await sleep(5);
             }
+
+            await slot();
 
             const done = new Promise((r) => waiting.set(cid, r));
             const post = request(port, 'POST', `/c/${cid}/messages`,
@@ -257,10 +278,10 @@ function turns(port, conversations, backlog, wait) {
 
 async function load(a) {
     const [port, mport, seconds, conversations, calls, rate, warmup,
-           backlog] = a.map(Number);
+           backlog, turnRate] = a.map(Number);
     const server = await mock(mport, calls);
     const samples = [];
-    const run = turns(port, conversations, backlog, true);
+    const run = turns(port, conversations, backlog, true, turnRate || 0);
 
     await sleep(warmup * 1000);
 
@@ -327,7 +348,7 @@ async function fill(a) {
     const [port, mport, seconds, conversations, calls, backlog] =
         a.map(Number);
     const server = await mock(mport, calls);
-    const run = turns(port, conversations, backlog, false);
+    const run = turns(port, conversations, backlog, false, 0);
 
     await sleep(seconds * 1000);
     await run.stop();

@@ -14,7 +14,9 @@
 #                          [acknowledged messages a second] [backlog]
 #
 # STORE_FLUSH="off 10ms" (the default) names the flush= of each run under
-# load (empty: none, the writer alone only); NODE the node binary.
+# load (empty: none, the writer alone only); STORE_TURNS, turns started a
+# second at most (a load below the machine's; default: as fast as it
+# goes); NODE the node binary.
 
 use strict;
 use warnings;
@@ -209,8 +211,10 @@ sub throughput {
 
     printf "%d s after 5 s of warm-up, %d turns at a time, %d tool calls"
         . " a turn (%d events), %d acknowledged messages a second, no"
-        . " turn started while %d events wait\n",
-        $seconds, $convs, $calls, 2 * $calls + 4, $acks, $backlog;
+        . " turn started while %d events wait%s\n",
+        $seconds, $convs, $calls, 2 * $calls + 4, $acks, $backlog,
+        $ENV{STORE_TURNS} ? ", at most $ENV{STORE_TURNS} turns a second"
+                          : '';
 
     # STORE_FLUSH="off 10ms": the flush= of each run
     for my $flush (map { $_ eq 'off' ? '' : "flush=$_" }
@@ -224,7 +228,7 @@ sub throughput {
         my $start = time;
 
         my $r = node('load', $t->port(8080), $mport, $seconds, $convs,
-                     $calls, $acks, 5, $backlog);
+                     $calls, $acks, 5, $backlog, $ENV{STORE_TURNS} // 0);
 
         my $wall = time - $start;
         my $load1 = loadavg();

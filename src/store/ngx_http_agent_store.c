@@ -55,7 +55,7 @@ typedef struct {
     /* of the events, those written: the batch may end early */
     ngx_uint_t                    written;
 
-    /* the zone's count of inputs when the batch was claimed, see stop */
+    /* the zone's count of inputs when the batch was claimed, see waits */
     ngx_atomic_uint_t             inputs;
     ngx_uint_t                    input;      /* the batch is an input's */
 
