@@ -102,6 +102,38 @@ is($order, scalar @whole, 'each log in the order of its turn');
 is($db->sql("SELECT count(*) FROM conversations WHERE state = 'idle'"),
    $convs, 'every conversation at rest in SQLite');
 
+# A reload while steps wait: the old worker exits once it has no timer
+# left, and posted events are not timers; it still runs its turns to
+# their end, and the new worker takes none over.
+
+my $first = @{$mock->requests};
+my $steps = metric($t, 'agent_turn_steps_later_total');
+
+@sent = map { send_message_later($t, "r$_", "again $_") } 1 .. $convs;
+
+is(http_status($_, 30), 202, 'a message acknowledged') for @sent;
+
+ok($mock->wait_paused($first + $convs - 1, 30),
+   'every model call under way again');
+
+$mock->release;
+
+ok($t->reload, 'reloaded while the turns run');
+
+is(wait_state($t, "r$_", 'idle', 60)->{state}, 'idle', "r$_: at rest")
+    for 1 .. $convs;
+
+cmp_ok(metric($t, 'agent_turn_steps_later_total'), '>', $steps,
+       'steps were left to later passes again');
+
+is(metric($t, 'agent_takeovers_total'), 0, 'no turn taken over');
+
+$ids = join ',', map { "'r$_'" } 1 .. $convs;
+
+is($db->wait_sql("SELECT count(*) FROM events WHERE conversation IN ($ids)",
+                 qr/^@{[ $convs * (2 * $calls + 4) ]}$/, 30),
+   $convs * (2 * $calls + 4), 'every turn whole');
+
 $t->stop;
 $mock->stop;
 

@@ -56,6 +56,9 @@ static u_char *ngx_http_agent_turn_log_error(ngx_log_t *log, u_char *buf,
 /* a pass of the event loop that has run so long leaves steps to the next */
 #define NGX_HTTP_AGENT_TURN_PASS        2
 
+/* the timer that holds a worker shutting down while steps wait, ms */
+#define NGX_HTTP_AGENT_TURN_STEPS_HOLD  1000
+
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
 static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
@@ -731,7 +734,10 @@ ngx_http_agent_turn_sub_ended(ngx_http_agent_turn_t *t,
  * step posted while others wait goes behind them.
  *
  * The step is still a posted event, on the queue of its own:
- * ngx_delete_posted_event() takes it off as it would any other.
+ * ngx_delete_posted_event() takes it off as it would any other.  While
+ * steps wait, the event that runs them has a timer too: a worker shutting
+ * down gracefully exits once no timer is left, and posted events are
+ * not timers.
  */
 
 void
@@ -759,6 +765,11 @@ ngx_http_agent_turn_post(ngx_http_agent_turn_t *t,
 
     ngx_post_event(&t->event, &ngx_http_agent_turn_steps);
     ngx_post_event(&ngx_http_agent_turn_stepper, &ngx_posted_next_events);
+
+    if (!ngx_http_agent_turn_stepper.timer_set) {
+        ngx_add_timer(&ngx_http_agent_turn_stepper,
+                      NGX_HTTP_AGENT_TURN_STEPS_HOLD);
+    }
 }
 
 
@@ -773,6 +784,11 @@ ngx_http_agent_turn_later(ngx_event_t *ev)
 
         if (n && ngx_http_agent_turn_pass_spent()) {
             ngx_post_event(ev, &ngx_posted_next_events);
+
+            if (!ev->timer_set) {
+                ngx_add_timer(ev, NGX_HTTP_AGENT_TURN_STEPS_HOLD);
+            }
+
             return;
         }
 
@@ -781,6 +797,10 @@ ngx_http_agent_turn_later(ngx_event_t *ev)
 
         ngx_delete_posted_event(step);
         step->handler(step);
+    }
+
+    if (ev->timer_set) {
+        ngx_del_timer(ev);
     }
 }
 
