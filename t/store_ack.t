@@ -40,14 +40,7 @@ my $mock = Test::Agent::MockProvider->new(default => sub {
     return { tool_calls => echo_calls($calls) };
 });
 
-my $t = Test::Agent->new;
-my $path = $t->testdir . '/agent.db';
-my $db = Test::Agent::Store->new($path);
-
-$t->write_file_expand('nginx.conf', engine_conf($mock, workers => 1,
-    zone => '32m', http => "agent_store $path;", tools => $ECHO_TOOL,
-    agent => 'tools echo;', server => $ECHO_LOCATION . $METRICS_LOCATION));
-$t->run;
+my ($t, $db) = store_engine($mock);
 
 
 ok($db->lock, 'the database is locked by another process');

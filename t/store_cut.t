@@ -46,15 +46,7 @@ my $mock = Test::Agent::MockProvider->new(default => sub {
              tool_calls => echo_calls($calls) };
 });
 
-my $t = Test::Agent->new;
-my $path = $t->testdir . '/agent.db';
-my $db = Test::Agent::Store->new($path);
-
-$t->write_file_expand('nginx.conf', engine_conf($mock, workers => 1,
-    zone => '32m', http => "agent_store $path flush=1s;",
-    tools => $ECHO_TOOL, agent => 'tools echo;',
-    server => $ECHO_LOCATION . $METRICS_LOCATION));
-$t->run;
+my ($t, $db) = store_engine($mock, store => 'flush=1s');
 
 
 # the order in which rows go into the events table

@@ -40,14 +40,7 @@ my $mock = Test::Agent::MockProvider->new(default => sub {
              tool_calls => echo_calls($calls) };
 });
 
-my $t = Test::Agent->new;
-my $path = $t->testdir . '/agent.db';
-my $db = Test::Agent::Store->new($path);
-
-$t->write_file_expand('nginx.conf', engine_conf($mock, workers => 1,
-    zone => '64m', http => "agent_store $path;", tools => $ECHO_TOOL,
-    agent => 'tools echo;', server => $ECHO_LOCATION . $METRICS_LOCATION));
-$t->run;
+my ($t, $db) = store_engine($mock, zone => '64m');
 
 
 is(metric($t, 'agent_turn_steps_later_total'), 0, 'no step left yet');

@@ -17,12 +17,14 @@ use Exporter qw(import);
 use JSON::PP;
 use Time::HiRes qw(time sleep);
 
+use Test::Agent;
 use Test::Agent::HTTP;
+use Test::Agent::Store;
 
 our @EXPORT = qw(engine_conf send_message send_message_later inspect
                  wait_state wait_pending
                  log_types events_request resolve cancel owner_request
-                 metric echo_calls
+                 metric echo_calls store_engine
                  $ECHO_TOOL $ECHO_LOCATION $METRICS_LOCATION
                  $WORKERS_SERVER);
 
@@ -311,6 +313,26 @@ sub metric {
     $sum += $_ for @v;
 
     return @v ? $sum : -1;
+}
+
+# nginx run with one worker, an agent with the echo tool, agent_metrics
+# and a store (agent.db in the test's directory; store: agent_store's
+# options, zone: the zone's size): ($t, $db, $path)
+
+sub store_engine {
+    my ($mock, %o) = @_;
+
+    my $t = Test::Agent->new;
+    my $path = $t->testdir . '/agent.db';
+    my $opts = $o{store} ? " $o{store}" : '';
+
+    $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 1,
+        zone => $o{zone} // '32m', http => "agent_store $path$opts;",
+        tools => $ECHO_TOOL, agent => 'tools echo;',
+        server => $ECHO_LOCATION . $METRICS_LOCATION));
+    $t->run;
+
+    return ($t, Test::Agent::Store->new($path), $path);
 }
 
 1;
