@@ -1,18 +1,20 @@
 #!/usr/bin/perl
 
 # A batch of the backlog ends early for an input: an input that comes
-# while a batch is being written waits only for the conversation the
-# batch is writing, not for the whole batch.
+# while a batch is being written waits only for the event the batch is
+# writing, not for the whole batch.
 #
 # Two turns of 64 tool calls each record their 262 events while the
 # database is locked by another process; with flush=1s they wait, then
 # one batch takes 256 of them (one conversation's whole, the other's
 # start) and waits for the lock.  A message to a new conversation comes
-# meanwhile.  Once the lock goes, the batch writes the first
-# conversation, ends there, and the message's user_msg is written next:
-# before any of the second conversation's events (a trigger of the
-# test's records the order of the rows).  Written whole, the batch would
-# put 125 of them first.  Then everything is written, each log whole.
+# meanwhile.  Once the lock goes, the batch writes the first event of
+# the first conversation, ends there, with the conversation's row set
+# back to it, and the message's user_msg is written next: before the
+# rest of the batch (a trigger of the test's records the order of the
+# rows, and the conversations' rows as each comes).  Written whole, the
+# batch would put 256 events first.  Then everything is written, each
+# log whole.
 
 use strict;
 use warnings;
@@ -50,10 +52,14 @@ my ($t, $db) = store_engine($mock, store => 'flush=1s');
 
 
 # the order in which rows go into the events table
+# the order in which rows go into the events table, and the last seq
+# each conversation's row says then
 $db->sql('CREATE TABLE written (n INTEGER PRIMARY KEY, conversation TEXT,'
-         . ' seq INTEGER); CREATE TRIGGER written_order AFTER INSERT ON'
-         . ' events BEGIN INSERT INTO written (conversation, seq) VALUES'
-         . ' (new.conversation, new.seq); END;');
+         . ' seq INTEGER, rows TEXT); CREATE TRIGGER written_order AFTER'
+         . ' INSERT ON events BEGIN INSERT INTO written (conversation,'
+         . ' seq, rows) VALUES (new.conversation, new.seq, (SELECT'
+         . " group_concat(id || ':' || last_seq, ' ') FROM (SELECT * FROM"
+         . ' conversations ORDER BY id))); END;');
 
 is(send_message($t, $_, 'question')->{status}, 202, "$_: acknowledged")
     for qw(w1 w2);
@@ -106,10 +112,17 @@ is(scalar(keys %before), 1, 'before it, one turn\'s events');
 my ($first) = keys %before;
 my ($second) = grep { $_ ne ($first // '') } qw(w1 w2);
 
-is($before{$first}, 2 * $calls + 3, "$first\'s, whole");
+is($before{$first}, 1, "$first\'s first event, alone");
 
 is($db->sql("SELECT count(*) FROM written WHERE conversation = '$second'"
             . " AND n < $u AND seq > 1"), 0, "none of $second\'s");
+
+# when the message's event is written, the cut batch's conversation row
+# says the last seq written, not the last the batch held
+
+is($db->sql("SELECT rows FROM written WHERE n = $u"),
+   join(' ', sort "$first:2", "$second:1", 'u1:1'),
+   'the conversations\' rows say what is written');
 
 my $all = 2 * (2 * $calls + 4) + 3;
 

@@ -814,10 +814,10 @@ ngx_http_agent_store_write(ngx_http_agent_flush_t *f,
 
 /*
  * An input came to wait for a write while the batch is being written: a
- * batch of the backlog ends with the conversation it has written (on the
- * thread, between two conversations), so that the input's batch, next,
- * need not wait for all of it: such a batch holds up to 256 events, some
- * 4 ms under load.  What was not written stays dirty, in its place.  An
+ * batch of the backlog ends with the event it has written (on the
+ * thread, before the next), so that the input's batch, next, need not
+ * wait for all of it: such a batch holds up to 256 events, some 4 ms
+ * under load.  What was not written stays dirty, in its place.  An
  * input's own batch is short and goes whole.  Either way the WAL's
  * checkpoint waits for a batch no input waits for.
  */
@@ -926,15 +926,19 @@ ngx_http_agent_store_written_locked(ngx_http_agent_flush_t *f)
             /* void */
         }
 
-        last = f->events[next - 1].seq;
-
         conv = ngx_http_agent_conv_find_locked(f->zone, &id);
         if (conv == NULL || conv->flushing != ngx_pid) {
             continue;
         }
 
-        if (f->rc == NGX_OK && next <= f->written && last > conv->flushed) {
-            conv->flushed = last;
+        /* a batch cut for an input may have written a part of them */
+
+        if (f->rc == NGX_OK && i < f->written) {
+            last = f->events[ngx_min(next, f->written) - 1].seq;
+
+            if (last > conv->flushed) {
+                conv->flushed = last;
+            }
         }
 
         conv->flushing = 0;

@@ -85,8 +85,9 @@ typedef struct {
  * A batch to write: the events, and the audit's rows queued meanwhile,
  * in one transaction.  waits(data): an input has come to wait for the
  * store since the batch was taken.  A batch that is not an input's then
- * ends with the conversation it has written (nevents says how many were
- * written); after a batch that is an input's, or while an input waits,
+ * ends early, where each conversation's row written so far is true of
+ * the events written (nevents says how many); after a batch that is an
+ * input's, or while an input waits,
  * the WAL's checkpoint waits for a later batch.
  */
 

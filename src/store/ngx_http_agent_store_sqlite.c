@@ -74,7 +74,8 @@ static sqlite3  *ngx_http_agent_sqlite_db;
 #define NGX_HTTP_AGENT_SQLITE_BEGIN     2
 #define NGX_HTTP_AGENT_SQLITE_COMMIT    3
 #define NGX_HTTP_AGENT_SQLITE_ROLLBACK  4
-#define NGX_HTTP_AGENT_SQLITE_W_N       5
+#define NGX_HTTP_AGENT_SQLITE_CUT       5
+#define NGX_HTTP_AGENT_SQLITE_W_N       6
 
 static sqlite3_stmt  *ngx_http_agent_sqlite_stmts[NGX_HTTP_AGENT_SQLITE_W_N];
 
@@ -95,7 +96,9 @@ static char  *ngx_http_agent_sqlite_stmts_sql[] = {
 
     "BEGIN IMMEDIATE",
     "COMMIT",
-    "ROLLBACK"
+    "ROLLBACK",
+
+    "UPDATE conversations SET last_seq = ? WHERE id = ?"
 };
 
 
@@ -491,8 +494,10 @@ ngx_http_agent_sqlite_busy(void *data, int count)
 /*
  * On a pool thread: one transaction for the batch.  A conversation's
  * events come together in a batch, in seq order: its row is written
- * once, before them, with the last of them.  The audit's rows queued
- * meanwhile go last, in the same commit.
+ * once, before them, with the last of them.  A batch of the backlog ends
+ * before any event once an input waits (b->waits), the row of the
+ * conversation it ends in set back to the last event written.  The
+ * audit's rows queued meanwhile go last, in the same commit.
  */
 
 static ngx_int_t
@@ -500,7 +505,7 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_batch_t *b,
     ngx_log_t *log)
 {
     sqlite3                       *db;
-    ngx_uint_t                     i, last, n;
+    ngx_uint_t                     i, last, n, cut;
     sqlite3_stmt                  *event, *conv, **stmts;
     ngx_http_agent_store_event_t  *ev;
 
@@ -524,6 +529,8 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_batch_t *b,
     ev = b->events;
     n = b->nevents;
 
+    cut = (!b->input && b->waits);
+
     event = stmts[NGX_HTTP_AGENT_SQLITE_EVENT];
     conv = stmts[NGX_HTTP_AGENT_SQLITE_CONV];
 
@@ -537,18 +544,29 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_batch_t *b,
 
     for (i = 0; i < n; i++) {
 
+        if (i && cut && b->waits(b->data)) {
+            n = i;
+
+            if (i <= last) {
+                /* in the middle of a conversation's events */
+
+                conv = stmts[NGX_HTTP_AGENT_SQLITE_CUT];
+
+                sqlite3_bind_int64(conv, 1, ev[i - 1].seq);
+                sqlite3_bind_text(conv, 2, (char *) ev[i].conv.data,
+                                  ev[i].conv.len, SQLITE_STATIC);
+
+                if (ngx_http_agent_sqlite_step(conv) != NGX_OK) {
+                    goto failed;
+                }
+            }
+
+            break;
+        }
+
         /* the conversation's row first: the trigger updates its state */
 
-        if (i == 0 || ev[i].conv.len != ev[i - 1].conv.len
-            || ngx_memcmp(ev[i].conv.data, ev[i - 1].conv.data,
-                          ev[i].conv.len) != 0)
-        {
-            /* the batch ends with whole conversations */
-
-            if (i && !b->input && b->waits && b->waits(b->data)) {
-                n = i;
-                break;
-            }
+        if (i == 0 || i > last) {
 
             for (last = i;
                  last + 1 < n && ev[last + 1].conv.len == ev[i].conv.len
