@@ -98,7 +98,8 @@ static char  *ngx_http_agent_sqlite_stmts_sql[] = {
     "COMMIT",
     "ROLLBACK",
 
-    "UPDATE conversations SET last_seq = ? WHERE id = ?"
+    "UPDATE conversations SET last_seq ="
+    " (SELECT max(seq) FROM events WHERE conversation = ?1) WHERE id = ?1"
 };
 
 
@@ -496,7 +497,8 @@ ngx_http_agent_sqlite_busy(void *data, int count)
  * events come together in a batch, in seq order: its row is written
  * once, before them, with the last of them.  A batch of the backlog ends
  * before any event once an input waits (b->waits), the row of the
- * conversation it ends in set back to the last event written.  The
+ * conversation it ends in set back to the last of its events in the
+ * table (one a taken-over batch had written may be past the cut).  The
  * audit's rows queued meanwhile go last, in the same commit.
  */
 
@@ -552,8 +554,7 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_batch_t *b,
 
                 conv = stmts[NGX_HTTP_AGENT_SQLITE_CUT];
 
-                sqlite3_bind_int64(conv, 1, ev[i - 1].seq);
-                sqlite3_bind_text(conv, 2, (char *) ev[i].conv.data,
+                sqlite3_bind_text(conv, 1, (char *) ev[i].conv.data,
                                   ev[i].conv.len, SQLITE_STATIC);
 
                 if (ngx_http_agent_sqlite_step(conv) != NGX_OK) {
