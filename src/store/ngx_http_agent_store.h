@@ -87,8 +87,8 @@ typedef struct {
  * store since the batch was taken.  A batch that is not an input's then
  * ends early, where each conversation's row written so far is true of
  * the events written (nevents says how many); after a batch that is an
- * input's, or while an input waits,
- * the WAL's checkpoint waits for a later batch.
+ * input's, or while an input waits, the WAL's checkpoint waits for a
+ * later batch.
  */
 
 typedef struct {
