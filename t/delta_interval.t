@@ -4,7 +4,10 @@
 # interval, joined, and the first of a model call goes at once.  The
 # subscriber still gets every piece, in order, delta_seq gapless, the
 # last delta before the assistant_msg; a delta held when the turn is
-# cancelled goes out with the partial reply, not after it.
+# cancelled goes out with the partial reply, not after it.  While a
+# delta is held the provider's connection is not read: what it sends
+# meanwhile is read when the delta goes, unless the turn is cancelled
+# first; and never past the upstream's read timeout.
 
 use strict;
 use warnings;
@@ -103,13 +106,14 @@ $sse->stream->close;
 
 ###############################################################################
 
-# a cancel while a delta is held: it goes with the partial reply
+# a cancel while a delta is held: it goes with the partial reply; the
+# piece sent after the held one was not read, and is not in it
 
 $mock->reset;
 $mock->script({ raw => [chunk({ role => 'assistant', content => '' }),
                         (map { chunk({ content => $_ }) } @words[0 .. 4]),
                         chunk({}, 'stop'), "data: [DONE]\n\n"],
-                delay => 0.01, pause_after => [4], latency => 0.5 });
+                delay => 0.3, pause_after => [4], latency => 0.5 });
 
 is(send_message($t, 'two', 'go')->{status}, 202, 'second message accepted');
 $sse = subscribe('two');
@@ -131,7 +135,8 @@ my $partial = join '', $first->{delta}, map { json_of($_)->{delta} }
 my ($kept) = map { json_of($_) } grep { $_->{event} eq 'assistant_msg' }
              @rest;
 
-is($partial, 'w1 w2 w3 ', 'the held pieces reached the subscriber');
+is($partial, 'w1 w2 ', 'the held piece reached the subscriber, the unread '
+                      . 'one did not');
 is($kept && $kept->{content}, $partial,
    'and are what the partial reply keeps');
 is($kept && $kept->{status}, 'cancelled', 'the reply kept as cancelled');
@@ -160,5 +165,38 @@ $t->stop;
 
 unlike($t->read_file('error.log'), qr/\[(alert|crit|emerg)\]/,
        'no alert in error.log');
+
+###############################################################################
+
+# a read timeout shorter than the interval: the connection is read all
+# along, and a provider that sends a piece every 0.4 s does not time out
+
+my $t2 = Test::Agent->new;
+
+$t2->write_file_expand('nginx.conf', engine_conf($mock,
+    http => 'agent_delta_interval 2s;',
+    provider => 'proxy_read_timeout 1s;'));
+$t2->run;
+
+$mock->reset;
+$mock->script({ raw => [chunk({ role => 'assistant', content => '' }),
+                        (map { chunk({ content => $_ }) } @words[0 .. 5]),
+                        chunk({}, 'stop'), "data: [DONE]\n\n"],
+                delay => 0.4 });
+
+is(send_message($t2, 'slow', 'go')->{status}, 202, 'message accepted');
+$sse = Test::Agent::SSE->new(http_stream(events_request('slow'),
+                                         port => $t2->port(8080)));
+@rest = $sse->events_until(sub { $_[0]{event} eq 'turn_ended' }, 15);
+($kept) = map { json_of($_) } grep { $_->{event} eq 'assistant_msg' } @rest;
+
+is($kept && $kept->{content}, join('', @words[0 .. 5]),
+   'the reply is whole, the upstream did not time out');
+$sse->stream->close;
+
+$t2->stop;
+
+unlike($t2->read_file('error.log'), qr/timed out|\[(alert|crit|emerg)\]/,
+       'no timeout in error.log');
 
 done_testing;

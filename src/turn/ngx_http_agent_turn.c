@@ -1164,6 +1164,10 @@ ngx_http_agent_turn_close(ngx_http_agent_turn_t *t)
         ngx_del_timer(&t->delta_event);
     }
 
+    if (t->read_pause.posted) {
+        ngx_delete_posted_event(&t->read_pause);
+    }
+
     if (t->deadline.timer_set) {
         ngx_del_timer(&t->deadline);
     }

@@ -116,6 +116,10 @@ struct ngx_http_agent_turn_s {
     ngx_msec_t                    delta_sent;
     unsigned                      delta_once:1;
 
+    /* the provider's connection left unread while a delta is held */
+    ngx_event_t                   read_pause;
+    unsigned                      read_paused:1;
+
     ngx_event_t                   event;
     ngx_log_t                     log;
 

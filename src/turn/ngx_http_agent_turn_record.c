@@ -26,6 +26,8 @@
 
 
 static void ngx_http_agent_turn_delta_handler(ngx_event_t *ev);
+static void ngx_http_agent_turn_read_pause(ngx_event_t *ev);
+static void ngx_http_agent_turn_read_resume(ngx_http_agent_turn_t *t);
 static u_char *ngx_http_agent_turn_delta_call(ngx_http_agent_turn_t *t,
     u_char *p);
 static ngx_int_t ngx_http_agent_turn_record_call(ngx_http_agent_turn_t *t,
@@ -101,6 +103,13 @@ ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply, ngx_uint_t kind,
 
     if (interval && t->delta_once && elapsed < interval) {
         ngx_add_timer(&t->delta_event, interval - elapsed);
+
+        /* once the upstream's handler is done with what it could read */
+        t->read_pause.handler = ngx_http_agent_turn_read_pause;
+        t->read_pause.data = t;
+        t->read_pause.log = &t->log;
+        ngx_post_event(&t->read_pause, &ngx_posted_events);
+
         return;
     }
 
@@ -139,6 +148,8 @@ ngx_http_agent_turn_delta_flush(ngx_http_agent_turn_t *t)
     if (t->delta_event.timer_set) {
         ngx_del_timer(&t->delta_event);
     }
+
+    ngx_http_agent_turn_read_resume(t);
 
     if (t->delta.len == 0) {
         return;
@@ -203,6 +214,97 @@ ngx_http_agent_turn_delta_flush(ngx_http_agent_turn_t *t)
 
     /* a live event that finds no room is dropped: the log has it all */
     (void) ngx_http_agent_emit_delta(t->zone, &t->id, type, &fields, &delta);
+}
+
+
+/*
+ * While a delta is held for agent_delta_interval, the provider's
+ * connection is taken out of the event loop: what the provider sends
+ * meanwhile waits in the socket, and is read in one go when the delta
+ * goes, instead of a wake-up and a read per token.  Only a stream read
+ * as it comes (proxy_buffering off) whose request is sent, with epoll,
+ * and never past the upstream's read timeout.
+ */
+
+static void
+ngx_http_agent_turn_read_pause(ngx_event_t *ev)
+{
+    ngx_http_agent_turn_t *t = ev->data;
+
+    ngx_event_t           *rev;
+    ngx_connection_t      *c;
+    ngx_http_upstream_t   *u;
+
+    if (!t->delta_event.timer_set || t->read_paused || t->sr_done
+        || t->sub.sr == NULL || !(ngx_event_flags & NGX_USE_EPOLL_EVENT))
+    {
+        return;
+    }
+
+    u = t->sub.sr->upstream;
+
+    if (u == NULL || u->buffering || !u->request_body_sent
+        || u->peer.connection == NULL)
+    {
+        return;
+    }
+
+    c = u->peer.connection;
+    rev = c->read;
+
+    if (!rev->active || rev->ready || rev->eof || c->error) {
+        return;
+    }
+
+    if (rev->timer_set
+        && (ngx_msec_int_t) (rev->timer.key - t->delta_event.timer.key) <= 0)
+    {
+        return;
+    }
+
+    if (ngx_del_conn(c, 0) != NGX_OK) {
+        return;
+    }
+
+    t->read_paused = 1;
+}
+
+
+static void
+ngx_http_agent_turn_read_resume(ngx_http_agent_turn_t *t)
+{
+    ngx_connection_t     *c;
+    ngx_http_upstream_t  *u;
+
+    if (t->read_pause.posted) {
+        ngx_delete_posted_event(&t->read_pause);
+    }
+
+    if (!t->read_paused) {
+        return;
+    }
+
+    t->read_paused = 0;
+
+    if (t->sr_done || t->sub.sr == NULL) {
+        return;
+    }
+
+    u = t->sub.sr->upstream;
+
+    if (u == NULL || u->peer.connection == NULL) {
+        return;
+    }
+
+    c = u->peer.connection;
+
+    /* epoll tells at once of what came meanwhile */
+
+    if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
+        ngx_log_error(NGX_LOG_ERR, &t->log, 0,
+                      "agent turn: the provider's connection could not "
+                      "be read again");
+    }
 }
 
 
