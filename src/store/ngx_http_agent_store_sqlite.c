@@ -633,9 +633,7 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_batch_t *b,
     if (ngx_http_agent_sqlite_step(stmts[NGX_HTTP_AGENT_SQLITE_COMMIT])
         != NGX_OK)
     {
-        (void) ngx_http_agent_sqlite_step(
-                                   stmts[NGX_HTTP_AGENT_SQLITE_ROLLBACK]);
-        return NGX_ERROR;
+        goto failed;
     }
 
     b->nevents = n;
