@@ -7,7 +7,8 @@
 # cancelled goes out with the partial reply, not after it.  While a
 # delta is held the provider's connection is not read: what it sends
 # meanwhile is read when the delta goes, unless the turn is cancelled
-# first; and never past the upstream's read timeout.
+# first; and never past the upstream's read timeout.  A kept-alive
+# connection left unread serves the next model call.
 
 use strict;
 use warnings;
@@ -198,5 +199,56 @@ $t2->stop;
 
 unlike($t2->read_file('error.log'), qr/timed out|\[(alert|crit|emerg)\]/,
        'no timeout in error.log');
+
+###############################################################################
+
+# a kept-alive provider connection that was left unread goes back to the
+# upstream's cache and serves the next model call
+
+my $t3 = Test::Agent->new;
+my $mport = $mock->port;
+my $conf = engine_conf($mock, http => "agent_delta_interval 100ms;
+    upstream llm {
+        server 127.0.0.1:$mport;
+        keepalive 2;
+    }");
+
+$conf =~ s{proxy_pass http://127\.0\.0\.1:$mport}{proxy_pass http://llm}
+    or die 'no proxy_pass to the mock';
+$t3->write_file_expand('nginx.conf', $conf);
+$t3->run;
+
+$mock->reset;
+
+for my $n (1, 2) {
+    $mock->script({ raw => [chunk({ role => 'assistant', content => '' }),
+                            (map { chunk({ content => $_ }) }
+                                 @words[0 .. 7]),
+                            chunk({}, 'stop'), "data: [DONE]\n\n"],
+                    delay => 0.03 });
+
+    is(send_message($t3, 'kept', "go $n")->{status}, 202, "message $n");
+    $sse = Test::Agent::SSE->new(http_stream(events_request('kept'),
+                                             port => $t3->port(8080)));
+    @rest = $sse->events_until(sub { $_[0]{event} eq 'turn_ended' }, 10);
+    ($kept) = map { json_of($_) } grep { $_->{event} eq 'assistant_msg' }
+              @rest;
+    my @held = grep { $_->{event} eq 'text_delta' } @rest;
+
+    is($kept && $kept->{content}, join('', @words[0 .. 7]),
+       "reply $n whole");
+    ok(@held >= 1 && @held < 8, "reply $n: its 8 pieces in "
+                                . scalar(@held) . ' deltas');
+    $sse->stream->close;
+}
+
+my @conns = map { $_->{connection} } @{ $mock->requests };
+is(scalar(@conns), 2, 'two model calls');
+is($conns[1], $conns[0], 'the second on the first one\'s connection');
+
+$t3->stop;
+
+unlike($t3->read_file('error.log'), qr/\[(alert|crit|emerg)\]/,
+       'no alert in error.log');
 
 done_testing;

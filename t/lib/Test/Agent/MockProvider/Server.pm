@@ -114,8 +114,10 @@ sub on_accept ($self) {
         # one SSE event must leave at once, not wait for Nagle
         setsockopt($fh, IPPROTO_TCP, TCP_NODELAY, 1);
 
+        # the connection's number, in each of its requests' records
         $self->{conns}{"$fh"} = { fh => $fh, rbuf => '', wbuf => '',
-                                  state => 'head' };
+                                  state => 'head',
+                                  serial => ++$self->{accepted} };
     }
 }
 
@@ -248,6 +250,7 @@ sub dispatch ($self, $c) {
     $req->{finished} = 0;
     $req->{sent} = 0;
     $req->{index} = scalar @{ $self->{records} };
+    $req->{connection} = $c->{serial};
     push @{ $self->{records} }, $req;
 
     $framer = api($req->{path});
