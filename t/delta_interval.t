@@ -59,6 +59,28 @@ sub next_of {
 my @words = map { "w$_ " } 1 .. 40;
 my $text = join '', @words;
 
+# the first $n words as a reply, $delay apart
+sub words_reply {
+    my ($n, $delay) = @_;
+    return { raw => [chunk({ role => 'assistant', content => '' }),
+                     (map { chunk({ content => $_ }) } @words[0 .. $n - 1]),
+                     chunk({}, 'stop'), "data: [DONE]\n\n"],
+             delay => $delay };
+}
+
+# a message to $t's conversation $cid, its events until the turn ends
+sub turn_events {
+    my ($tt, $cid, $text) = @_;
+    my $status = send_message($tt, $cid, $text)->{status};
+    my $s = Test::Agent::SSE->new(http_stream(events_request($cid),
+                                              port => $tt->port(8080)));
+    my @ev = $s->events_until(sub { $_[0]{event} eq 'turn_ended' }, 15);
+    $s->stream->close;
+    my ($msg) = map { json_of($_) } grep { $_->{event} eq 'assistant_msg' }
+                @ev;
+    return ($status, $msg, @ev);
+}
+
 ###############################################################################
 
 # the first piece, a pause, then 39 pieces 10 ms apart (about 0.4 s, less
@@ -180,20 +202,13 @@ $t2->write_file_expand('nginx.conf', engine_conf($mock,
 $t2->run;
 
 $mock->reset;
-$mock->script({ raw => [chunk({ role => 'assistant', content => '' }),
-                        (map { chunk({ content => $_ }) } @words[0 .. 5]),
-                        chunk({}, 'stop'), "data: [DONE]\n\n"],
-                delay => 0.4 });
+$mock->script(words_reply(6, 0.4));
 
-is(send_message($t2, 'slow', 'go')->{status}, 202, 'message accepted');
-$sse = Test::Agent::SSE->new(http_stream(events_request('slow'),
-                                         port => $t2->port(8080)));
-@rest = $sse->events_until(sub { $_[0]{event} eq 'turn_ended' }, 15);
-($kept) = map { json_of($_) } grep { $_->{event} eq 'assistant_msg' } @rest;
-
+my $status;
+($status, $kept) = turn_events($t2, 'slow', 'go');
+is($status, 202, 'message accepted');
 is($kept && $kept->{content}, join('', @words[0 .. 5]),
    'the reply is whole, the upstream did not time out');
-$sse->stream->close;
 
 $t2->stop;
 
@@ -221,25 +236,15 @@ $t3->run;
 $mock->reset;
 
 for my $n (1, 2) {
-    $mock->script({ raw => [chunk({ role => 'assistant', content => '' }),
-                            (map { chunk({ content => $_ }) }
-                                 @words[0 .. 7]),
-                            chunk({}, 'stop'), "data: [DONE]\n\n"],
-                    delay => 0.03 });
+    $mock->script(words_reply(8, 0.03));
 
-    is(send_message($t3, 'kept', "go $n")->{status}, 202, "message $n");
-    $sse = Test::Agent::SSE->new(http_stream(events_request('kept'),
-                                             port => $t3->port(8080)));
-    @rest = $sse->events_until(sub { $_[0]{event} eq 'turn_ended' }, 10);
-    ($kept) = map { json_of($_) } grep { $_->{event} eq 'assistant_msg' }
-              @rest;
-    my @held = grep { $_->{event} eq 'text_delta' } @rest;
+    my ($st, $msg, @ev) = turn_events($t3, 'kept', "go $n");
+    my @held = grep { $_->{event} eq 'text_delta' } @ev;
 
-    is($kept && $kept->{content}, join('', @words[0 .. 7]),
-       "reply $n whole");
+    is($st, 202, "message $n");
+    is($msg && $msg->{content}, join('', @words[0 .. 7]), "reply $n whole");
     ok(@held >= 1 && @held < 8, "reply $n: its 8 pieces in "
                                 . scalar(@held) . ' deltas');
-    $sse->stream->close;
 }
 
 my @conns = map { $_->{connection} } @{ $mock->requests };
