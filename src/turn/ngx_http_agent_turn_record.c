@@ -298,7 +298,10 @@ ngx_http_agent_turn_read_resume(ngx_http_agent_turn_t *t)
 
     c = u->peer.connection;
 
-    /* epoll tells at once of what came meanwhile */
+    /*
+     * epoll tells at once of what came meanwhile; if the event cannot be
+     * added, the upstream's read timer, left set, ends the call
+     */
 
     if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
         ngx_log_error(NGX_LOG_ERR, &t->log, 0,
