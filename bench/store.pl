@@ -234,6 +234,8 @@ sub throughput {
         my $load1 = loadavg();
         my %cpu1 = map { $_ => cpu($_) } @workers;
         my $rows = count($t->testdir . '/agent.db');
+        my %times = map { $_ => histogram($t->port(8080), $_) }
+            qw(agent_store_write_seconds agent_store_ack_seconds);
 
         $t->stop;
 
@@ -256,6 +258,17 @@ sub throughput {
             $a->{acked} // 0, $a->{sent} // 0, $a->{p50} // 0,
             $a->{p90} // 0, $a->{p99} // 0, $a->{max} // 0,
             encode_json($a->{refused} // {});
+
+        for my $name (sort keys %times) {
+            my $h = $times{$name};
+
+            printf "  %s (warm-up and load): %d, mean %.1f ms, within"
+                . " 1 / 5 / 25 ms: %s\n", $name, $h->{count},
+                $h->{count} ? 1000 * $h->{sum} / $h->{count} : 0,
+                join(' / ', map { sprintf '%.1f%%', $h->{count}
+                                  ? 100 * $h->{le}{$_} / $h->{count} : 0 }
+                            qw(0.001 0.005 0.025));
+        }
 
         for my $w (@workers) {
             my ($m, $th) = map { $cpu1{$w}[$_] - $cpu0{$w}[$_] } 0, 1;
@@ -344,6 +357,19 @@ sub node {
     die "store-load.mjs failed\n" if $? || $out eq '';
 
     return decode_json($out);
+}
+
+# a histogram of agent_metrics: its buckets by le, its sum and count
+
+sub histogram {
+    my ($port, $name) = @_;
+    my $r = http_get('/metrics', port => $port);
+    my $body = $r ? $r->{body} : '';
+    my %le = $body =~ /^${name}_bucket\{le="([^"]+)"\} (\d+)$/mg;
+    my ($sum) = $body =~ /^${name}_sum (\S+)$/m;
+    my ($count) = $body =~ /^${name}_count (\d+)$/m;
+
+    return { le => \%le, sum => $sum // 0, count => $count // 0 };
 }
 
 sub metric {

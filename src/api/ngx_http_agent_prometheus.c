@@ -46,7 +46,7 @@ static void ngx_http_agent_prom_label(ngx_http_agent_prom_t *p, char *name,
 static void ngx_http_agent_prom_hist(ngx_http_agent_prom_t *p, char *name,
     ngx_str_t *labels, ngx_http_agent_hist_t *h, ngx_uint_t hist);
 static void ngx_http_agent_prom_seconds(ngx_http_agent_prom_t *p,
-    uint64_t ms);
+    uint64_t value, ngx_uint_t usec);
 static void ngx_http_agent_prom_model(ngx_http_agent_prom_t *p,
     ngx_http_agent_metrics_sh_t *m);
 static void ngx_http_agent_prom_tools(ngx_http_agent_prom_t *p,
@@ -61,6 +61,16 @@ static char  *ngx_http_agent_prom_outcomes[] = {
 
 static char  *ngx_http_agent_prom_statuses[] = {
     "ok", "retry", "error", "cancelled"
+};
+
+/* the store's times: a batch's write, an input's wait for it */
+static char  *ngx_http_agent_prom_store_times[][2] = {
+    { "agent_store_write_seconds",
+      "Time a batch took on the pool's thread, from its transaction's "
+      "start to its commit." },
+    { "agent_store_ack_seconds",
+      "Time an input (a message, a resolution, a cancel) waited, once "
+      "logged, for its write before it was answered." }
 };
 
 static char  *ngx_http_agent_prom_tokens[] = {
@@ -426,6 +436,7 @@ ngx_http_agent_prom_zone(ngx_http_agent_prom_t *p, ngx_http_agent_zone_t *z,
     ngx_queue_t             *q;
     ngx_slab_pool_t         *shpool;
     ngx_http_agent_conv_t   *conv;
+    ngx_http_agent_hist_t   *times[2];
     uint64_t                 lag;
 
     shpool = z->shpool;
@@ -505,6 +516,17 @@ ngx_http_agent_prom_zone(ngx_http_agent_prom_t *p, ngx_http_agent_zone_t *z,
                              &z->sh->metrics->store_batch,
                              NGX_HTTP_AGENT_HIST_BATCH);
 
+    times[0] = &z->sh->metrics->store_write;
+    times[1] = &z->sh->metrics->store_ack;
+
+    for (i = 0; i < 2; i++) {
+        ngx_http_agent_prom_head(p, ngx_http_agent_prom_store_times[i][0],
+                                 "histogram",
+                                 ngx_http_agent_prom_store_times[i][1]);
+        ngx_http_agent_prom_hist(p, ngx_http_agent_prom_store_times[i][0],
+                                 NULL, times[i], NGX_HTTP_AGENT_HIST_STORE);
+    }
+
     ngx_http_agent_prom_head(p, "agent_store_batches_cut_total", "counter",
                              "Store batches that ended early, between two "
                              "conversations, for an input waiting to be "
@@ -538,11 +560,12 @@ ngx_http_agent_prom_hist(ngx_http_agent_prom_t *p, char *name,
 {
     uint64_t     total;
     ngx_str_t    sep, none;
-    ngx_uint_t   i, ms, *bound;
+    ngx_uint_t   i, time, usec, *bound;
 
     bound = ngx_http_agent_metrics_bounds[hist];
-    ms = (hist != NGX_HTTP_AGENT_HIST_TOKENS
-          && hist != NGX_HTTP_AGENT_HIST_BATCH);
+    time = (hist != NGX_HTTP_AGENT_HIST_TOKENS
+            && hist != NGX_HTTP_AGENT_HIST_BATCH);
+    usec = (hist == NGX_HTTP_AGENT_HIST_STORE);
 
     ngx_str_null(&none);
 
@@ -565,8 +588,8 @@ ngx_http_agent_prom_hist(ngx_http_agent_prom_t *p, char *name,
         ngx_http_agent_prom_print(p, "%s_bucket{%V%Vle=\"", name, labels,
                                   &sep);
 
-        if (ms) {
-            ngx_http_agent_prom_seconds(p, bound[i]);
+        if (time) {
+            ngx_http_agent_prom_seconds(p, bound[i], usec);
 
         } else {
             ngx_http_agent_prom_print(p, "%ui", bound[i]);
@@ -588,8 +611,8 @@ ngx_http_agent_prom_hist(ngx_http_agent_prom_t *p, char *name,
 
     ngx_http_agent_prom_print(p, " ");
 
-    if (ms) {
-        ngx_http_agent_prom_seconds(p, h->sum);
+    if (time) {
+        ngx_http_agent_prom_seconds(p, h->sum, usec);
 
     } else {
         ngx_http_agent_prom_print(p, "%uA", h->sum);
@@ -608,24 +631,36 @@ ngx_http_agent_prom_hist(ngx_http_agent_prom_t *p, char *name,
 /* ms as seconds, without trailing zeros: 10 is 0.01, 1000 is 1 */
 
 static void
-ngx_http_agent_prom_seconds(ngx_http_agent_prom_t *p, uint64_t ms)
+ngx_http_agent_prom_seconds(ngx_http_agent_prom_t *p, uint64_t value,
+    ngx_uint_t usec)
 {
-    ngx_uint_t  frac, digits;
+    u_char      *d, digit[6];
+    uint64_t     unit, frac;
+    ngx_uint_t   n;
 
-    frac = ms % 1000;
+    unit = usec ? 1000000 : 1000;
+    frac = value % unit;
+
+    ngx_http_agent_prom_print(p, "%uL", value / unit);
 
     if (frac == 0) {
-        ngx_http_agent_prom_print(p, "%uL", ms / 1000);
         return;
     }
 
-    for (digits = 3; frac % 10 == 0; digits--) {
+    /* the fraction's digits, its trailing zeros left out */
+
+    n = usec ? 6 : 3;
+
+    while (frac % 10 == 0) {
         frac /= 10;
+        n--;
     }
 
-    ngx_http_agent_prom_print(p, digits == 1 ? "%uL.%ui"
-                                 : digits == 2 ? "%uL.%02ui" : "%uL.%03ui",
-                              ms / 1000, frac);
+    for (d = digit + n; d > digit; frac /= 10) {
+        *--d = (u_char) ('0' + frac % 10);
+    }
+
+    ngx_http_agent_prom_print(p, ".%*s", (size_t) n, digit);
 }
 
 

@@ -65,7 +65,11 @@ ngx_uint_t  ngx_http_agent_metrics_bounds[NGX_HTTP_AGENT_HISTS]
       60000, 300000, 1800000, 0 },
 
     /* events in a store batch, at most 256 */
-    { 1, 2, 4, 8, 16, 32, 64, 128, 256, 0 }
+    { 1, 2, 4, 8, 16, 32, 64, 128, 256, 0 },
+
+    /* a store's batch written, an input's wait for it: microseconds */
+    { 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000,
+      500000, 1000000, 2500000, 5000000, 10000000, 0 }
 };
 
 
@@ -604,7 +608,7 @@ ngx_http_agent_metrics_step_later(ngx_http_agent_zone_t *z)
 
 void
 ngx_http_agent_metrics_store(ngx_http_agent_zone_t *z, ngx_uint_t events,
-    ngx_uint_t cut, ngx_int_t rc)
+    ngx_uint_t cut, ngx_int_t rc, ngx_uint_t usec)
 {
     ngx_http_agent_metrics_sh_t  *m;
 
@@ -621,9 +625,21 @@ ngx_http_agent_metrics_store(ngx_http_agent_zone_t *z, ngx_uint_t events,
 
     ngx_http_agent_metrics_observe(&m->store_batch, NGX_HTTP_AGENT_HIST_BATCH,
                                    events);
+    ngx_http_agent_metrics_observe(&m->store_write, NGX_HTTP_AGENT_HIST_STORE,
+                                   usec);
 
     if (cut) {
         (void) ngx_atomic_fetch_add(&m->store_cut, 1);
+    }
+}
+
+
+void
+ngx_http_agent_metrics_ack(ngx_http_agent_zone_t *z, ngx_uint_t usec)
+{
+    if (z->sh->metrics) {
+        ngx_http_agent_metrics_observe(&z->sh->metrics->store_ack,
+                                       NGX_HTTP_AGENT_HIST_STORE, usec);
     }
 }
 

@@ -70,7 +70,8 @@
 #define NGX_HTTP_AGENT_HIST_TOKENS       2   /* tokens of a call */
 #define NGX_HTTP_AGENT_HIST_TOOL         3   /* a tool call, ms */
 #define NGX_HTTP_AGENT_HIST_BATCH        4   /* events of a store batch */
-#define NGX_HTTP_AGENT_HISTS             5
+#define NGX_HTTP_AGENT_HIST_STORE        5   /* a store's write or ack, us */
+#define NGX_HTTP_AGENT_HISTS             6
 
 
 typedef struct {
@@ -127,6 +128,10 @@ struct ngx_http_agent_metrics_sh_s {
     ngx_atomic_t                  store_errors;
     ngx_http_agent_hist_t         store_batch;
 
+    /* a batch's write on the pool's thread, to its commit; an input's wait */
+    ngx_http_agent_hist_t         store_write;
+    ngx_http_agent_hist_t         store_ack;
+
     /* batches that ended early for an input */
     ngx_atomic_t                  store_cut;
 
@@ -171,9 +176,11 @@ void ngx_http_agent_metrics_event_locked(ngx_http_agent_zone_t *z,
 
 void ngx_http_agent_metrics_takeover(ngx_http_agent_zone_t *z);
 void ngx_http_agent_metrics_step_later(ngx_http_agent_zone_t *z);
-/* a batch written (cut: ended early for an input), or not (rc) */
+/* a batch written in usec (cut: ended early for an input), or not (rc) */
 void ngx_http_agent_metrics_store(ngx_http_agent_zone_t *z,
-    ngx_uint_t events, ngx_uint_t cut, ngx_int_t rc);
+    ngx_uint_t events, ngx_uint_t cut, ngx_int_t rc, ngx_uint_t usec);
+/* an input answered once written, usec after it was logged */
+void ngx_http_agent_metrics_ack(ngx_http_agent_zone_t *z, ngx_uint_t usec);
 void ngx_http_agent_metrics_history(ngx_http_agent_zone_t *z,
     ngx_uint_t kept);
 

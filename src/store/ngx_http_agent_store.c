@@ -55,6 +55,9 @@ typedef struct {
     /* of the events, those written: the batch may end early */
     ngx_uint_t                    written;
 
+    /* how long the write took, us */
+    ngx_uint_t                    usec;
+
     /* the zone's count of inputs when the batch was claimed, see waits */
     ngx_atomic_uint_t             inputs;
     ngx_uint_t                    input;      /* the batch is an input's */
@@ -85,6 +88,7 @@ static void ngx_http_agent_store_done(ngx_event_t *ev);
 static void ngx_http_agent_store_kick_now(void);
 static void ngx_http_agent_store_written_locked(ngx_http_agent_flush_t *f);
 static void ngx_http_agent_store_ack_wake(void);
+static uint64_t ngx_http_agent_store_usec(void);
 
 
 static ngx_event_t    ngx_http_agent_store_event;
@@ -403,7 +407,8 @@ ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle)
         if (ngx_current_msec - start < NGX_HTTP_AGENT_STORE_EXIT_WAIT) {
             ngx_http_agent_store_write(f, NULL, f->log);
 
-            ngx_http_agent_metrics_store(f->zone, f->written, 0, f->rc);
+            ngx_http_agent_metrics_store(f->zone, f->written, 0, f->rc,
+                                         f->usec);
 
         } else {
             /* not tried: the claims go as after a failure */
@@ -797,7 +802,10 @@ static void
 ngx_http_agent_store_write(ngx_http_agent_flush_t *f,
     ngx_uint_t (*waits)(void *data), ngx_log_t *log)
 {
+    uint64_t                      start;
     ngx_http_agent_store_batch_t  b;
+
+    start = ngx_http_agent_store_usec();
 
     b.events = f->events;
     b.nevents = f->nevents;
@@ -809,6 +817,31 @@ ngx_http_agent_store_write(ngx_http_agent_flush_t *f,
 
     f->rc = f->conf->store->write(&f->conf->path, &b, log);
     f->written = b.nevents;
+    f->usec = ngx_http_agent_store_usec() - start;
+}
+
+
+/*
+ * A monotonic clock in microseconds, for the metrics: on the pool's
+ * thread, where the cached time is not updated
+ */
+
+static uint64_t
+ngx_http_agent_store_usec(void)
+{
+#if (NGX_HAVE_CLOCK_MONOTONIC)
+    struct timespec  ts;
+
+    (void) clock_gettime(CLOCK_MONOTONIC, &ts);
+
+    return (uint64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+#else
+    struct timeval  tv;
+
+    ngx_gettimeofday(&tv);
+
+    return (uint64_t) tv.tv_sec * 1000000 + tv.tv_usec;
+#endif
 }
 
 
@@ -860,7 +893,7 @@ ngx_http_agent_store_done(ngx_event_t *ev)
 
     ngx_http_agent_store_busy = 0;
     ngx_http_agent_metrics_store(f->zone, f->written,
-                                 f->written < f->nevents, f->rc);
+                                 f->written < f->nevents, f->rc, f->usec);
 
     if (f->rc != NGX_OK) {
         ngx_log_error(NGX_LOG_ERR, f->log, 0,
@@ -968,6 +1001,7 @@ typedef struct {
     ngx_uint_t                    status;
     ngx_str_t                     json;
     ngx_msec_t                    deadline;
+    uint64_t                      start;      /* us, for the metrics */
     ngx_event_t                   timer;
     ngx_queue_t                   queue;
 
@@ -1056,6 +1090,7 @@ ngx_http_agent_store_ack_wait(ngx_http_request_t *r, ngx_str_t *id,
     }
 
     ack->deadline = ngx_current_msec + NGX_HTTP_AGENT_ACK_WAIT;
+    ack->start = ngx_http_agent_store_usec();
 
     ack->timer.handler = ngx_http_agent_store_ack_poll;
     ack->timer.data = ack;
@@ -1184,6 +1219,9 @@ ngx_http_agent_store_ack_check(ngx_http_agent_ack_t *ack)
     if (flushed < ack->seq) {
         return NGX_AGAIN;
     }
+
+    ngx_http_agent_metrics_ack(amcf->zone,
+                               ngx_http_agent_store_usec() - ack->start);
 
     ngx_http_agent_store_ack_cleanup(ack);
 
