@@ -594,8 +594,8 @@ ngx_http_agent_store_flush(ngx_event_t *ev)
  * there.  SQLite takes one writer at a time, and two workers' batches
  * waiting for each other's lock made the loser wait again and again;
  * the writer's next batch takes every worker's events.  The audit's rows
- * queued in this worker go with its batch, in the same commit, or alone
- * if rows_alone.
+ * queued in this worker go with its batch, in the same commit, unless
+ * it is an input's, or alone if rows_alone.
  */
 
 static ngx_http_agent_flush_t *
@@ -696,9 +696,14 @@ ngx_http_agent_store_claim(ngx_cycle_t *cycle, ngx_uint_t behind,
 
     ngx_http_agent_zone_unlock(z);
 
-    /* the audit's rows queued in this worker go with the batch */
+    /*
+     * the audit's rows queued in this worker go with the batch, but not
+     * with an input's, which they would make longer to write: with the
+     * next batch, or alone (a worker that exits takes them with any)
+     */
 
-    if (ngx_http_agent_store_audit_queued() && (f->nevents || rows_alone))
+    if (ngx_http_agent_store_audit_queued() && (f->nevents || rows_alone)
+        && !(acked && behind))
     {
         f->rows_pool = ngx_http_agent_store_audit_take(&f->rows);
     }
