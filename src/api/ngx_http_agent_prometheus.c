@@ -560,10 +560,10 @@ ngx_http_agent_prom_hist(ngx_http_agent_prom_t *p, char *name,
 {
     uint64_t     total;
     ngx_str_t    sep, none;
-    ngx_uint_t   i, time, usec, *bound;
+    ngx_uint_t   i, secs, usec, *bound;
 
     bound = ngx_http_agent_metrics_bounds[hist];
-    time = (hist != NGX_HTTP_AGENT_HIST_TOKENS
+    secs = (hist != NGX_HTTP_AGENT_HIST_TOKENS
             && hist != NGX_HTTP_AGENT_HIST_BATCH);
     usec = (hist == NGX_HTTP_AGENT_HIST_STORE);
 
@@ -588,7 +588,7 @@ ngx_http_agent_prom_hist(ngx_http_agent_prom_t *p, char *name,
         ngx_http_agent_prom_print(p, "%s_bucket{%V%Vle=\"", name, labels,
                                   &sep);
 
-        if (time) {
+        if (secs) {
             ngx_http_agent_prom_seconds(p, bound[i], usec);
 
         } else {
@@ -611,7 +611,7 @@ ngx_http_agent_prom_hist(ngx_http_agent_prom_t *p, char *name,
 
     ngx_http_agent_prom_print(p, " ");
 
-    if (time) {
+    if (secs) {
         ngx_http_agent_prom_seconds(p, h->sum, usec);
 
     } else {
@@ -628,7 +628,10 @@ ngx_http_agent_prom_hist(ngx_http_agent_prom_t *p, char *name,
 }
 
 
-/* ms as seconds, without trailing zeros: 10 is 0.01, 1000 is 1 */
+/*
+ * ms (or us) as seconds, without trailing zeros: 10 ms is 0.01, 1000 ms
+ * is 1, 250 us is 0.00025
+ */
 
 static void
 ngx_http_agent_prom_seconds(ngx_http_agent_prom_t *p, uint64_t value,

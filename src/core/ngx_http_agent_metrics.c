@@ -634,6 +634,31 @@ ngx_http_agent_metrics_store(ngx_http_agent_zone_t *z, ngx_uint_t events,
 }
 
 
+/*
+ * A monotonic clock in microseconds, read now: on a pool's thread the
+ * cached time is not updated, and a pass of the event loop is timed
+ * from the cached time's last update
+ */
+
+uint64_t
+ngx_http_agent_metrics_usec(void)
+{
+#if (NGX_HAVE_CLOCK_MONOTONIC)
+    struct timespec  ts;
+
+    (void) clock_gettime(CLOCK_MONOTONIC, &ts);
+
+    return (uint64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+#else
+    struct timeval  tv;
+
+    ngx_gettimeofday(&tv);
+
+    return (uint64_t) tv.tv_sec * 1000000 + tv.tv_usec;
+#endif
+}
+
+
 void
 ngx_http_agent_metrics_ack(ngx_http_agent_zone_t *z, ngx_uint_t usec)
 {

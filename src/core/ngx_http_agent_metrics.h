@@ -179,6 +179,8 @@ void ngx_http_agent_metrics_step_later(ngx_http_agent_zone_t *z);
 /* a batch written in usec (cut: ended early for an input), or not (rc) */
 void ngx_http_agent_metrics_store(ngx_http_agent_zone_t *z,
     ngx_uint_t events, ngx_uint_t cut, ngx_int_t rc, ngx_uint_t usec);
+/* a monotonic clock, us, read now */
+uint64_t ngx_http_agent_metrics_usec(void);
 /* an input answered once written, usec after it was logged */
 void ngx_http_agent_metrics_ack(ngx_http_agent_zone_t *z, ngx_uint_t usec);
 void ngx_http_agent_metrics_history(ngx_http_agent_zone_t *z,

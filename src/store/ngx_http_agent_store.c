@@ -88,7 +88,6 @@ static void ngx_http_agent_store_done(ngx_event_t *ev);
 static void ngx_http_agent_store_kick_now(void);
 static void ngx_http_agent_store_written_locked(ngx_http_agent_flush_t *f);
 static void ngx_http_agent_store_ack_wake(void);
-static uint64_t ngx_http_agent_store_usec(void);
 
 
 static ngx_event_t    ngx_http_agent_store_event;
@@ -810,7 +809,7 @@ ngx_http_agent_store_write(ngx_http_agent_flush_t *f,
     uint64_t                      start;
     ngx_http_agent_store_batch_t  b;
 
-    start = ngx_http_agent_store_usec();
+    start = ngx_http_agent_metrics_usec();
 
     b.events = f->events;
     b.nevents = f->nevents;
@@ -822,31 +821,7 @@ ngx_http_agent_store_write(ngx_http_agent_flush_t *f,
 
     f->rc = f->conf->store->write(&f->conf->path, &b, log);
     f->written = b.nevents;
-    f->usec = ngx_http_agent_store_usec() - start;
-}
-
-
-/*
- * A monotonic clock in microseconds, for the metrics: on the pool's
- * thread, where the cached time is not updated
- */
-
-static uint64_t
-ngx_http_agent_store_usec(void)
-{
-#if (NGX_HAVE_CLOCK_MONOTONIC)
-    struct timespec  ts;
-
-    (void) clock_gettime(CLOCK_MONOTONIC, &ts);
-
-    return (uint64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-#else
-    struct timeval  tv;
-
-    ngx_gettimeofday(&tv);
-
-    return (uint64_t) tv.tv_sec * 1000000 + tv.tv_usec;
-#endif
+    f->usec = ngx_http_agent_metrics_usec() - start;
 }
 
 
@@ -1095,7 +1070,7 @@ ngx_http_agent_store_ack_wait(ngx_http_request_t *r, ngx_str_t *id,
     }
 
     ack->deadline = ngx_current_msec + NGX_HTTP_AGENT_ACK_WAIT;
-    ack->start = ngx_http_agent_store_usec();
+    ack->start = ngx_http_agent_metrics_usec();
 
     ack->timer.handler = ngx_http_agent_store_ack_poll;
     ack->timer.data = ack;
@@ -1226,7 +1201,7 @@ ngx_http_agent_store_ack_check(ngx_http_agent_ack_t *ack)
     }
 
     ngx_http_agent_metrics_ack(amcf->zone,
-                               ngx_http_agent_store_usec() - ack->start);
+                               ngx_http_agent_metrics_usec() - ack->start);
 
     ngx_http_agent_store_ack_cleanup(ack);
 

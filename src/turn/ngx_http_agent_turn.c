@@ -816,7 +816,6 @@ ngx_http_agent_turn_pass_spent(void)
 {
 #if (NGX_HAVE_CLOCK_MONOTONIC)
     ngx_msec_t        now;
-    struct timespec   ts;
     ngx_core_conf_t  *ccf;
 
     ccf = (ngx_core_conf_t *) ngx_get_conf(ngx_cycle->conf_ctx,
@@ -826,9 +825,7 @@ ngx_http_agent_turn_pass_spent(void)
         return 0;
     }
 
-    (void) clock_gettime(CLOCK_MONOTONIC, &ts);
-
-    now = (ngx_msec_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    now = (ngx_msec_t) (ngx_http_agent_metrics_usec() / 1000);
 
     return (ngx_msec_int_t) (now - ngx_current_msec)
            >= NGX_HTTP_AGENT_TURN_PASS;
