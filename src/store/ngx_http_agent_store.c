@@ -31,6 +31,9 @@
 #define NGX_HTTP_AGENT_STORE_BATCH      256
 #define NGX_HTTP_AGENT_STORE_EXIT_WAIT  5000
 
+/* the events of inputs a batch cut for them takes on, at most */
+#define NGX_HTTP_AGENT_STORE_MORE       64
+
 /* a batch the thread pool refused is tried again after so long, ms */
 #define NGX_HTTP_AGENT_STORE_REFUSED_WAIT  50
 
@@ -55,6 +58,9 @@ typedef struct {
     /* of the events, those written: the batch may end early */
     ngx_uint_t                    written;
 
+    /* the inputs' events it then took on, after events[nevents - 1] */
+    ngx_uint_t                    more;
+
     /* how long the write took, us */
     ngx_uint_t                    usec;
 
@@ -78,11 +84,18 @@ static void ngx_http_agent_store_flush(ngx_event_t *ev);
 static ngx_http_agent_flush_t *ngx_http_agent_store_claim(
     ngx_cycle_t *cycle, ngx_uint_t behind, ngx_uint_t rows_alone);
 static ngx_uint_t ngx_http_agent_store_collect_locked(
-    ngx_http_agent_flush_t *f, ngx_http_agent_conv_t *conv, uint64_t upto);
+    ngx_http_agent_flush_t *f, ngx_http_agent_conv_t *conv, uint64_t from,
+    uint64_t upto, ngx_uint_t *n, ngx_uint_t max);
 static void ngx_http_agent_store_thread(void *data, ngx_log_t *log);
 static void ngx_http_agent_store_write(ngx_http_agent_flush_t *f,
     ngx_uint_t (*waits)(void *data), ngx_log_t *log);
 static ngx_uint_t ngx_http_agent_store_waits(void *data);
+static ngx_uint_t ngx_http_agent_store_more(void *data, ngx_uint_t written,
+    ngx_http_agent_store_event_t **events);
+static uint64_t ngx_http_agent_store_last(ngx_http_agent_store_event_t *ev,
+    ngx_uint_t n, ngx_http_agent_conv_t *conv, uint64_t seq);
+static void ngx_http_agent_store_flushed_locked(ngx_http_agent_flush_t *f,
+    ngx_http_agent_store_event_t *ev, ngx_uint_t n, ngx_uint_t written);
 static void ngx_http_agent_store_release(ngx_http_agent_flush_t *f);
 static void ngx_http_agent_store_done(ngx_event_t *ev);
 static void ngx_http_agent_store_kick_now(void);
@@ -631,7 +644,8 @@ ngx_http_agent_store_claim(ngx_cycle_t *cycle, ngx_uint_t behind,
     f->pool = pool;
     f->log = cycle->log;
 
-    f->events = ngx_palloc(pool, NGX_HTTP_AGENT_STORE_BATCH
+    f->events = ngx_palloc(pool, (NGX_HTTP_AGENT_STORE_BATCH
+                                  + NGX_HTTP_AGENT_STORE_MORE)
                                  * sizeof(ngx_http_agent_store_event_t));
     if (f->events == NULL) {
         ngx_destroy_pool(pool);
@@ -676,8 +690,10 @@ ngx_http_agent_store_claim(ngx_cycle_t *cycle, ngx_uint_t behind,
             break;
         }
 
-        if (ngx_http_agent_store_collect_locked(f, conv,
-                                                acked ? conv->acked : 0)
+        if (ngx_http_agent_store_collect_locked(f, conv, conv->flushed,
+                                                acked ? conv->acked : 0,
+                                                &f->nevents,
+                                                NGX_HTTP_AGENT_STORE_BATCH)
             != NGX_OK)
         {
             break;
@@ -716,18 +732,22 @@ ngx_http_agent_store_claim(ngx_cycle_t *cycle, ngx_uint_t behind,
 }
 
 
-/* the events past what is flushed, up to upto unless 0 */
+/*
+ * The events past from, up to upto unless 0, into f->events[*n] on, at
+ * most max in all
+ */
 
 static ngx_uint_t
 ngx_http_agent_store_collect_locked(ngx_http_agent_flush_t *f,
-    ngx_http_agent_conv_t *conv, uint64_t upto)
+    ngx_http_agent_conv_t *conv, uint64_t from, uint64_t upto, ngx_uint_t *n,
+    ngx_uint_t max)
 {
     u_char                        *p;
     ngx_queue_t                   *q;
     ngx_http_agent_event_t        *e;
     ngx_http_agent_store_event_t  *se;
 
-    /* back from the tail to what is flushed, then forward */
+    /* back from the tail to from, then forward */
 
     for (q = ngx_queue_last(&conv->log);
          q != ngx_queue_sentinel(&conv->log);
@@ -735,14 +755,13 @@ ngx_http_agent_store_collect_locked(ngx_http_agent_flush_t *f,
     {
         e = ngx_queue_data(q, ngx_http_agent_event_t, queue);
 
-        if (e->seq <= conv->flushed) {
+        if (e->seq <= from) {
             break;
         }
     }
 
     for (q = ngx_queue_next(q);
-         q != ngx_queue_sentinel(&conv->log)
-         && f->nevents < NGX_HTTP_AGENT_STORE_BATCH;
+         q != ngx_queue_sentinel(&conv->log) && *n < max;
          q = ngx_queue_next(q))
     {
         e = ngx_queue_data(q, ngx_http_agent_event_t, queue);
@@ -757,7 +776,7 @@ ngx_http_agent_store_collect_locked(ngx_http_agent_flush_t *f,
             return NGX_ERROR;
         }
 
-        se = &f->events[f->nevents++];
+        se = &f->events[(*n)++];
 
         se->conv.data = p;
         se->conv.len = conv->id_len;
@@ -816,8 +835,12 @@ ngx_http_agent_store_write(ngx_http_agent_flush_t *f,
     b.rows = f->rows ? f->rows->elts : NULL;
     b.nrows = f->rows ? f->rows->nelts : 0;
     b.waits = waits;
+    b.more = waits ? ngx_http_agent_store_more : NULL;
+    b.nmore = 0;
     b.data = f;
     b.input = f->input;
+
+    f->more = 0;
 
     f->rc = f->conf->store->write(&f->conf->path, &b, log);
     f->written = b.nevents;
@@ -841,6 +864,99 @@ ngx_http_agent_store_waits(void *data)
     ngx_http_agent_flush_t *f = data;
 
     return f->zone->sh->inputs != f->inputs;
+}
+
+
+/*
+ * On the thread, once a batch of the backlog ended early: the events of
+ * the conversations whose inputs wait, up to the inputs, claimed for the
+ * batch as its claim would (ngx_http_agent_store_claim), each from the
+ * last of its events the batch wrote.  They go in the batch's commit:
+ * an input waits for this commit alone, not for it and then one of its
+ * own, and the event loop's next batch goes on with the backlog.
+ */
+
+static ngx_uint_t
+ngx_http_agent_store_more(void *data, ngx_uint_t written,
+    ngx_http_agent_store_event_t **events)
+{
+    ngx_http_agent_flush_t *f = data;
+
+    uint64_t                from;
+    ngx_uint_t              n, max;
+    ngx_queue_t            *q;
+    ngx_http_agent_zone_t  *z;
+    ngx_http_agent_conv_t  *conv;
+
+    z = f->zone;
+    n = f->nevents;
+    max = f->nevents + NGX_HTTP_AGENT_STORE_MORE;
+
+    ngx_http_agent_zone_lock(z);
+
+    /* the inputs taken now: one that comes later makes waits() true */
+    f->inputs = z->sh->inputs;
+
+    for (q = ngx_queue_head(&z->sh->dirty);
+         q != ngx_queue_sentinel(&z->sh->dirty) && n < max;
+         q = ngx_queue_next(q))
+    {
+        conv = ngx_queue_data(q, ngx_http_agent_conv_t, dirty);
+
+        /* the conversations inputs wait for are at the head */
+
+        if (conv->acked <= conv->flushed) {
+            break;
+        }
+
+        if (conv->flushing && conv->flushing != ngx_pid
+            && ngx_http_agent_pid_alive(conv->flushing))
+        {
+            continue;
+        }
+
+        from = ngx_http_agent_store_last(f->events, written, conv,
+                                         conv->flushed);
+
+        if (from >= conv->acked) {
+            continue;
+        }
+
+        if (ngx_http_agent_store_collect_locked(f, conv, from, conv->acked,
+                                                &n, max)
+            != NGX_OK)
+        {
+            break;
+        }
+
+        conv->flushing = ngx_pid;
+    }
+
+    f->more = n - f->nevents;
+
+    ngx_http_agent_zone_unlock(z);
+
+    *events = f->events + f->nevents;
+
+    return f->more;
+}
+
+
+/* the last seq of conv among n events, or seq if none is past it */
+
+static uint64_t
+ngx_http_agent_store_last(ngx_http_agent_store_event_t *ev, ngx_uint_t n,
+    ngx_http_agent_conv_t *conv, uint64_t seq)
+{
+    while (n--) {
+        if (ev[n].conv.len == conv->id_len
+            && ngx_memcmp(ev[n].conv.data, conv->id, conv->id_len) == 0)
+        {
+            return ngx_max(ev[n].seq, seq);
+        }
+    }
+
+    return seq;
 }
 
 
@@ -872,7 +988,7 @@ ngx_http_agent_store_done(ngx_event_t *ev)
     ngx_int_t  rc;
 
     ngx_http_agent_store_busy = 0;
-    ngx_http_agent_metrics_store(f->zone, f->written,
+    ngx_http_agent_metrics_store(f->zone, f->written + f->more,
                                  f->written < f->nevents, f->rc, f->usec);
 
     if (f->rc != NGX_OK) {
@@ -914,26 +1030,40 @@ ngx_http_agent_store_done(ngx_event_t *ev)
  * What was written is flushed; a conversation with more stays dirty, in
  * its place: the next batch goes on with its events, next to those just
  * written in the tables' pages.  Its claim goes either way: after a
- * failure it is tried again.
+ * failure it is tried again.  The inputs' events a cut batch took on go
+ * first: a conversation of both is flushed to the last of them.
  */
 
 static void
 ngx_http_agent_store_written_locked(ngx_http_agent_flush_t *f)
+{
+    ngx_http_agent_store_flushed_locked(f, f->events + f->nevents, f->more,
+                                        f->more);
+    ngx_http_agent_store_flushed_locked(f, f->events, f->nevents,
+                                        f->written);
+}
+
+
+/* n events of the batch, of which the first written were written */
+
+static void
+ngx_http_agent_store_flushed_locked(ngx_http_agent_flush_t *f,
+    ngx_http_agent_store_event_t *ev, ngx_uint_t n, ngx_uint_t written)
 {
     uint64_t                last;
     ngx_str_t               id;
     ngx_uint_t              i, next;
     ngx_http_agent_conv_t  *conv;
 
-    for (i = 0; i < f->nevents; i = next) {
-        id = f->events[i].conv;
+    for (i = 0; i < n; i = next) {
+        id = ev[i].conv;
 
         /* a conversation's events come together, in seq order */
 
         for (next = i + 1;
-             next < f->nevents
-             && f->events[next].conv.len == id.len
-             && ngx_memcmp(f->events[next].conv.data, id.data, id.len) == 0;
+             next < n
+             && ev[next].conv.len == id.len
+             && ngx_memcmp(ev[next].conv.data, id.data, id.len) == 0;
              next++)
         {
             /* void */
@@ -946,8 +1076,8 @@ ngx_http_agent_store_written_locked(ngx_http_agent_flush_t *f)
 
         /* a batch cut for an input may have written a part of them */
 
-        if (f->rc == NGX_OK && i < f->written) {
-            last = f->events[ngx_min(next, f->written) - 1].seq;
+        if (f->rc == NGX_OK && i < written) {
+            last = ev[ngx_min(next, written) - 1].seq;
 
             if (last > conv->flushed) {
                 conv->flushed = last;

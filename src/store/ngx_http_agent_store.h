@@ -86,9 +86,11 @@ typedef struct {
  * in one transaction.  waits(data): an input has come to wait for the
  * store since the batch was taken.  A batch that is not an input's then
  * ends early, where each conversation's row written so far is true of
- * the events written (nevents says how many); after a batch that is an
- * input's, or while an input waits, the WAL's checkpoint waits for a
- * later batch.
+ * the events written (nevents says how many), and more(data, written,
+ * &events) gives the events of the inputs that wait, claimed for the
+ * batch, to go in the same commit (nmore says how many were written);
+ * after a batch that is or took an input's, or while an input waits,
+ * the WAL's checkpoint waits for a later batch.
  */
 
 typedef struct {
@@ -98,6 +100,9 @@ typedef struct {
     ngx_uint_t                    nrows;
 
     ngx_uint_t                  (*waits)(void *data);
+    ngx_uint_t                  (*more)(void *data, ngx_uint_t written,
+                                        ngx_http_agent_store_event_t **events);
+    ngx_uint_t                    nmore;
     void                         *data;
     ngx_uint_t                    input;
 } ngx_http_agent_store_batch_t;

@@ -29,6 +29,9 @@
 
 static ngx_int_t ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log);
 static ngx_int_t ngx_http_agent_sqlite_version(sqlite3 *db);
+static ngx_int_t ngx_http_agent_sqlite_events(sqlite3_stmt **stmts,
+    ngx_http_agent_store_event_t *ev, ngx_uint_t *n,
+    ngx_http_agent_store_batch_t *cut);
 static ngx_int_t ngx_http_agent_sqlite_write(ngx_str_t *path,
     ngx_http_agent_store_batch_t *b, ngx_log_t *log);
 static int ngx_http_agent_sqlite_wal(void *data, sqlite3 *db,
@@ -498,8 +501,10 @@ ngx_http_agent_sqlite_busy(void *data, int count)
  * once, before them, with the last of them.  A batch of the backlog ends
  * before any event once an input waits (b->waits), the row of the
  * conversation it ends in set back to the last of its events in the
- * table (one a taken-over batch had written may be past the cut).  The
- * audit's rows queued meanwhile go last, in the same commit.
+ * table (one a taken-over batch had written may be past the cut); the
+ * events of the inputs that wait (b->more) are written then, in the same
+ * commit, which answers them.  The audit's rows queued meanwhile go
+ * last, in the same commit.
  */
 
 static ngx_int_t
@@ -507,9 +512,9 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_batch_t *b,
     ngx_log_t *log)
 {
     sqlite3                       *db;
-    ngx_uint_t                     i, last, n, cut;
-    sqlite3_stmt                  *event, *conv, **stmts;
-    ngx_http_agent_store_event_t  *ev;
+    ngx_uint_t                     n, cut;
+    sqlite3_stmt                 **stmts;
+    ngx_http_agent_store_event_t  *more;
 
     db = ngx_http_agent_sqlite_db;
     stmts = ngx_http_agent_sqlite_stmts;
@@ -528,13 +533,10 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_batch_t *b,
         sqlite3_wal_hook(db, ngx_http_agent_sqlite_wal, NULL);
     }
 
-    ev = b->events;
     n = b->nevents;
+    b->nmore = 0;
 
     cut = (!b->input && b->waits);
-
-    event = stmts[NGX_HTTP_AGENT_SQLITE_EVENT];
-    conv = stmts[NGX_HTTP_AGENT_SQLITE_CONV];
 
     if (ngx_http_agent_sqlite_step(stmts[NGX_HTTP_AGENT_SQLITE_BEGIN])
         != NGX_OK)
@@ -542,67 +544,24 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_batch_t *b,
         goto failed;
     }
 
-    last = 0;
+    if (ngx_http_agent_sqlite_events(stmts, b->events, &n, cut ? b : NULL)
+        != NGX_OK)
+    {
+        goto failed;
+    }
 
-    for (i = 0; i < n; i++) {
+    if (n < b->nevents && b->more) {
+        b->nmore = b->more(b->data, n, &more);
 
-        if (i && cut && b->waits(b->data)) {
-            n = i;
+        if (b->nmore) {
+            /* an input's batch now: the checkpoint waits */
+            b->input = 1;
 
-            if (i <= last) {
-                /* in the middle of a conversation's events */
-
-                conv = stmts[NGX_HTTP_AGENT_SQLITE_CUT];
-
-                sqlite3_bind_text(conv, 1, (char *) ev[i].conv.data,
-                                  ev[i].conv.len, SQLITE_STATIC);
-
-                if (ngx_http_agent_sqlite_step(conv) != NGX_OK) {
-                    goto failed;
-                }
-            }
-
-            break;
-        }
-
-        /* the conversation's row first: the trigger updates its state */
-
-        if (i == 0 || i > last) {
-
-            for (last = i;
-                 last + 1 < n && ev[last + 1].conv.len == ev[i].conv.len
-                 && ngx_memcmp(ev[last + 1].conv.data, ev[i].conv.data,
-                               ev[i].conv.len) == 0;
-                 last++)
+            if (ngx_http_agent_sqlite_events(stmts, more, &b->nmore, NULL)
+                != NGX_OK)
             {
-                /* void */
-            }
-
-            sqlite3_bind_text(conv, 1, (char *) ev[i].conv.data,
-                              ev[i].conv.len, SQLITE_STATIC);
-            sqlite3_bind_text(conv, 2, (char *) ev[i].agent.data,
-                              ev[i].agent.len, SQLITE_STATIC);
-            sqlite3_bind_text(conv, 3, (char *) ev[i].owner.data,
-                              ev[i].owner.len, SQLITE_STATIC);
-            sqlite3_bind_int64(conv, 4, ev[last].seq);
-
-            if (ngx_http_agent_sqlite_step(conv) != NGX_OK) {
                 goto failed;
             }
-        }
-
-        sqlite3_bind_text(event, 1, (char *) ev[i].conv.data, ev[i].conv.len,
-                          SQLITE_STATIC);
-        sqlite3_bind_int64(event, 2, ev[i].seq);
-        sqlite3_bind_text(event, 3,
-                          (char *) ngx_http_agent_event_names[ev[i].type].data,
-                          ngx_http_agent_event_names[ev[i].type].len,
-                          SQLITE_STATIC);
-        sqlite3_bind_text(event, 4, (char *) ev[i].data.data, ev[i].data.len,
-                          SQLITE_STATIC);
-
-        if (ngx_http_agent_sqlite_step(event) != NGX_OK) {
-            goto failed;
         }
     }
 
@@ -650,6 +609,90 @@ failed:
     (void) ngx_http_agent_sqlite_step(stmts[NGX_HTTP_AGENT_SQLITE_ROLLBACK]);
 
     return NGX_ERROR;
+}
+
+
+/*
+ * The events of a batch, each conversation's row first; with cut, ends
+ * before an event once an input waits, *n then the events written
+ */
+
+static ngx_int_t
+ngx_http_agent_sqlite_events(sqlite3_stmt **stmts,
+    ngx_http_agent_store_event_t *ev, ngx_uint_t *n,
+    ngx_http_agent_store_batch_t *cut)
+{
+    ngx_uint_t     i, last;
+    sqlite3_stmt  *event, *conv;
+
+    event = stmts[NGX_HTTP_AGENT_SQLITE_EVENT];
+    conv = stmts[NGX_HTTP_AGENT_SQLITE_CONV];
+
+    last = 0;
+
+    for (i = 0; i < *n; i++) {
+
+        if (i && cut && cut->waits(cut->data)) {
+            *n = i;
+
+            if (i <= last) {
+                /* in the middle of a conversation's events */
+
+                conv = stmts[NGX_HTTP_AGENT_SQLITE_CUT];
+
+                sqlite3_bind_text(conv, 1, (char *) ev[i].conv.data,
+                                  ev[i].conv.len, SQLITE_STATIC);
+
+                if (ngx_http_agent_sqlite_step(conv) != NGX_OK) {
+                    return NGX_ERROR;
+                }
+            }
+
+            break;
+        }
+
+        /* the conversation's row first: the trigger updates its state */
+
+        if (i == 0 || i > last) {
+
+            for (last = i;
+                 last + 1 < *n && ev[last + 1].conv.len == ev[i].conv.len
+                 && ngx_memcmp(ev[last + 1].conv.data, ev[i].conv.data,
+                               ev[i].conv.len) == 0;
+                 last++)
+            {
+                /* void */
+            }
+
+            sqlite3_bind_text(conv, 1, (char *) ev[i].conv.data,
+                              ev[i].conv.len, SQLITE_STATIC);
+            sqlite3_bind_text(conv, 2, (char *) ev[i].agent.data,
+                              ev[i].agent.len, SQLITE_STATIC);
+            sqlite3_bind_text(conv, 3, (char *) ev[i].owner.data,
+                              ev[i].owner.len, SQLITE_STATIC);
+            sqlite3_bind_int64(conv, 4, ev[last].seq);
+
+            if (ngx_http_agent_sqlite_step(conv) != NGX_OK) {
+                return NGX_ERROR;
+            }
+        }
+
+        sqlite3_bind_text(event, 1, (char *) ev[i].conv.data, ev[i].conv.len,
+                          SQLITE_STATIC);
+        sqlite3_bind_int64(event, 2, ev[i].seq);
+        sqlite3_bind_text(event, 3,
+                          (char *) ngx_http_agent_event_names[ev[i].type].data,
+                          ngx_http_agent_event_names[ev[i].type].len,
+                          SQLITE_STATIC);
+        sqlite3_bind_text(event, 4, (char *) ev[i].data.data, ev[i].data.len,
+                          SQLITE_STATIC);
+
+        if (ngx_http_agent_sqlite_step(event) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
 }
 
 
