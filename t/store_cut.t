@@ -35,23 +35,14 @@ plan(skip_all => 'no sqlite3 command') unless Test::Agent::Store->available;
 
 my $calls = 64;
 
-my $mock = Test::Agent::MockProvider->new(default => sub {
-    my ($req) = @_;
-    my $msgs = $req->{json}{messages} || [];
-    my $last = $msgs->[-1] || {};
-
-    return { text => 'done' } if $last->{role} eq 'tool';
-    return { text => 'noted' } if ($last->{content} // '') eq 'urgent';
-
-    # held after its first event until the database is locked
-    return { pause_after => 1,
-             tool_calls => echo_calls($calls) };
-});
+# 'urgent' answered at once, every other message held after its first
+# event until the database is locked
+my $mock = Test::Agent::MockProvider->new(default => held_calls($calls,
+    sub { ($_[0]{content} // '') eq 'urgent' ? { text => 'noted' } : undef }));
 
 my ($t, $db) = store_engine($mock, store => 'flush=1s');
 
 
-# the order in which rows go into the events table
 # the order in which rows go into the events table, and the last seq
 # each conversation's row says then
 $db->sql('CREATE TABLE written (n INTEGER PRIMARY KEY, conversation TEXT,'
@@ -61,24 +52,7 @@ $db->sql('CREATE TABLE written (n INTEGER PRIMARY KEY, conversation TEXT,'
          . " group_concat(id || ':' || last_seq, ' ') FROM (SELECT * FROM"
          . ' conversations ORDER BY id))); END;');
 
-is(send_message($t, $_, 'question')->{status}, 202, "$_: acknowledged")
-    for qw(w1 w2);
-
-ok($mock->wait_paused($_, 10), "the model's reply to w" . ($_ + 1)
-   . ' under way') for 0, 1;
-
-is(metric($t, 'agent_store_lag_events'), 0, 'nothing waits for the store');
-
-ok($db->lock, 'the database is locked by another process');
-
-$mock->release;
-
-wait_state($t, $_, 'idle', 30) for qw(w1 w2);
-
-my $events = 2 * (2 * $calls + 3);
-
-is(metric($t, 'agent_store_lag_events'), $events,
-   "the two turns' $events events wait for the store");
+store_backlog($t, $mock, $db, $calls);
 
 # flush=1s has passed since the first of them: a batch took 256
 sleep 1.5;

@@ -35,22 +35,12 @@ plan(skip_all => 'no sqlite3 command') unless Test::Agent::Store->available;
 
 my $calls = 64;
 
-my $mock = Test::Agent::MockProvider->new(default => sub {
-    my ($req) = @_;
-    my $msgs = $req->{json}{messages} || [];
-    my $last = $msgs->[-1] || {};
-
-    return { text => 'done' } if $last->{role} eq 'tool';
-
-    # the message's reply waits for the test: no event of its turn but
-    # the user_msg is written meanwhile
-    return { pause_after => 1, text => 'noted' }
-        if ($last->{content} // '') eq 'urgent';
-
-    # held after its first event until the database is locked
-    return { pause_after => 1,
-             tool_calls => echo_calls($calls) };
-});
+# the message's reply waits for the test (no event of its turn but the
+# user_msg is written meanwhile), every other is held after its first
+# event until the database is locked
+my $mock = Test::Agent::MockProvider->new(default => held_calls($calls,
+    sub { ($_[0]{content} // '') eq 'urgent'
+          ? { pause_after => 1, text => 'noted' } : undef }));
 
 my ($t, $db) = store_engine($mock, store => 'flush=1s');
 
@@ -68,24 +58,7 @@ $db->sql("CREATE TRIGGER held BEFORE INSERT ON events WHEN"
          . " FROM written WHERE conversation <> 'u1' AND seq > 1) BEGIN"
          . " SELECT RAISE(ABORT, 'held by the test'); END;");
 
-is(send_message($t, $_, 'question')->{status}, 202, "$_: acknowledged")
-    for qw(w1 w2);
-
-ok($mock->wait_paused($_, 10), "the model's reply to w" . ($_ + 1)
-   . ' under way') for 0, 1;
-
-is(metric($t, 'agent_store_lag_events'), 0, 'nothing waits for the store');
-
-ok($db->lock, 'the database is locked by another process');
-
-$mock->release;
-
-wait_state($t, $_, 'idle', 30) for qw(w1 w2);
-
-my $events = 2 * (2 * $calls + 3);
-
-is(metric($t, 'agent_store_lag_events'), $events,
-   "the two turns' $events events wait for the store");
+store_backlog($t, $mock, $db, $calls);
 
 # flush=1s has passed since the first of them: a batch took 256
 

@@ -28,17 +28,8 @@ plan(skip_all => 'no sqlite3 command') unless Test::Agent::Store->available;
 my $convs = 40;
 my $calls = 64;
 
-my $mock = Test::Agent::MockProvider->new(default => sub {
-    my ($req) = @_;
-    my $msgs = $req->{json}{messages} || [];
-    my $last = $msgs->[-1] || {};
-
-    return { text => 'done' } if $last->{role} eq 'tool';
-
-    # held after their first event, then let go together
-    return { pause_after => 1,
-             tool_calls => echo_calls($calls) };
-});
+# held after their first event, then let go together
+my $mock = Test::Agent::MockProvider->new(default => held_calls($calls));
 
 my ($t, $db) = store_engine($mock, zone => '64m');
 

@@ -15,6 +15,7 @@ use warnings;
 
 use Exporter qw(import);
 use JSON::PP;
+use Test::More ();
 use Time::HiRes qw(time sleep);
 
 use Test::Agent;
@@ -24,7 +25,7 @@ use Test::Agent::Store;
 our @EXPORT = qw(engine_conf send_message send_message_later inspect
                  wait_state wait_pending
                  log_types events_request resolve cancel owner_request
-                 metric echo_calls store_engine
+                 metric echo_calls held_calls store_engine store_backlog
                  $ECHO_TOOL $ECHO_LOCATION $METRICS_LOCATION
                  $WORKERS_SERVER);
 
@@ -53,6 +54,26 @@ sub echo_calls {
     my ($n) = @_;
     return [ map { { id => "c$_", name => 'echo', arguments => '{}' } }
              1 .. $n ];
+}
+
+# the mock's reply of the tests of many calls: n calls of echo, held
+# after their first event until released; "done" once the tool results
+# come; $other->($last message) first, for a reply of the test's own
+
+sub held_calls {
+    my ($n, $other) = @_;
+
+    return sub {
+        my ($req) = @_;
+        my $msgs = $req->{json}{messages} || [];
+        my $last = $msgs->[-1] || {};
+
+        return { text => 'done' } if ($last->{role} // '') eq 'tool';
+
+        my $reply = $other ? $other->($last) : undef;
+
+        return $reply // { pause_after => 1, tool_calls => echo_calls($n) };
+    };
 }
 
 # for server: agent_metrics at /metrics
@@ -333,6 +354,36 @@ sub store_engine {
     $t->run;
 
     return ($t, Test::Agent::Store->new($path), $path);
+}
+
+# a backlog for a store_engine() with the held_calls() mock: the turns
+# of w1 and w2 record their events while another process holds the
+# database's lock, which it keeps; the number of events that wait
+
+sub store_backlog {
+    my ($t, $mock, $db, $calls) = @_;
+
+    Test::More::is(send_message($t, $_, 'question')->{status}, 202,
+                   "$_: acknowledged") for qw(w1 w2);
+
+    Test::More::ok($mock->wait_paused($_, 10), "the model's reply to w"
+                   . ($_ + 1) . ' under way') for 0, 1;
+
+    Test::More::is(metric($t, 'agent_store_lag_events'), 0,
+                   'nothing waits for the store');
+
+    Test::More::ok($db->lock, 'the database is locked by another process');
+
+    $mock->release;
+
+    wait_state($t, $_, 'idle', 30) for qw(w1 w2);
+
+    my $events = 2 * (2 * $calls + 3);
+
+    Test::More::is(metric($t, 'agent_store_lag_events'), $events,
+                   "the two turns' $events events wait for the store");
+
+    return $events;
 }
 
 1;
