@@ -851,11 +851,11 @@ ngx_http_agent_store_write(ngx_http_agent_flush_t *f,
 /*
  * An input came to wait for a write while the batch is being written: a
  * batch of the backlog ends with the event it has written (on the
- * thread, before the next), so that the input's batch, next, need not
- * wait for all of it: such a batch holds up to 256 events, some 4 ms
- * under load.  What was not written stays dirty, in its place.  An
- * input's own batch is short and goes whole.  Either way the WAL's
- * checkpoint waits for a batch no input waits for.
+ * thread, before the next) and takes the input's events on (see below),
+ * so that the input need not wait for all of it: such a batch holds up
+ * to 256 events, some 4 ms under load.  What was not written stays
+ * dirty, in its place.  An input's own batch is short and goes whole.
+ * Either way the WAL's checkpoint waits for a batch no input waits for.
  */
 
 static ngx_uint_t
@@ -1224,9 +1224,9 @@ ngx_http_agent_store_ack_wait(ngx_http_request_t *r, ngx_str_t *id,
 
 
 /*
- * The conversation goes to the head of the dirty queue: the next claim,
- * in any worker, takes its events before the backlog's, in a batch of
- * its own.
+ * The conversation goes to the head of the dirty queue: a batch of the
+ * backlog being written takes its events on, or else the next claim, in
+ * any worker, takes them before the backlog's, in a batch of their own.
  */
 
 static void
