@@ -23,12 +23,15 @@
 // With TURN_RATE, the clients start at most that many turns a second
 // between them, evenly spaced: a load below what the machine can run.
 //
+// With STORE_RT=1 in the environment the second process runs SCHED_FIFO
+// (chrt: root or CAP_SYS_NICE), as bench/store.pl makes nginx's workers.
+//
 // fill: the same turns for SECONDS, but no client waits for its 202 (the
 // store is locked by another process meanwhile); then the store's
 // counters, with the events that wait.
 
 import http from 'node:http';
-import { fork } from 'node:child_process';
+import { execFileSync, fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 const [mode, ...args] = process.argv.slice(2);
@@ -363,6 +366,11 @@ async function fill(a) {
 
 if (mode === 'ack') {
     const [port, rate, seconds] = args.map(Number);
+
+    if (process.env.STORE_RT === '1') {
+        execFileSync('chrt', ['-f', '-p', '10', String(process.pid)]);
+    }
+
     ack(port, rate, seconds).then((r) => {
         process.send(r);
         agent.destroy();

@@ -16,7 +16,11 @@
 # STORE_FLUSH="off 10ms" (the default) names the flush= of each run under
 # load (empty: none, the writer alone only); STORE_TURNS, turns started a
 # second at most (a load below the machine's; default: as fast as it
-# goes); NODE the node binary.
+# goes); NODE the node binary.  STORE_RT=1: nginx's workers (every
+# thread: the event loop and the store's pool) and the process that times
+# the acknowledged messages run SCHED_FIFO (chrt: root or CAP_SYS_NICE),
+# the load generator and the mock as they are: what the machine's other
+# work costs the store is then apart from what the store costs.
 
 use strict;
 use warnings;
@@ -211,10 +215,12 @@ sub throughput {
 
     printf "%d s after 5 s of warm-up, %d turns at a time, %d tool calls"
         . " a turn (%d events), %d acknowledged messages a second, no"
-        . " turn started while %d events wait%s\n",
+        . " turn started while %d events wait%s%s\n",
         $seconds, $convs, $calls, 2 * $calls + 4, $acks, $backlog,
         $ENV{STORE_TURNS} ? ", at most $ENV{STORE_TURNS} turns a second"
-                          : '';
+                          : '',
+        ($ENV{STORE_RT} // '') eq '1'
+            ? '; the workers and the acknowledging client SCHED_FIFO' : '';
 
     # STORE_FLUSH="off 10ms": the flush= of each run
     for my $flush (map { $_ eq 'off' ? '' : "flush=$_" }
@@ -223,6 +229,13 @@ sub throughput {
         my ($t, $mport) = throughput_nginx($flush);
 
         my @workers = $t->worker_pids;
+
+        if (($ENV{STORE_RT} // '') eq '1') {
+            for my $pid (@workers) {
+                system("chrt -f -a -p 10 $pid") == 0 or die "chrt\n";
+            }
+        }
+
         my %cpu0 = map { $_ => cpu($_) } @workers;
         my $load0 = loadavg();
         my $start = time;
@@ -263,11 +276,11 @@ sub throughput {
             my $h = $times{$name};
 
             printf "  %s (warm-up and load): %d, mean %.1f ms, within"
-                . " 1 / 5 / 25 ms: %s\n", $name, $h->{count},
+                . " 1 / 2.5 / 5 / 10 / 25 ms: %s\n", $name, $h->{count},
                 $h->{count} ? 1000 * $h->{sum} / $h->{count} : 0,
                 join(' / ', map { sprintf '%.1f%%', $h->{count}
                                   ? 100 * $h->{le}{$_} / $h->{count} : 0 }
-                            qw(0.001 0.005 0.025));
+                            qw(0.001 0.0025 0.005 0.01 0.025));
         }
 
         for my $w (@workers) {
@@ -305,7 +318,7 @@ sub drain {
     my $load0 = loadavg();
     my $lag = $r->{lag};
 
-    sleep 0.005 while metric($port, 'agent_store_lag_events') > 0
+    sleep 0.005 while metric($t, 'agent_store_lag_events') > 0
                       && time < $start + 60;
 
     my $secs = time - $start;
@@ -370,12 +383,6 @@ sub histogram {
     my ($count) = $body =~ /^${name}_count (\d+)$/m;
 
     return { le => \%le, sum => $sum // 0, count => $count // 0 };
-}
-
-sub metric {
-    my ($port, $name) = @_;
-    my $r = http_get('/metrics', port => $port);
-    return $r && $r->{body} =~ /^$name (\d+)/m ? $1 : -1;
 }
 
 # a worker's CPU, the event loop and the pool's threads apart, in ticks
