@@ -1,11 +1,14 @@
 #!/usr/bin/perl
 
-# The WAL's checkpoint is the writer's own (after a batch no input waits
-# for): it still comes.  Sixty turns of 64 tool calls each write some
-# 2,400 pages to the WAL; checkpointed at 1,000, the WAL stays under
-# 2,000 pages and starts again from its beginning (how much of the log
-# the database file holds then depends on when that was).  Without a
-# checkpoint the WAL holds it all (9.7 MB) and the database 60 KB.
+# The WAL's checkpoint, made beside the writer on another thread of the
+# pool and finished by the writer (after a batch no input waits for):
+# it comes, and the WAL starts again.  Sixty turns of 64 tool calls
+# each write some 2,400 pages to the WAL; checkpointed at 1,000, the WAL
+# stays under 2,000 pages and starts again from its beginning (how much
+# of the log the database file holds then depends on when that was).
+# Without a checkpoint the WAL holds it all (9.7 MB) and the database
+# 60 KB; so it did when the checkpoint's connection had not read the
+# file yet (it did not know the WAL).
 
 use strict;
 use warnings;

@@ -64,6 +64,9 @@ typedef struct {
     /* how long the write took, us */
     ngx_uint_t                    usec;
 
+    /* the WAL wants its checkpoint */
+    ngx_uint_t                    checkpoint;
+
     /* the zone's count of inputs when the batch was claimed, see waits */
     ngx_atomic_uint_t             inputs;
     ngx_uint_t                    input;      /* the batch is an input's */
@@ -839,11 +842,13 @@ ngx_http_agent_store_write(ngx_http_agent_flush_t *f,
     b.nmore = 0;
     b.data = f;
     b.input = f->input;
+    b.checkpoint = 0;
 
     f->more = 0;
 
     f->rc = f->conf->store->write(&f->conf->path, &b, log);
     f->written = b.nevents;
+    f->checkpoint = b.checkpoint;
     f->usec = ngx_http_agent_metrics_usec() - start;
 }
 
@@ -855,7 +860,6 @@ ngx_http_agent_store_write(ngx_http_agent_flush_t *f,
  * so that the input need not wait for all of it: such a batch holds up
  * to 256 events, some 4 ms under load.  What was not written stays
  * dirty, in its place.  An input's own batch is short and goes whole.
- * Either way the WAL's checkpoint waits for a batch no input waits for.
  */
 
 static ngx_uint_t
@@ -1011,6 +1015,10 @@ ngx_http_agent_store_done(ngx_event_t *ev)
     }
 
     rc = f->rc;
+
+    if (rc == NGX_OK && f->checkpoint) {
+        ngx_http_agent_store_checkpoint(f->conf);
+    }
 
     /* the task and f go with the pool */
     ngx_destroy_pool(f->pool);

@@ -88,9 +88,9 @@ typedef struct {
  * ends early, where each conversation's row written so far is true of
  * the events written (nevents says how many), and more(data, written,
  * &events) gives the events of the inputs that wait, claimed for the
- * batch, to go in the same commit (nmore says how many were written);
- * after a batch that is or took an input's, or while an input waits,
- * the WAL's checkpoint waits for a later batch.
+ * batch, to go in the same commit (nmore says how many were written).
+ * checkpoint, set by write: the WAL wants its checkpoint, which the
+ * batch's end posts beside the batches that follow.
  */
 
 typedef struct {
@@ -105,6 +105,7 @@ typedef struct {
     ngx_uint_t                    nmore;
     void                         *data;
     ngx_uint_t                    input;
+    ngx_uint_t                    checkpoint;
 } ngx_http_agent_store_batch_t;
 
 
@@ -130,6 +131,12 @@ typedef struct {
     ngx_int_t                   (*enqueue)(ngx_str_t *path,
                                            ngx_http_agent_store_read_t *rd,
                                            ngx_log_t *log);
+    /*
+     * on a thread of the pool, beside a write: the WAL's pages copied
+     * back into the database, waiting for no writer
+     */
+    ngx_int_t                   (*checkpoint)(ngx_str_t *path,
+                                              ngx_log_t *log);
     /* in a worker that exits, once the pool's threads are gone */
     void                        (*close)(void);
 } ngx_http_agent_store_t;
@@ -189,6 +196,9 @@ void ngx_http_agent_store_sweep(ngx_http_agent_zone_t *z, uint64_t now);
 
 /* canonical events were added in this worker: flush them soon */
 void ngx_http_agent_store_kick(void);
+
+/* the WAL's checkpoint on the pool, unless this worker's is there */
+void ngx_http_agent_store_checkpoint(ngx_http_agent_store_conf_t *scf);
 
 
 extern ngx_http_agent_store_t  ngx_http_agent_store_sqlite;

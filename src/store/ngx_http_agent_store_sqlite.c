@@ -36,8 +36,10 @@ static ngx_int_t ngx_http_agent_sqlite_write(ngx_str_t *path,
     ngx_http_agent_store_batch_t *b, ngx_log_t *log);
 static int ngx_http_agent_sqlite_wal(void *data, sqlite3 *db,
     const char *name, int pages);
-static void ngx_http_agent_sqlite_checkpoint(sqlite3 *db,
+static void ngx_http_agent_sqlite_wal_full(sqlite3 *db,
     ngx_http_agent_store_batch_t *b, ngx_str_t *path, ngx_log_t *log);
+static ngx_int_t ngx_http_agent_sqlite_checkpoint(ngx_str_t *path,
+    ngx_log_t *log);
 static ngx_int_t ngx_http_agent_sqlite_read(ngx_str_t *path,
     ngx_http_agent_store_read_t *rd, ngx_pool_t *pool, ngx_log_t *log);
 static ngx_int_t ngx_http_agent_sqlite_sweep(ngx_str_t *path, uint64_t now,
@@ -58,12 +60,16 @@ ngx_http_agent_store_t  ngx_http_agent_store_sqlite = {
     ngx_http_agent_sqlite_read,
     ngx_http_agent_sqlite_sweep,
     ngx_http_agent_sqlite_enqueue,
+    ngx_http_agent_sqlite_checkpoint,
     ngx_http_agent_sqlite_close
 };
 
 
 /* a worker's connection, used by one flush at a time, on pool threads */
 static sqlite3  *ngx_http_agent_sqlite_db;
+
+/* and the one of its checkpoint, one at a time, beside the flush */
+static sqlite3  *ngx_http_agent_sqlite_checkpoint_db;
 
 
 /*
@@ -529,7 +535,7 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_batch_t *b,
 
         ngx_http_agent_sqlite_db = db;
 
-        /* the checkpoint is this connection's own, see below */
+        /* the writer asks for the checkpoint, see below */
         sqlite3_wal_hook(db, ngx_http_agent_sqlite_wal, NULL);
     }
 
@@ -554,7 +560,6 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_batch_t *b,
         b->nmore = b->more(b->data, n, &more);
 
         if (b->nmore) {
-            /* an input's batch now: the checkpoint waits */
             b->input = 1;
 
             if (ngx_http_agent_sqlite_events(stmts, more, &b->nmore, NULL)
@@ -597,7 +602,7 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_batch_t *b,
 
     b->nevents = n;
 
-    ngx_http_agent_sqlite_checkpoint(db, b, path, log);
+    ngx_http_agent_sqlite_wal_full(db, b, path, log);
 
     return NGX_OK;
 
@@ -698,19 +703,37 @@ ngx_http_agent_sqlite_events(sqlite3_stmt **stmts,
 
 /*
  * The WAL's checkpoint (its pages copied back into the database, so that
- * the WAL starts again from its beginning) is the writer's, after a
- * commit, as SQLite's own would be at 1,000 pages: but not after an
- * input's batch, nor while an input waits, whose answer would wait for
- * it (some 4 ms under load, in one commit of six); the next batch of the
- * backlog makes it.  Past CHECKPOINT_MAX pages it is made whatever waits.
- * PASSIVE: it copies what no reader still needs and waits for no one.
+ * the WAL starts again from its beginning) is asked for by the writer
+ * once a commit leaves 1,000 pages in the WAL, as SQLite's own would be
+ * made.  Made by the writer, it held the next batch and every input that
+ * waited for it, some 8 ms under load; it is made in two parts instead.
+ * Most of the pages are copied on another thread of the pool, on a
+ * connection of its own (ngx_http_agent_store_checkpoint.c), beside the
+ * batches.  The WAL starts again only at a write that finds it all
+ * copied, which never comes while the writer commits as that copy runs:
+ * once the copy is within CHECKPOINT_REST pages of the WAL's end, the
+ * writer copies the rest itself after a commit, as before not after an
+ * input's batch nor while an input waits, and the next batch starts the
+ * WAL again.  Past CHECKPOINT_MAX pages (the pool cannot run the copy,
+ * or it cannot keep up) the writer makes it whatever waits.  PASSIVE:
+ * it copies what no reader still needs and waits for no one; another
+ * connection's checkpoint under way makes it SQLITE_BUSY, and it is
+ * asked for again.
  */
 
-#define NGX_HTTP_AGENT_SQLITE_CHECKPOINT      1000
-#define NGX_HTTP_AGENT_SQLITE_CHECKPOINT_MAX  8000
+#define NGX_HTTP_AGENT_SQLITE_CHECKPOINT       1000
+#define NGX_HTTP_AGENT_SQLITE_CHECKPOINT_REST  250
+#define NGX_HTTP_AGENT_SQLITE_CHECKPOINT_MAX   8000
 
 /* the pages in the WAL after the writer's last commit */
 static int  ngx_http_agent_sqlite_wal_pages;
+
+/*
+ * The pages of the WAL the copy beside the writer has copied, and the
+ * writer's checkpoints: a copy counts for the WAL it was made in only
+ */
+static ngx_atomic_t  ngx_http_agent_sqlite_wal_copied;
+static ngx_atomic_t  ngx_http_agent_sqlite_wal_restarts;
 
 
 static int
@@ -724,18 +747,25 @@ ngx_http_agent_sqlite_wal(void *data, sqlite3 *db, const char *name,
 
 
 static void
-ngx_http_agent_sqlite_checkpoint(sqlite3 *db, ngx_http_agent_store_batch_t *b,
+ngx_http_agent_sqlite_wal_full(sqlite3 *db, ngx_http_agent_store_batch_t *b,
     ngx_str_t *path, ngx_log_t *log)
 {
-    int  rc;
+    int           rc;
+    ngx_atomic_uint_t  pages, copied;
 
-    if (ngx_http_agent_sqlite_wal_pages < NGX_HTTP_AGENT_SQLITE_CHECKPOINT) {
+    pages = ngx_http_agent_sqlite_wal_pages;
+    copied = ngx_http_agent_sqlite_wal_copied;
+
+    if (pages < NGX_HTTP_AGENT_SQLITE_CHECKPOINT) {
         return;
     }
 
-    if (ngx_http_agent_sqlite_wal_pages < NGX_HTTP_AGENT_SQLITE_CHECKPOINT_MAX
-        && (b->input || (b->waits && b->waits(b->data))))
+    if (pages < NGX_HTTP_AGENT_SQLITE_CHECKPOINT_MAX
+        && (copied > pages
+            || pages - copied > NGX_HTTP_AGENT_SQLITE_CHECKPOINT_REST
+            || b->input || (b->waits && b->waits(b->data))))
     {
+        b->checkpoint = 1;
         return;
     }
 
@@ -749,6 +779,65 @@ ngx_http_agent_sqlite_checkpoint(sqlite3 *db, ngx_http_agent_store_batch_t *b,
     }
 
     ngx_http_agent_sqlite_wal_pages = 0;
+    ngx_http_agent_sqlite_wal_copied = 0;
+    ngx_http_agent_sqlite_wal_restarts++;
+}
+
+
+static ngx_int_t
+ngx_http_agent_sqlite_checkpoint(ngx_str_t *path, ngx_log_t *log)
+{
+    int           rc, copied;
+    sqlite3      *db;
+    ngx_atomic_t  restarts;
+
+    db = ngx_http_agent_sqlite_checkpoint_db;
+
+    if (db == NULL) {
+        db = ngx_http_agent_sqlite_connect(path, log, NGX_LOG_ERR);
+        if (db == NULL) {
+            return NGX_ERROR;
+        }
+
+        /*
+         * a connection learns that the file is in WAL mode, and opens
+         * the WAL, with its first read: until then it has no WAL to
+         * checkpoint, and a checkpoint does nothing
+         */
+
+        if (sqlite3_exec(db, "PRAGMA schema_version", NULL, NULL, NULL)
+            != SQLITE_OK)
+        {
+            ngx_log_error(NGX_LOG_WARN, log, 0,
+                          "agent store \"%V\": checkpoint: %s", path,
+                          sqlite3_errmsg(db));
+            sqlite3_close(db);
+            return NGX_ERROR;
+        }
+
+        ngx_http_agent_sqlite_checkpoint_db = db;
+    }
+
+    restarts = ngx_http_agent_sqlite_wal_restarts;
+    copied = 0;
+
+    rc = sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE,
+                                   NULL, &copied);
+
+    if (rc == SQLITE_OK && copied > 0
+        && restarts == ngx_http_agent_sqlite_wal_restarts)
+    {
+        ngx_http_agent_sqlite_wal_copied = copied;
+    }
+
+    if (rc != SQLITE_OK && rc != SQLITE_BUSY) {
+        ngx_log_error(NGX_LOG_WARN, log, 0,
+                      "agent store \"%V\": checkpoint: %s", path,
+                      sqlite3_errmsg(db));
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
 }
 
 
@@ -1354,6 +1443,8 @@ ngx_http_agent_sqlite_close(void)
     ngx_http_agent_sqlite_close_prepared(&ngx_http_agent_sqlite_db,
                                          ngx_http_agent_sqlite_stmts,
                                          NGX_HTTP_AGENT_SQLITE_W_N);
+    ngx_http_agent_sqlite_close_prepared(&ngx_http_agent_sqlite_checkpoint_db,
+                                         NULL, 0);
 
     while (ngx_http_agent_sqlite_nreaders) {
         rdr = &ngx_http_agent_sqlite_readers[--ngx_http_agent_sqlite_nreaders];
