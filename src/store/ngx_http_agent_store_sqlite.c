@@ -730,7 +730,12 @@ static int  ngx_http_agent_sqlite_wal_pages;
 
 /*
  * The pages of the WAL the copy beside the writer has copied, and the
- * writer's checkpoints: a copy counts for the WAL it was made in only
+ * times this worker saw the WAL start again: a copy counts for the WAL
+ * it was made in only.  A worker sees the WAL start again by its own
+ * checkpoint, or by a commit that leaves fewer pages than its last did:
+ * one whose last commit was before another worker's start and as far
+ * into the WAL as its next may take an old copy for a new one, and copy
+ * the whole WAL after a commit, as the writer once always did.
  */
 static ngx_atomic_t  ngx_http_agent_sqlite_wal_copied;
 static ngx_atomic_t  ngx_http_agent_sqlite_wal_restarts;
@@ -740,6 +745,11 @@ static int
 ngx_http_agent_sqlite_wal(void *data, sqlite3 *db, const char *name,
     int pages)
 {
+    if (pages < ngx_http_agent_sqlite_wal_pages) {
+        ngx_http_agent_sqlite_wal_copied = 0;
+        ngx_http_agent_sqlite_wal_restarts++;
+    }
+
     ngx_http_agent_sqlite_wal_pages = pages;
 
     return SQLITE_OK;
@@ -750,7 +760,7 @@ static void
 ngx_http_agent_sqlite_wal_full(sqlite3 *db, ngx_http_agent_store_batch_t *b,
     ngx_str_t *path, ngx_log_t *log)
 {
-    int           rc;
+    int                rc;
     ngx_atomic_uint_t  pages, copied;
 
     pages = ngx_http_agent_sqlite_wal_pages;
