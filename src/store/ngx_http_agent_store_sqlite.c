@@ -732,10 +732,11 @@ static int  ngx_http_agent_sqlite_wal_pages;
  * The pages of the WAL the copy beside the writer has copied, and the
  * times this worker saw the WAL start again: a copy counts for the WAL
  * it was made in only.  A worker sees the WAL start again by its own
- * checkpoint, or by a commit that leaves fewer pages than its last did:
- * one whose last commit was before another worker's start and as far
- * into the WAL as its next may take an old copy for a new one, and copy
- * the whole WAL after a commit, as the writer once always did.
+ * checkpoint, or by a commit that leaves fewer pages than its last did
+ * (another worker's).  One that commits nothing while another worker
+ * starts the WAL again and fills it past where its own last commit left
+ * it misses that: it may take an old copy for a new one, and then
+ * copies the whole WAL after a commit, as the writer once always did.
  */
 static ngx_atomic_t  ngx_http_agent_sqlite_wal_copied;
 static ngx_atomic_t  ngx_http_agent_sqlite_wal_restarts;
@@ -797,9 +798,9 @@ ngx_http_agent_sqlite_wal_full(sqlite3 *db, ngx_http_agent_store_batch_t *b,
 static ngx_int_t
 ngx_http_agent_sqlite_checkpoint(ngx_str_t *path, ngx_log_t *log)
 {
-    int           rc, copied;
-    sqlite3      *db;
-    ngx_atomic_t  restarts;
+    int                rc, copied;
+    sqlite3           *db;
+    ngx_atomic_uint_t  restarts;
 
     db = ngx_http_agent_sqlite_checkpoint_db;
 
