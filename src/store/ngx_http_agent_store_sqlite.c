@@ -40,6 +40,8 @@ static void ngx_http_agent_sqlite_wal_full(sqlite3 *db,
     ngx_http_agent_store_batch_t *b, ngx_str_t *path, ngx_log_t *log);
 static ngx_int_t ngx_http_agent_sqlite_checkpoint(ngx_str_t *path,
     ngx_log_t *log);
+static ngx_int_t ngx_http_agent_sqlite_passive(sqlite3 *db, int *copied,
+    ngx_str_t *path, ngx_log_t *log);
 static ngx_int_t ngx_http_agent_sqlite_read(ngx_str_t *path,
     ngx_http_agent_store_read_t *rd, ngx_pool_t *pool, ngx_log_t *log);
 static ngx_int_t ngx_http_agent_sqlite_sweep(ngx_str_t *path, uint64_t now,
@@ -761,7 +763,6 @@ static void
 ngx_http_agent_sqlite_wal_full(sqlite3 *db, ngx_http_agent_store_batch_t *b,
     ngx_str_t *path, ngx_log_t *log)
 {
-    int                rc;
     ngx_atomic_uint_t  pages, copied;
 
     pages = ngx_http_agent_sqlite_wal_pages;
@@ -780,14 +781,7 @@ ngx_http_agent_sqlite_wal_full(sqlite3 *db, ngx_http_agent_store_batch_t *b,
         return;
     }
 
-    rc = sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE,
-                                   NULL, NULL);
-
-    if (rc != SQLITE_OK && rc != SQLITE_BUSY) {
-        ngx_log_error(NGX_LOG_WARN, log, 0,
-                      "agent store \"%V\": checkpoint: %s", path,
-                      sqlite3_errmsg(db));
-    }
+    (void) ngx_http_agent_sqlite_passive(db, NULL, path, log);
 
     ngx_http_agent_sqlite_wal_pages = 0;
     ngx_http_agent_sqlite_wal_copied = 0;
@@ -832,23 +826,44 @@ ngx_http_agent_sqlite_checkpoint(ngx_str_t *path, ngx_log_t *log)
     restarts = ngx_http_agent_sqlite_wal_restarts;
     copied = 0;
 
-    rc = sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE,
-                                   NULL, &copied);
+    rc = ngx_http_agent_sqlite_passive(db, &copied, path, log);
 
-    if (rc == SQLITE_OK && copied > 0
+    if (rc == NGX_OK && copied > 0
         && restarts == ngx_http_agent_sqlite_wal_restarts)
     {
         ngx_http_agent_sqlite_wal_copied = copied;
     }
 
-    if (rc != SQLITE_OK && rc != SQLITE_BUSY) {
-        ngx_log_error(NGX_LOG_WARN, log, 0,
-                      "agent store \"%V\": checkpoint: %s", path,
-                      sqlite3_errmsg(db));
-        return NGX_ERROR;
+    return (rc == NGX_ERROR) ? NGX_ERROR : NGX_OK;
+}
+
+
+/*
+ * A PASSIVE checkpoint, the pages it copied in *copied unless NULL:
+ * NGX_BUSY if another connection's was under way, NGX_ERROR logged
+ */
+
+static ngx_int_t
+ngx_http_agent_sqlite_passive(sqlite3 *db, int *copied, ngx_str_t *path,
+    ngx_log_t *log)
+{
+    int  rc;
+
+    rc = sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE,
+                                   NULL, copied);
+
+    if (rc == SQLITE_OK) {
+        return NGX_OK;
     }
 
-    return NGX_OK;
+    if (rc == SQLITE_BUSY) {
+        return NGX_BUSY;
+    }
+
+    ngx_log_error(NGX_LOG_WARN, log, 0, "agent store \"%V\": checkpoint: %s",
+                  path, sqlite3_errmsg(db));
+
+    return NGX_ERROR;
 }
 
 
