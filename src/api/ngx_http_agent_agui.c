@@ -65,13 +65,16 @@ static ngx_int_t ngx_http_agent_agui_answer(ngx_http_request_t *r,
 static ngx_int_t ngx_http_agent_agui_go(ngx_http_request_t *r,
     ngx_http_agent_agui_input_t *in);
 static ngx_int_t ngx_http_agent_agui_resolve(ngx_http_request_t *r,
-    ngx_http_agent_agui_input_t *in, ngx_uint_t *state, uint64_t *last);
+    ngx_http_agent_agui_input_t *in, ngx_uint_t *state, uint64_t *last,
+    uint64_t *written);
 static ngx_int_t ngx_http_agent_agui_new(ngx_http_request_t *r,
     ngx_http_agent_agui_input_t *in);
 static ngx_int_t ngx_http_agent_agui_text(ngx_http_request_t *r, yajl_val v,
     ngx_str_t *text);
 static ngx_int_t ngx_http_agent_agui_stream(ngx_http_request_t *r,
     ngx_str_t *id, uint64_t seq);
+static ngx_int_t ngx_http_agent_agui_resumed(ngx_http_request_t *r,
+    ngx_str_t *id, uint64_t from);
 static ngx_int_t ngx_http_agent_agui_json(ngx_http_request_t *r, yajl_val v,
     ngx_str_t *json);
 static void ngx_http_agent_agui_cleanup(void *data);
@@ -507,7 +510,7 @@ static ngx_int_t
 ngx_http_agent_agui_go(ngx_http_request_t *r,
     ngx_http_agent_agui_input_t *in)
 {
-    uint64_t                    last;
+    uint64_t                    last, written;
     ngx_int_t                   rc;
     ngx_uint_t                  state;
     ngx_http_agent_agui_run_t  *run;
@@ -515,8 +518,9 @@ ngx_http_agent_agui_go(ngx_http_request_t *r,
     run = in->run;
     state = NGX_HTTP_AGENT_IDLE;
     last = 0;
+    written = 0;
 
-    rc = ngx_http_agent_agui_resolve(r, in, &state, &last);
+    rc = ngx_http_agent_agui_resolve(r, in, &state, &last, &written);
 
     if (rc == NGX_DECLINED) {
         return ngx_http_agent_agui_new(r, in);
@@ -536,8 +540,10 @@ ngx_http_agent_agui_go(ngx_http_request_t *r,
         run->end = last;
     }
 
-    return ngx_http_agent_events_stream(r, &in->id, 0,
-                                        &ngx_http_agent_format_agui, 0);
+    /* begun once the last resolution is written, as agent_resolve's 200 */
+
+    return ngx_http_agent_store_ack_stream(r, &in->id, written, 0,
+                                           ngx_http_agent_agui_resumed);
 }
 
 
@@ -545,12 +551,13 @@ ngx_http_agent_agui_go(ngx_http_request_t *r,
  * The answers to calls that wait, resolved in order.  NGX_DECLINED:
  * none of them answers a waiting call; NGX_ABORT: an answer is sent,
  * in->rc to finalize with.  *state and *last: the
- * conversation's after them.
+ * conversation's after them; *written: the last resolution's seq.
  */
 
 static ngx_int_t
 ngx_http_agent_agui_resolve(ngx_http_request_t *r,
-    ngx_http_agent_agui_input_t *in, ngx_uint_t *state, uint64_t *last)
+    ngx_http_agent_agui_input_t *in, ngx_uint_t *state, uint64_t *last,
+    uint64_t *written)
 {
     char                        *err;
     uint64_t                     seq;
@@ -624,6 +631,8 @@ ngx_http_agent_agui_resolve(ngx_http_request_t *r,
         if (n++ == 0) {
             in->run->from = seq - 1;
         }
+
+        *written = seq;
     }
 
     if (n == 0) {
@@ -820,6 +829,22 @@ ngx_http_agent_agui_stream(ngx_http_request_t *r, ngx_str_t *id,
      * that waits for input by then ends the run where the stream has
      * caught up (ngx_http_agent_format_agui.c)
      */
+
+    return ngx_http_agent_agui_resumed(r, id, 0);
+}
+
+
+/* the input written: the run, from run->from */
+
+static ngx_int_t
+ngx_http_agent_agui_resumed(ngx_http_request_t *r, ngx_str_t *id,
+    uint64_t from)
+{
+    if (ngx_http_agent_revive_answer(r, ngx_http_agent_agui_resumed, id, 0)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     return ngx_http_agent_events_stream(r, id, 0,
                                         &ngx_http_agent_format_agui, 0);

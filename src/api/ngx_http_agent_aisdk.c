@@ -31,6 +31,8 @@
 #include "ngx_http_agent_format.h"
 #include "ngx_http_agent_resolve.h"
 #include "ngx_http_agent_provider.h"
+#include "ngx_http_agent_store.h"
+#include "ngx_http_agent_revive.h"
 #include "ngx_http_agent_aisdk.h"
 
 
@@ -47,7 +49,7 @@ static const char *ngx_http_agent_aisdk_part_text(yajl_val part);
 static ngx_int_t ngx_http_agent_aisdk_id(ngx_http_request_t *r,
     ngx_str_t *fallback, ngx_str_t *id);
 static ngx_int_t ngx_http_agent_aisdk_answer(ngx_http_request_t *r,
-    ngx_str_t *id, uint64_t seq);
+    ngx_str_t *id, uint64_t from);
 
 
 ngx_int_t
@@ -289,7 +291,8 @@ ngx_http_agent_aisdk_message(ngx_http_request_t *r, yajl_val root,
  * its calls (addToolApprovalResponse, addToolOutput): each tool part
  * that answers a waiting call of the conversation resolves it, as
  * agent_resolve would; the others (calls that ran, or resolved before)
- * change nothing.  The answer is the turn from the first resolution on.
+ * change nothing.  The answer is the turn from the first resolution on,
+ * begun once the last is written.
  */
 
 static ngx_int_t
@@ -365,8 +368,8 @@ ngx_http_agent_aisdk_results(ngx_http_request_t *r, ngx_str_t *id,
                                          "waiting for what it says");
     }
 
-    return ngx_http_agent_events_stream(r, id, first - 1,
-                                        &ngx_http_agent_format_aisdk, 0);
+    return ngx_http_agent_store_ack_stream(r, id, seq, first - 1,
+                                           ngx_http_agent_aisdk_answer);
 }
 
 
@@ -611,12 +614,18 @@ ngx_http_agent_aisdk_id(ngx_http_request_t *r, ngx_str_t *fallback,
 }
 
 
-/* the message is taken: its turn, streamed, is the answer */
+/* the input is taken: its turn, streamed from after from, is the answer */
 
 static ngx_int_t
 ngx_http_agent_aisdk_answer(ngx_http_request_t *r, ngx_str_t *id,
-    uint64_t seq)
+    uint64_t from)
 {
-    return ngx_http_agent_events_stream(r, id, seq,
+    if (ngx_http_agent_revive_answer(r, ngx_http_agent_aisdk_answer, id, from)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_agent_events_stream(r, id, from,
                                         &ngx_http_agent_format_aisdk, 0);
 }

@@ -659,7 +659,7 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
                 ngx_http_agent_zone_unlock(z);
 
                 if (msg->answer) {
-                    return ngx_http_agent_store_ack_stream(r, id, seq,
+                    return ngx_http_agent_store_ack_stream(r, id, seq, seq,
                                                            msg->answer);
                 }
 
@@ -717,7 +717,8 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
     }
 
     if (msg->answer) {
-        return ngx_http_agent_store_ack_stream(r, id, seq, msg->answer);
+        return ngx_http_agent_store_ack_stream(r, id, seq, seq,
+                                               msg->answer);
     }
 
     return ngx_http_agent_message_answer(r, NGX_HTTP_ACCEPTED, id, turn, seq,

@@ -1116,6 +1116,7 @@ typedef struct {
     ngx_http_request_t           *request;
     ngx_str_t                     id;
     uint64_t                      seq;
+    uint64_t                      from;       /* the stream's */
     ngx_uint_t                    status;
     ngx_str_t                     json;
     ngx_msec_t                    deadline;
@@ -1129,8 +1130,8 @@ typedef struct {
 
 
 static ngx_int_t ngx_http_agent_store_ack_wait(ngx_http_request_t *r,
-    ngx_str_t *id, uint64_t seq, ngx_uint_t status, ngx_str_t *json,
-    ngx_http_agent_store_answer_pt answer);
+    ngx_str_t *id, uint64_t seq, uint64_t from, ngx_uint_t status,
+    ngx_str_t *json, ngx_http_agent_store_answer_pt answer);
 static void ngx_http_agent_store_ack_first(ngx_http_agent_zone_t *z,
     ngx_str_t *id, uint64_t seq);
 static void ngx_http_agent_store_ack_poll(ngx_event_t *ev);
@@ -1154,36 +1155,36 @@ ngx_http_agent_store_ack(ngx_http_request_t *r, ngx_str_t *id, uint64_t seq,
         return ngx_http_agent_json_send(r, status, json);
     }
 
-    return ngx_http_agent_store_ack_wait(r, id, seq, status, json, NULL);
+    return ngx_http_agent_store_ack_wait(r, id, seq, 0, status, json, NULL);
 }
 
 
 /*
- * A message whose answer is the stream of its turn (agent_aisdk,
- * agent_agui): the response begins once the message is written, as a
- * 202 would; the turn runs meanwhile, and the stream takes its events
- * from the log.
+ * A message, or resolutions, whose answer is the stream of the turn
+ * (agent_aisdk, agent_agui): the response begins once the input is
+ * written, as a 202 or agent_resolve's 200 would; the turn runs
+ * meanwhile, and the stream takes its events from the log.
  */
 
 ngx_int_t
 ngx_http_agent_store_ack_stream(ngx_http_request_t *r, ngx_str_t *id,
-    uint64_t seq, ngx_http_agent_store_answer_pt answer)
+    uint64_t seq, uint64_t from, ngx_http_agent_store_answer_pt answer)
 {
     ngx_http_agent_main_conf_t  *amcf;
 
     amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
 
     if (amcf->store == NULL || seq == 0) {
-        return answer(r, id, seq);
+        return answer(r, id, from);
     }
 
-    return ngx_http_agent_store_ack_wait(r, id, seq, 0, NULL, answer);
+    return ngx_http_agent_store_ack_wait(r, id, seq, from, 0, NULL, answer);
 }
 
 
 static ngx_int_t
 ngx_http_agent_store_ack_wait(ngx_http_request_t *r, ngx_str_t *id,
-    uint64_t seq, ngx_uint_t status, ngx_str_t *json,
+    uint64_t seq, uint64_t from, ngx_uint_t status, ngx_str_t *json,
     ngx_http_agent_store_answer_pt answer)
 {
     ngx_pool_cleanup_t          *cln;
@@ -1200,6 +1201,7 @@ ngx_http_agent_store_ack_wait(ngx_http_request_t *r, ngx_str_t *id,
     ack->request = r;
     ack->id = *id;
     ack->seq = seq;
+    ack->from = from;
     ack->status = status;
     ack->answer = answer;
 
@@ -1346,7 +1348,7 @@ ngx_http_agent_store_ack_check(ngx_http_agent_ack_t *ack)
     /* a stream's request lives on: its ack is done with */
 
     ngx_http_finalize_request(r, ack->answer
-                              ? ack->answer(r, &ack->id, ack->seq)
+                              ? ack->answer(r, &ack->id, ack->from)
                               : ngx_http_agent_json_send(r, ack->status,
                                                          &ack->json));
 

@@ -163,12 +163,16 @@ void ngx_http_agent_store_exit_process(ngx_cycle_t *cycle);
 ngx_int_t ngx_http_agent_store_ack(ngx_http_request_t *r, ngx_str_t *id,
     uint64_t seq, ngx_uint_t status, ngx_str_t *json);
 
-/* an answer that is a stream of the turn: begun once seq is written */
+/*
+ * an answer that is a stream of the turn: begun once seq is written,
+ * from the event after from
+ */
 typedef ngx_int_t (*ngx_http_agent_store_answer_pt)(ngx_http_request_t *r,
-    ngx_str_t *id, uint64_t seq);
+    ngx_str_t *id, uint64_t from);
 
 ngx_int_t ngx_http_agent_store_ack_stream(ngx_http_request_t *r,
-    ngx_str_t *id, uint64_t seq, ngx_http_agent_store_answer_pt answer);
+    ngx_str_t *id, uint64_t seq, uint64_t from,
+    ngx_http_agent_store_answer_pt answer);
 
 typedef struct ngx_http_agent_store_reader_s  ngx_http_agent_store_reader_t;
 

@@ -67,6 +67,7 @@ static ngx_int_t ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
 static void ngx_http_agent_revive_resume(ngx_http_agent_zone_t *z,
     ngx_str_t *id, ngx_str_t *agent, ngx_uint_t turn, ngx_uint_t resume);
 static void ngx_http_agent_revive_again(ngx_http_request_t *r);
+static ngx_int_t ngx_http_agent_revive_rerun(ngx_http_request_t *r);
 static void ngx_http_agent_revive_ctx_cleanup(void *data);
 static void ngx_http_agent_history_read(ngx_http_agent_store_read_t *rd,
     ngx_int_t rc, void *data);
@@ -350,7 +351,43 @@ ngx_http_agent_revive_not_found(ngx_http_request_t *r, ngx_str_t *id)
 }
 
 
-/* the handler runs again, as the content phase ran it */
+ngx_int_t
+ngx_http_agent_revive_answer(ngx_http_request_t *r,
+    ngx_http_agent_revive_answer_pt answer, ngx_str_t *id, uint64_t from)
+{
+    ngx_http_agent_revive_ctx_t  *ctx;
+
+    ctx = ngx_http_agent_revive_ctx_get(r);
+    if (ctx == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->answer = answer;
+    ctx->answer_id = *id;
+    ctx->answer_from = from;
+
+    return NGX_OK;
+}
+
+
+/* the handler, as the content phase ran it, or the answer it began */
+
+static ngx_int_t
+ngx_http_agent_revive_rerun(ngx_http_request_t *r)
+{
+    ngx_http_agent_revive_ctx_t  *ctx;
+
+    ctx = ngx_http_agent_revive_ctx(r);
+
+    if (ctx && ctx->answer) {
+        return ctx->answer(r, &ctx->answer_id, ctx->answer_from);
+    }
+
+    return r->content_handler(r);
+}
+
+
+/* the handler runs again */
 
 static void
 ngx_http_agent_revive_again(ngx_http_request_t *r)
@@ -359,7 +396,7 @@ ngx_http_agent_revive_again(ngx_http_request_t *r)
 
     c = r->connection;
 
-    ngx_http_finalize_request(r, r->content_handler(r));
+    ngx_http_finalize_request(r, ngx_http_agent_revive_rerun(r));
     ngx_http_run_posted_requests(c);
 }
 
@@ -756,7 +793,7 @@ ngx_http_agent_revive_history(ngx_http_request_t *r, ngx_str_t *id,
             ctx->after = after;
             ctx->upto = upto;
             ngx_http_agent_metrics_history(amcf->zone, 1);
-            return r->content_handler(r);
+            return ngx_http_agent_revive_rerun(r);
 
         case NGX_DECLINED:
             break;

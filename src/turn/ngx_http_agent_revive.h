@@ -19,6 +19,10 @@
 
 typedef struct ngx_http_agent_revival_s  ngx_http_agent_revival_t;
 
+/* an answer begun once its input was written: the stream after from */
+typedef ngx_int_t (*ngx_http_agent_revive_answer_pt)(ngx_http_request_t *r,
+    ngx_str_t *id, uint64_t from);
+
 
 /* what the store gave a request: a revival, and a page of history */
 typedef struct {
@@ -32,6 +36,11 @@ typedef struct {
     ngx_uint_t                    nhistory;
     /* the page came from what the worker kept, not the store */
     ngx_uint_t                    kept;
+
+    /* what runs again instead of the handler, which took the input */
+    ngx_http_agent_revive_answer_pt  answer;
+    ngx_str_t                     answer_id;
+    uint64_t                      answer_from;
 } ngx_http_agent_revive_ctx_t;
 
 
@@ -48,6 +57,15 @@ ngx_int_t ngx_http_agent_revive(ngx_http_request_t *r, ngx_str_t *id);
 ngx_int_t ngx_http_agent_revive_not_found(ngx_http_request_t *r, ngx_str_t *id);
 
 ngx_http_agent_revive_ctx_t *ngx_http_agent_revive_ctx(ngx_http_request_t *r);
+
+/*
+ * The answer of an input already taken (a stream that begins once the
+ * message or the resolutions are written): when the stream needs what
+ * the zone gave up, it is the answer that runs again once that is read,
+ * not the handler, which would take the input a second time.
+ */
+ngx_int_t ngx_http_agent_revive_answer(ngx_http_request_t *r,
+    ngx_http_agent_revive_answer_pt answer, ngx_str_t *id, uint64_t from);
 
 /* the events after..upto for the request, then its handler runs again */
 ngx_int_t ngx_http_agent_revive_history(ngx_http_request_t *r, ngx_str_t *id,
