@@ -7,7 +7,9 @@
 # version 3 file gets the audit of model calls, empty; a version 4 file
 # gets the trigger that knows turn_halted ends a turn; a version 5 file
 # gets the trigger that writes a conversation's state only when it
-# changes.  A file newer than the module is refused at nginx -t.
+# changes; a version 6 file gets the trigger that tests a turn's end
+# without a list.  Every file migrated has the schema a new file gets.
+# A file newer than the module is refused at nginx -t.
 
 use strict;
 use warnings;
@@ -46,11 +48,22 @@ sub wait_sql {
 }
 
 sub sql {
-    my ($q) = @_;
-    my $r = `sqlite3 -cmd '.timeout 5000' -separator '|' '$db' "$q" 2>&1`;
+    my ($q, $file) = @_;
+    $file //= $db;
+    my $r = `sqlite3 -cmd '.timeout 5000' -separator '|' '$file' "$q" 2>&1`;
     chomp $r;
     return $r;
 }
+
+# the schema as SQLite keeps it (a column added by ALTER TABLE is spelled
+# as the statement said: the tables' columns are compared instead)
+
+my $SCHEMA = "SELECT type || ' ' || name || ' ' || CASE type"
+    . " WHEN 'table' THEN (SELECT group_concat(name || ' ' || type || ' '"
+    . " || [notnull] || ' ' || ifnull(dflt_value, '') || ' ' || pk, ', ')"
+    . " FROM pragma_table_info(m.name))"
+    . " ELSE replace(replace(sql, char(10), ' '), '  ', ' ') END"
+    . " FROM sqlite_master m ORDER BY type, name";
 
 # version 1, as the module wrote it: a finished turn and one that waits
 
@@ -107,9 +120,22 @@ EOF
 $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
     tools => $tools, agent => 'tools ask_user;',
     http => "agent_store $db;"));
+
+# the schema of a new file, made by nginx -t
+
+my $conf = $t->read_file('nginx.conf');
+(my $other = $conf) =~ s/\Q$db\E/$db.new/;
+$t->write_file('nginx.conf', $other);
+$t->test_config;
+$t->write_file('nginx.conf', $conf);
+
+my $fresh = sql($SCHEMA, "$db.new");
+like($fresh, qr/trigger events_derive/, 'a new file\'s schema');
+
 $t->run;
 
-is(sql("SELECT value FROM meta"), '6', 'migrated to version 6');
+is(sql("SELECT value FROM meta"), '7', 'migrated to version 7');
+is(sql($SCHEMA), $fresh, 'version 1: the schema a new file gets');
 is(sql("SELECT count(*) FROM events"), scalar @events, 'the log kept');
 is(sql("SELECT id, name, executor, kind, status, deadline FROM tool_calls"),
    'q1|ask_user|human|elicitation|suspended|4102444800000',
@@ -156,9 +182,10 @@ sub migrated {
 
     my ($rc, $out) = $t->test_config;
     is($rc, 0, "a version $from file is taken") or diag($out);
-    is(sql("SELECT value FROM meta"), '6', 'migrated to version 6');
+    is(sql("SELECT value FROM meta"), '7', 'migrated to version 7');
     like($t->read_file('error.log'),
-         qr/migrating the schema from version $from to 6/, 'migration logged');
+         qr/migrating the schema from version $from to 7/, 'migration logged');
+    is(sql($SCHEMA), $fresh, "version $from: the schema a new file gets");
 }
 
 # version 2, as the module wrote it: conversations without an owner
@@ -233,13 +260,39 @@ is(sql("SELECT state FROM conversations WHERE id = 'a'"), 'idle',
 
 sql("DROP TRIGGER state_written; DROP TABLE state_writes;");
 
+# version 6, as the module wrote it: its trigger (its state part here)
+# tested a turn's end against a list
+
+migrated(6, "DROP TRIGGER events_derive;"
+    . "CREATE TRIGGER events_derive AFTER INSERT ON events BEGIN"
+    . "  UPDATE conversations SET state = CASE"
+    . "    WHEN new.type IN ('turn_completed', 'turn_failed', 'cancelled',"
+    . "      'turn_halted') THEN 'idle' ELSE 'running' END"
+    . "    WHERE id = new.conversation AND new.type <> 'summary'"
+    . "      AND state <> CASE"
+    . "    WHEN new.type IN ('turn_completed', 'turn_failed', 'cancelled',"
+    . "      'turn_halted') THEN 'idle' ELSE 'running' END;"
+    . "END;");
+
+unlike(sql("SELECT sql FROM sqlite_master WHERE name = 'events_derive'"),
+       qr/new\.type IN/, 'the trigger tests no list');
+
+$seq = sql("SELECT max(seq) FROM events WHERE conversation = 'a'");
+
+for my $i (0 .. $#turn) {
+    sql("INSERT INTO events VALUES ('a', " . ($seq + 1 + $i) . ","
+        . " '$turn[$i]', '{}')");
+    is(sql("SELECT state FROM conversations WHERE id = 'a'"),
+       $i == $#turn ? 'idle' : 'running', "version 6: after $turn[$i]");
+}
+
 # a newer schema than the module's is refused
 
-sql("UPDATE meta SET value = '7' WHERE key = 'schema_version'");
+sql("UPDATE meta SET value = '8' WHERE key = 'schema_version'");
 
 my ($rc, $out) = $t->test_config;
 isnt($rc, 0, 'nginx -t fails on a newer schema');
-like($out, qr/schema version 7, newer than this module's 6/, 'and says why');
+like($out, qr/schema version 8, newer than this module's 7/, 'and says why');
 
 # SQLite writes its WAL files beside the database as the workers' user:
 # a directory they cannot write is refused at once
