@@ -86,9 +86,10 @@ typedef struct {
  * in one transaction.  waits(data): an input has come to wait for the
  * store since the batch was taken.  A batch that is not an input's then
  * ends early, where each conversation's row written so far is true of
- * the events written (nevents says how many), and more(data, written,
- * &events) gives the events of the inputs that wait, claimed for the
- * batch, to go in the same commit (nmore says how many were written).
+ * the events written (nevents says how many); any batch, at its end or
+ * so cut, takes the events of the inputs that wait before its commit:
+ * more(data, written, &events) gives them, claimed for the batch (nmore
+ * says how many were written).
  * checkpoint, set by write: the WAL wants its checkpoint, which the
  * batch's end posts beside the batches that follow.
  */

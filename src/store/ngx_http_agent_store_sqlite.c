@@ -525,10 +525,12 @@ ngx_http_agent_sqlite_busy(void *data, int count)
  * once, before them, with the last of them.  A batch of the backlog ends
  * before any event once an input waits (b->waits), the row of the
  * conversation it ends in set back to the last of its events in the
- * table (one a taken-over batch had written may be past the cut); the
- * events of the inputs that wait (b->more) are written then, in the same
- * commit, which answers them.  The audit's rows queued meanwhile go
- * last, in the same commit.
+ * table (one a taken-over batch had written may be past the cut).  The
+ * events of the inputs that wait then, or that came while a batch was
+ * written whole (an input's own among them), are written last (b->more),
+ * in the same commit, which answers them: an input need not wait for
+ * the commit under way and then one of its own.  The audit's rows queued
+ * meanwhile go last, in the same commit.
  */
 
 static ngx_int_t
@@ -574,7 +576,7 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_batch_t *b,
         goto failed;
     }
 
-    if (n < b->nevents && b->more) {
+    if (b->more && (n < b->nevents || b->waits(b->data))) {
         b->nmore = b->more(b->data, n, &more);
 
         if (b->nmore) {
