@@ -26,6 +26,7 @@ our @EXPORT = qw(engine_conf send_message send_message_later inspect
                  wait_state wait_pending
                  log_types events_request resolve cancel owner_request
                  metric echo_calls held_calls store_engine store_backlog
+                 store_stop
                  $ECHO_TOOL $ECHO_LOCATION $METRICS_LOCATION
                  $WORKERS_SERVER);
 
@@ -354,6 +355,25 @@ sub store_engine {
     $t->run;
 
     return ($t, Test::Agent::Store->new($path), $path);
+}
+
+# the end of a store_engine() test: nothing left to write, nginx and the
+# mock stopped, no alert logged; the error log
+
+sub store_stop {
+    my ($t, $mock) = @_;
+
+    Test::More::is(metric($t, 'agent_store_lag_events'), 0,
+                   'nothing waits for the store');
+
+    $t->stop;
+    $mock->stop;
+
+    my $log = $t->read_file('error.log');
+
+    Test::More::unlike($log, qr/\[(alert|emerg)\]/, 'no alert in error.log');
+
+    return $log;
 }
 
 # a backlog for a store_engine() with the held_calls() mock: the turns

@@ -7,6 +7,7 @@ package Test::Agent::Store;
 #   $db->sql("SELECT ...");                   # rows as "a|b\nc|d"
 #   $db->wait_sql("SELECT ...", qr/.../, 10); # until it matches, or the last
 #   $db->lock; ... $db->unlock;               # another process's write lock
+#   $db->whole_logs;                          # logs from seq 1, no gap
 
 use strict;
 use warnings;
@@ -26,6 +27,15 @@ sub sql {
     my $r = `sqlite3 -cmd '.timeout 5000' -separator '|' '$db' "$q" 2>&1`;
     chomp $r;
     return $r;
+}
+
+# the conversations whose log runs from seq 1 with no gap
+
+sub whole_logs {
+    my ($self) = @_;
+    return $self->sql('SELECT count(*) FROM (SELECT conversation,'
+                      . ' count(*) AS n, max(seq) AS m FROM events'
+                      . ' GROUP BY conversation HAVING n = m)');
 }
 
 sub wait_sql {
