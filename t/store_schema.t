@@ -8,8 +8,9 @@
 # gets the trigger that knows turn_halted ends a turn; a version 5 file
 # gets the trigger that writes a conversation's state only when it
 # changes; a version 6 file gets the trigger that tests a turn's end
-# without a list.  Every file migrated has the schema a new file gets.
-# A file newer than the module is refused at nginx -t.
+# without a list; a version 7 file loses its trigger (the writer derives
+# the tables: t/store_derived.t).  Every file migrated has the schema a
+# new file gets.  A file newer than the module is refused at nginx -t.
 
 use strict;
 use warnings;
@@ -130,11 +131,12 @@ $t->test_config;
 $t->write_file('nginx.conf', $conf);
 
 my $fresh = sql($SCHEMA, "$db.new");
-like($fresh, qr/trigger events_derive/, 'a new file\'s schema');
+like($fresh, qr/^table events conversation /m, 'a new file\'s schema');
+unlike($fresh, qr/^trigger /m, 'without a trigger');
 
 $t->run;
 
-is(sql("SELECT value FROM meta"), '7', 'migrated to version 7');
+is(sql("SELECT value FROM meta"), '8', 'migrated to version 8');
 is(sql($SCHEMA), $fresh, 'version 1: the schema a new file gets');
 is(sql("SELECT count(*) FROM events"), scalar @events, 'the log kept');
 is(sql("SELECT id, name, executor, kind, status, deadline FROM tool_calls"),
@@ -167,8 +169,8 @@ is(resolve($t, 'b', 'q1', { result => 'fine' })->{status}, 200,
    'and resolvable');
 is(wait_state($t, 'b', 'idle')->{messages}[-1]{type}, 'turn_completed',
    'its turn finished');
-is(sql("SELECT status, ok FROM tool_calls WHERE id = 'q1'"), 'done|1',
-   'the derived row follows');
+is(wait_sql("SELECT status, ok FROM tool_calls WHERE id = 'q1'", qr/^done/),
+   'done|1', 'the derived row follows');
 
 $t->done(more => 1);
 
@@ -178,13 +180,16 @@ $t->done(more => 1);
 sub migrated {
     my ($from, $sql) = @_;
 
-    sql($sql . "UPDATE meta SET value = '$from' WHERE key = 'schema_version'");
+    # every version from 2 to 7 had a trigger deriving the tables
+    sql("CREATE TRIGGER IF NOT EXISTS events_derive AFTER INSERT ON events"
+        . " BEGIN SELECT 1; END;" . $sql
+        . "UPDATE meta SET value = '$from' WHERE key = 'schema_version'");
 
     my ($rc, $out) = $t->test_config;
     is($rc, 0, "a version $from file is taken") or diag($out);
-    is(sql("SELECT value FROM meta"), '7', 'migrated to version 7');
+    is(sql("SELECT value FROM meta"), '8', 'migrated to version 8');
     like($t->read_file('error.log'),
-         qr/migrating the schema from version $from to 7/, 'migration logged');
+         qr/migrating the schema from version $from to 8/, 'migration logged');
     is(sql($SCHEMA), $fresh, "version $from: the schema a new file gets");
 }
 
@@ -203,96 +208,51 @@ migrated(3, "DROP TABLE model_calls;");
 is(sql("SELECT count(*) FROM model_calls"), 0, 'with an empty audit');
 is(sql("SELECT count(*) FROM events"), $nevents, 'the log kept');
 
-# version 4, as the module wrote it: its trigger (its state part here)
-# did not know turn_halted, and took a summary for a turn running
+# versions 4 to 7, as the module wrote them: each its trigger (its state
+# part here: version 4's did not know turn_halted and took a summary for
+# a turn running, version 5's wrote the conversation's row for every
+# event, version 6's tested a turn's end against a list, version 7's
+# derived the tables the writer now derives)
 
-migrated(4, "DROP TRIGGER events_derive;"
-    . "CREATE TRIGGER events_derive AFTER INSERT ON events BEGIN"
-    . "  UPDATE conversations SET state = CASE"
-    . "    WHEN new.type IN ('turn_completed', 'turn_failed', 'cancelled')"
-    . "      THEN 'idle' ELSE 'running' END WHERE id = new.conversation;"
-    . "END;");
+my $ends6 = "new.type IN ('turn_completed', 'turn_failed', 'cancelled',"
+    . " 'turn_halted')";
+my $ends7 = "new.type = 'turn_completed' OR new.type = 'turn_failed'"
+    . " OR new.type = 'cancelled' OR new.type = 'turn_halted'";
 
-my $seq = sql("SELECT max(seq) FROM events WHERE conversation = 'a'");
-sql("INSERT INTO events VALUES ('a', " . ($seq + 1) . ", 'user_msg',"
-    . " '{}')");
-is(sql("SELECT state FROM conversations WHERE id = 'a'"), 'running',
-   'a turn starts');
-sql("INSERT INTO events VALUES ('a', " . ($seq + 2) . ", 'turn_halted',"
-    . " '{}')");
-is(sql("SELECT state FROM conversations WHERE id = 'a'"), 'idle',
-   'and turn_halted puts the conversation at rest');
-sql("INSERT INTO events VALUES ('a', " . ($seq + 3) . ", 'summary',"
-    . " '{\"from_seq\":1,\"to_seq\":3,\"text\":\"s\"}')");
-is(sql("SELECT state FROM conversations WHERE id = 'a'"), 'idle',
-   'a summary leaves a conversation at rest');
-is(sql("SELECT count(*) FROM events"), $nevents + 3, 'the log kept');
+for my $v ([ 4, "CASE WHEN new.type IN ('turn_completed', 'turn_failed',"
+                . " 'cancelled') THEN 'idle' ELSE 'running' END"
+                . " WHERE id = new.conversation" ],
+           [ 5, "CASE WHEN $ends6 THEN 'idle' ELSE 'running' END"
+                . " WHERE id = new.conversation AND new.type <> 'summary'" ],
+           [ 6, "CASE WHEN $ends6 THEN 'idle' ELSE 'running' END"
+                . " WHERE id = new.conversation AND new.type <> 'summary'"
+                . " AND state <> CASE WHEN $ends6 THEN 'idle'"
+                . " ELSE 'running' END" ],
+           [ 7, "CASE WHEN $ends7 THEN 'idle' ELSE 'running' END"
+                . " WHERE id = new.conversation AND new.type <> 'summary'"
+                . " AND state <> CASE WHEN $ends7 THEN 'idle'"
+                . " ELSE 'running' END" ])
+{
+    my ($from, $state) = @$v;
 
-# version 5, as the module wrote it: its trigger (its state part here)
-# wrote the conversation's row for every event, its state changed or not
+    migrated($from, "DROP TRIGGER IF EXISTS events_derive;"
+        . "CREATE TRIGGER events_derive AFTER INSERT ON events BEGIN"
+        . "  UPDATE conversations SET state = $state;"
+        . "END;");
 
-migrated(5, "DROP TRIGGER events_derive;"
-    . "CREATE TRIGGER events_derive AFTER INSERT ON events BEGIN"
-    . "  UPDATE conversations SET state = CASE"
-    . "    WHEN new.type IN ('turn_completed', 'turn_failed', 'cancelled',"
-    . "      'turn_halted') THEN 'idle' ELSE 'running' END"
-    . "    WHERE id = new.conversation AND new.type <> 'summary';"
-    . "END;");
-
-# each write of a conversation's state is counted
-
-sql("CREATE TABLE state_writes (state TEXT);"
-    . "CREATE TRIGGER state_written AFTER UPDATE OF state ON conversations"
-    . " BEGIN INSERT INTO state_writes VALUES (new.state); END;");
-
-$seq = sql("SELECT max(seq) FROM events WHERE conversation = 'a'");
-my @turn = ('user_msg', 'assistant_msg', 'assistant_msg', 'turn_completed');
-
-for my $i (0 .. $#turn) {
-    sql("INSERT INTO events VALUES ('a', " . ($seq + 1 + $i) . ","
-        . " '$turn[$i]', '{}')");
+    is(sql("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'"), 0,
+       "version $from: no trigger left");
 }
 
-is(sql("SELECT group_concat(state, ' ') FROM state_writes"), 'running idle',
-   'a turn of four events writes its conversation\'s state twice');
-is(sql("SELECT state FROM conversations WHERE id = 'a'"), 'idle',
-   'and leaves it at rest');
-
-sql("DROP TRIGGER state_written; DROP TABLE state_writes;");
-
-# version 6, as the module wrote it: its trigger (its state part here)
-# tested a turn's end against a list
-
-migrated(6, "DROP TRIGGER events_derive;"
-    . "CREATE TRIGGER events_derive AFTER INSERT ON events BEGIN"
-    . "  UPDATE conversations SET state = CASE"
-    . "    WHEN new.type IN ('turn_completed', 'turn_failed', 'cancelled',"
-    . "      'turn_halted') THEN 'idle' ELSE 'running' END"
-    . "    WHERE id = new.conversation AND new.type <> 'summary'"
-    . "      AND state <> CASE"
-    . "    WHEN new.type IN ('turn_completed', 'turn_failed', 'cancelled',"
-    . "      'turn_halted') THEN 'idle' ELSE 'running' END;"
-    . "END;");
-
-unlike(sql("SELECT sql FROM sqlite_master WHERE name = 'events_derive'"),
-       qr/new\.type IN/, 'the trigger tests no list');
-
-$seq = sql("SELECT max(seq) FROM events WHERE conversation = 'a'");
-
-for my $i (0 .. $#turn) {
-    sql("INSERT INTO events VALUES ('a', " . ($seq + 1 + $i) . ","
-        . " '$turn[$i]', '{}')");
-    is(sql("SELECT state FROM conversations WHERE id = 'a'"),
-       $i == $#turn ? 'idle' : 'running', "version 6: after $turn[$i]");
-}
+is(sql("SELECT count(*) FROM events"), $nevents, 'the log kept');
 
 # a newer schema than the module's is refused
 
-sql("UPDATE meta SET value = '8' WHERE key = 'schema_version'");
+sql("UPDATE meta SET value = '9' WHERE key = 'schema_version'");
 
 my ($rc, $out) = $t->test_config;
 isnt($rc, 0, 'nginx -t fails on a newer schema');
-like($out, qr/schema version 8, newer than this module's 7/, 'and says why');
+like($out, qr/schema version 9, newer than this module's 8/, 'and says why');
 
 # SQLite writes its WAL files beside the database as the workers' user:
 # a directory they cannot write is refused at once

@@ -337,6 +337,9 @@ for my $adapter (qw(anthropic_messages openai_responses)) {
     is(Test::Agent::Store->new($db)->wait_sql("SELECT count(*) FROM events"
            . " WHERE conversation = 'p' AND type = 'summary'", qr/^1$/),
        1, "$adapter: the summary written");
+    is(Test::Agent::Store->new($db)->sql("SELECT state FROM conversations"
+           . " WHERE id = 'p'"), 'idle',
+       "$adapter: the conversation at rest there (a summary is no turn)");
 
     $t->stop;
     is($t->{unclean}, undef, "$adapter: stopped");

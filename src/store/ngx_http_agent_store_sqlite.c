@@ -18,20 +18,20 @@
 
 /*
  * SQLite in WAL mode: the events table is the canonical log, keyed by
- * conversation and seq, so a batch written twice changes nothing.  A
- * trigger keeps the tables derived from it in the same transaction: the
- * tool calls (executor, status, deadline, result) and each
- * conversation's persisted state, which the sweep reads after a restart.
+ * conversation and seq, so a batch written twice changes nothing.  The
+ * writer keeps the tables derived from it in the same transaction: the
+ * tool calls (executor, status, deadline, result), the queued messages
+ * taken, and each conversation's persisted state, which the sweep reads
+ * after a restart.
  */
 
-#define NGX_HTTP_AGENT_SQLITE_VERSION  7
-
-
-static ngx_int_t ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log);
-static ngx_int_t ngx_http_agent_sqlite_version(sqlite3 *db);
 static ngx_int_t ngx_http_agent_sqlite_events(sqlite3_stmt **stmts,
     ngx_http_agent_store_event_t *ev, ngx_uint_t *n,
     ngx_http_agent_store_batch_t *cut);
+static ngx_int_t ngx_http_agent_sqlite_derive(sqlite3_stmt **stmts,
+    ngx_http_agent_store_event_t *ev);
+static ngx_int_t ngx_http_agent_sqlite_state(sqlite3_stmt **stmts,
+    ngx_http_agent_store_event_t *ev, ngx_uint_t ends);
 static ngx_int_t ngx_http_agent_sqlite_write(ngx_str_t *path,
     ngx_http_agent_store_batch_t *b, ngx_log_t *log);
 static int ngx_http_agent_sqlite_wal(void *data, sqlite3 *db,
@@ -75,9 +75,8 @@ static sqlite3  *ngx_http_agent_sqlite_checkpoint_db;
 
 
 /*
- * Its statements, prepared with it: preparing the insert of an event
- * compiles the trigger too, which cost more than a small batch's writes;
- * the transaction's own are kept as well, not parsed for every batch
+ * Its statements, prepared with it, the transaction's own too: none is
+ * parsed for every batch
  */
 
 #define NGX_HTTP_AGENT_SQLITE_EVENT     0
@@ -86,9 +85,30 @@ static sqlite3  *ngx_http_agent_sqlite_checkpoint_db;
 #define NGX_HTTP_AGENT_SQLITE_COMMIT    3
 #define NGX_HTTP_AGENT_SQLITE_ROLLBACK  4
 #define NGX_HTTP_AGENT_SQLITE_CUT       5
-#define NGX_HTTP_AGENT_SQLITE_W_N       6
+#define NGX_HTTP_AGENT_SQLITE_CALL      6
+#define NGX_HTTP_AGENT_SQLITE_SUSPEND   7
+#define NGX_HTTP_AGENT_SQLITE_RESOLVE   8
+#define NGX_HTTP_AGENT_SQLITE_DONE      9
+#define NGX_HTTP_AGENT_SQLITE_DEQUEUE   10
+#define NGX_HTTP_AGENT_SQLITE_STATE     11
+#define NGX_HTTP_AGENT_SQLITE_W_N       12
 
 static sqlite3_stmt  *ngx_http_agent_sqlite_stmts[NGX_HTTP_AGENT_SQLITE_W_N];
+
+
+/*
+ * A conversation's state after its last event but a summary (which is
+ * part of no turn): at rest once a turn ended; else running while a call
+ * runs or has its answer, waiting for input while one is suspended
+ */
+
+#define NGX_HTTP_AGENT_SQLITE_CONV_STATE                                     \
+    "CASE WHEN ?2 THEN 'idle'"                                               \
+    " WHEN EXISTS (SELECT 1 FROM tool_calls WHERE conversation = ?1"         \
+    "   AND (status = 'called' OR status = 'resolved')) THEN 'running'"      \
+    " WHEN EXISTS (SELECT 1 FROM tool_calls WHERE conversation = ?1"         \
+    "   AND status = 'suspended') THEN 'awaiting_input'"                     \
+    " ELSE 'running' END"
 
 /* and the audit's, for the rows that go with a batch */
 static sqlite3_stmt  *ngx_http_agent_sqlite_audit_stmts[
@@ -110,413 +130,44 @@ static char  *ngx_http_agent_sqlite_stmts_sql[] = {
     "ROLLBACK",
 
     "UPDATE conversations SET last_seq ="
-    " (SELECT max(seq) FROM events WHERE conversation = ?1) WHERE id = ?1"
-};
-
-
-static int ngx_http_agent_sqlite_busy(void *data, int count);
-
-
-#define NGX_HTTP_AGENT_SQLITE_TABLES                                         \
-    "CREATE TABLE conversations ("                                           \
-    "  id TEXT PRIMARY KEY, agent TEXT NOT NULL,"                            \
-    "  last_seq INTEGER NOT NULL, updated INTEGER NOT NULL,"                 \
-    "  state TEXT NOT NULL DEFAULT 'idle',"                                  \
-    "  owner TEXT NOT NULL DEFAULT '');"                                     \
-    "CREATE TABLE events ("                                                  \
-    "  conversation TEXT NOT NULL, seq INTEGER NOT NULL,"                    \
-    "  type TEXT NOT NULL, data TEXT NOT NULL,"                              \
-    "  PRIMARY KEY (conversation, seq)) WITHOUT ROWID;"
-
-
-/*
- * status: called (no result yet), suspended (waiting for outside input
- * until deadline, ms), resolved (input given, result to come), done
- */
-
-#define NGX_HTTP_AGENT_SQLITE_DERIVED                                        \
-    "CREATE TABLE tool_calls ("                                              \
-    "  conversation TEXT NOT NULL, id TEXT NOT NULL,"                        \
-    "  name TEXT NOT NULL, seq INTEGER NOT NULL, executor TEXT,"             \
-    "  kind TEXT, status TEXT NOT NULL, deadline INTEGER,"                   \
-    "  ok INTEGER, result TEXT,"                                             \
-    "  PRIMARY KEY (conversation, id)) WITHOUT ROWID;"                       \
-    "CREATE INDEX tool_calls_due ON tool_calls (deadline)"                   \
-    "  WHERE status = 'suspended';"                                          \
-    "CREATE TABLE queued ("                                                  \
-    "  conversation TEXT NOT NULL, id INTEGER NOT NULL,"                     \
-    "  front INTEGER NOT NULL, data TEXT NOT NULL,"                          \
-    "  PRIMARY KEY (conversation, id)) WITHOUT ROWID;"                       \
-    "CREATE INDEX conversations_state ON conversations (state)"              \
-    "  WHERE state = 'running';"                                             \
-    NGX_HTTP_AGENT_SQLITE_TRIGGER
-
-
-/*
- * what each event of the log derives: its calls' status, the message it
- * took from the queue, its conversation's state (a turn's end: at rest;
- * a summary, made after a turn, changes no state), whose row is written
- * only when the state changes: most events leave it as it was.  A turn's
- * end is tested type by type: "new.type IN (list)" builds a temporary
- * b-tree of the list each time the trigger runs, twice an event, which
- * cost more than the rest of the event's write (schema version 7).
- */
-
-#define NGX_HTTP_AGENT_SQLITE_STATE                                          \
-    " CASE"                                                                  \
-    "    WHEN new.type = 'turn_completed' OR new.type = 'turn_failed'"       \
-    "      OR new.type = 'cancelled' OR new.type = 'turn_halted'"            \
-    "      THEN 'idle'"                                                      \
-    "    WHEN EXISTS (SELECT 1 FROM tool_calls"                              \
-    "      WHERE conversation = new.conversation"                            \
-    "        AND status IN ('called', 'resolved')) THEN 'running'"           \
-    "    WHEN EXISTS (SELECT 1 FROM tool_calls"                              \
-    "      WHERE conversation = new.conversation"                            \
-    "        AND status = 'suspended') THEN 'awaiting_input'"                \
-    "    ELSE 'running' END"
-
-#define NGX_HTTP_AGENT_SQLITE_TRIGGER                                        \
-    "CREATE TRIGGER events_derive AFTER INSERT ON events BEGIN"              \
-    "  INSERT OR IGNORE INTO tool_calls"                                     \
-    "    (conversation, id, name, seq, executor, status)"                    \
-    "    SELECT new.conversation, json_extract(new.data, '$.tool_call_id'),"  \
-    "      json_extract(new.data, '$.name'), new.seq,"                       \
-    "      json_extract(new.data, '$.executor'), 'called'"                   \
-    "    WHERE new.type = 'tool_call';"                                      \
-    "  UPDATE tool_calls SET status = 'suspended',"                          \
-    "      kind = json_extract(new.data, '$.kind'),"                         \
-    "      executor = json_extract(new.data, '$.executor'),"                 \
-    "      deadline = json_extract(new.data, '$.deadline')"                  \
-    "    WHERE new.type = 'suspension'"                                      \
-    "      AND conversation = new.conversation"                              \
-    "      AND id = json_extract(new.data, '$.tool_call_id');"               \
-    "  UPDATE tool_calls SET status = 'resolved'"                            \
-    "    WHERE new.type = 'resolution' AND status = 'suspended'"             \
-    "      AND conversation = new.conversation"                              \
-    "      AND id = json_extract(new.data, '$.tool_call_id');"               \
-    "  UPDATE tool_calls SET status = 'done',"                               \
-    "      ok = json_extract(new.data, '$.ok'),"                             \
-    "      result = coalesce(json_extract(new.data, '$.result'),"            \
-    "                        json_extract(new.data, '$.error'))"             \
-    "    WHERE new.type = 'tool_result'"                                     \
-    "      AND conversation = new.conversation"                              \
-    "      AND id = json_extract(new.data, '$.tool_call_id');"               \
-    "  DELETE FROM queued WHERE new.type = 'user_msg'"                       \
-    "    AND conversation = new.conversation"                                \
-    "    AND id = json_extract(new.data, '$.queue_id');"                     \
-    "  UPDATE conversations SET state =" NGX_HTTP_AGENT_SQLITE_STATE         \
-    "    WHERE id = new.conversation AND new.type <> 'summary'"              \
-    "      AND state <>" NGX_HTTP_AGENT_SQLITE_STATE ";"                     \
-    "END;"
-
-
-/*
- * The audit of model calls: a row per call, numbered in its conversation
- * by the store (see ngx_http_agent_store_sqlite_audit.c)
- */
-
-#define NGX_HTTP_AGENT_SQLITE_AUDIT                                          \
-    "CREATE TABLE model_calls ("                                             \
-    "  conversation TEXT NOT NULL, call INTEGER NOT NULL,"                   \
-    "  turn INTEGER NOT NULL, attempt INTEGER NOT NULL,"                     \
-    "  adapter TEXT NOT NULL, model TEXT NOT NULL,"                          \
-    "  status TEXT NOT NULL, error TEXT,"                                    \
-    "  input_tokens INTEGER, output_tokens INTEGER, cached_tokens INTEGER,"  \
-    "  time_to_first_token_ms INTEGER, duration_ms INTEGER,"                 \
-    "  started INTEGER NOT NULL, worker INTEGER NOT NULL,"                   \
-    "  PRIMARY KEY (conversation, call)) WITHOUT ROWID;"                     \
-    "CREATE INDEX model_calls_start ON model_calls"                          \
-    "  (conversation, started, worker);"                                     \
-    NGX_HTTP_AGENT_SQLITE_AUDIT_RUNNING
-
-
-/* the calls still running: a start looks for them, never through all */
-
-#define NGX_HTTP_AGENT_SQLITE_AUDIT_RUNNING                                  \
-    "CREATE INDEX IF NOT EXISTS model_calls_running ON model_calls"          \
-    "  (conversation, started, worker) WHERE status = 'running';"
-
-
-static char  ngx_http_agent_sqlite_create[] =
-    "BEGIN IMMEDIATE;"
-    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-    "INSERT INTO meta VALUES ('schema_version', '7');"
-    NGX_HTTP_AGENT_SQLITE_TABLES
-    NGX_HTTP_AGENT_SQLITE_DERIVED
-    NGX_HTTP_AGENT_SQLITE_AUDIT
-    "COMMIT;";
-
-
-/* version 1 had no derived tables: the log is replayed through the trigger */
-
-static char  ngx_http_agent_sqlite_migrate_1[] =
-    "BEGIN IMMEDIATE;"
-    "ALTER TABLE conversations ADD COLUMN state TEXT NOT NULL"
-    "  DEFAULT 'idle';"
-    "ALTER TABLE events RENAME TO events_v1;"
-    "CREATE TABLE events ("
-    "  conversation TEXT NOT NULL, seq INTEGER NOT NULL,"
-    "  type TEXT NOT NULL, data TEXT NOT NULL,"
-    "  PRIMARY KEY (conversation, seq)) WITHOUT ROWID;"
-    NGX_HTTP_AGENT_SQLITE_DERIVED
-    "INSERT INTO events SELECT conversation, seq, type, data FROM events_v1"
-    "  ORDER BY conversation, seq;"
-    "DROP TABLE events_v1;"
-    "UPDATE meta SET value = '2' WHERE key = 'schema_version';"
-    "COMMIT;";
-
-
-/* version 2 had no owners: conversations made before belong to no one */
-
-static char  ngx_http_agent_sqlite_migrate_2[] =
-    "BEGIN IMMEDIATE;"
-    "ALTER TABLE conversations ADD COLUMN owner TEXT NOT NULL DEFAULT '';"
-    "UPDATE meta SET value = '3' WHERE key = 'schema_version';"
-    "COMMIT;";
-
-
-/* version 3 had no audit of model calls: an empty one */
-
-static char  ngx_http_agent_sqlite_migrate_3[] =
-    "BEGIN IMMEDIATE;"
-    NGX_HTTP_AGENT_SQLITE_AUDIT
-    "UPDATE meta SET value = '4' WHERE key = 'schema_version';"
-    "COMMIT;";
-
-
-/*
- * version 4 did not know turn_halted ends a turn, and counted a summary
- * as a turn running: the trigger is new; and it had no index of the
- * model calls running
- */
-
-static char  ngx_http_agent_sqlite_migrate_4[] =
-    "BEGIN IMMEDIATE;"
-    "DROP TRIGGER events_derive;"
-    NGX_HTTP_AGENT_SQLITE_TRIGGER
-    NGX_HTTP_AGENT_SQLITE_AUDIT_RUNNING
-    "UPDATE meta SET value = '5' WHERE key = 'schema_version';"
-    "COMMIT;";
-
-
-/* version 5's trigger wrote its conversation's row for every event */
-
-static char  ngx_http_agent_sqlite_migrate_5[] =
-    "BEGIN IMMEDIATE;"
-    "DROP TRIGGER events_derive;"
-    NGX_HTTP_AGENT_SQLITE_TRIGGER
-    "UPDATE meta SET value = '6' WHERE key = 'schema_version';"
-    "COMMIT;";
-
-
-/* version 6's trigger tested a turn's end against a list */
-
-static char  ngx_http_agent_sqlite_migrate_6[] =
-    "BEGIN IMMEDIATE;"
-    "DROP TRIGGER events_derive;"
-    NGX_HTTP_AGENT_SQLITE_TRIGGER
-    "UPDATE meta SET value = '7' WHERE key = 'schema_version';"
-    "COMMIT;";
-
-
-static char  *ngx_http_agent_sqlite_migrate[] = {
-    ngx_http_agent_sqlite_migrate_1,
-    ngx_http_agent_sqlite_migrate_2,
-    ngx_http_agent_sqlite_migrate_3,
-    ngx_http_agent_sqlite_migrate_4,
-    ngx_http_agent_sqlite_migrate_5,
-    ngx_http_agent_sqlite_migrate_6
-};
-
-
-static ngx_int_t
-ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
-{
-    int         rc;
-    char       *err, *sql[NGX_HTTP_AGENT_SQLITE_VERSION];
-    sqlite3    *db;
-    ngx_int_t   version;
-    ngx_uint_t  i;
+    " (SELECT max(seq) FROM events WHERE conversation = ?1) WHERE id = ?1",
 
     /*
-     * SQLite counts its memory under a global mutex at every allocation,
-     * for sqlite3_memory_used(), which nothing here reads.  Set before
-     * SQLite is initialized, when the configuration is first read: later
-     * the call is refused, and what it set stays.
+     * what an event derives (see ngx_http_agent_sqlite_derive), ?1 its
+     * conversation, ?2 its data (a tool_call's seq, its data ?3)
      */
 
-    (void) sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+    "INSERT OR IGNORE INTO tool_calls"
+    " (conversation, id, name, seq, executor, status)"
+    " VALUES (?1, json_extract(?3, '$.tool_call_id'),"
+    " json_extract(?3, '$.name'), ?2, json_extract(?3, '$.executor'),"
+    " 'called')",
 
-    db = ngx_http_agent_sqlite_connect(path, log, NGX_LOG_EMERG);
-    if (db == NULL) {
-        return NGX_ERROR;
-    }
+    "UPDATE tool_calls SET status = 'suspended',"
+    " kind = json_extract(?2, '$.kind'),"
+    " executor = json_extract(?2, '$.executor'),"
+    " deadline = json_extract(?2, '$.deadline')"
+    " WHERE conversation = ?1 AND id = json_extract(?2, '$.tool_call_id')",
 
-    err = NULL;
-    rc = sqlite3_exec(db, "PRAGMA journal_mode=WAL", NULL, NULL, &err);
+    "UPDATE tool_calls SET status = 'resolved'"
+    " WHERE conversation = ?1 AND id = json_extract(?2, '$.tool_call_id')"
+    " AND status = 'suspended'",
 
-    if (rc != SQLITE_OK) {
-        goto failed;
-    }
+    "UPDATE tool_calls SET status = 'done', ok = json_extract(?2, '$.ok'),"
+    " result = coalesce(json_extract(?2, '$.result'),"
+    " json_extract(?2, '$.error'))"
+    " WHERE conversation = ?1 AND id = json_extract(?2, '$.tool_call_id')",
 
-    version = ngx_http_agent_sqlite_version(db);
+    "DELETE FROM queued"
+    " WHERE conversation = ?1 AND id = json_extract(?2, '$.queue_id')",
 
-    ngx_memzero(sql, sizeof(sql));
+    /* ?2: its last event but a summary ended a turn */
 
-    switch (version) {
-
-    case 0:
-        sql[0] = ngx_http_agent_sqlite_create;
-        break;
-
-    case 1:
-    case 2:
-    case 3:
-    case 4:
-    case 5:
-    case 6:
-        ngx_log_error(NGX_LOG_NOTICE, log, 0,
-                      "agent store \"%V\": migrating the schema from "
-                      "version %i to %d", path, version,
-                      NGX_HTTP_AGENT_SQLITE_VERSION);
-
-        /* one step at a time, each in its own transaction */
-
-        for (i = 0; version + i < NGX_HTTP_AGENT_SQLITE_VERSION; i++) {
-            sql[i] = ngx_http_agent_sqlite_migrate[version + i - 1];
-        }
-
-        break;
-
-    case NGX_HTTP_AGENT_SQLITE_VERSION:
-        break;
-
-    case NGX_ERROR:
-        ngx_log_error(NGX_LOG_EMERG, log, 0,
-                      "agent store \"%V\": %s", path, sqlite3_errmsg(db));
-        sqlite3_close(db);
-        return NGX_ERROR;
-
-    default:
-        ngx_log_error(NGX_LOG_EMERG, log, 0,
-                      "agent store \"%V\" has schema version %i, newer than "
-                      "this module's %d", path, version,
-                      NGX_HTTP_AGENT_SQLITE_VERSION);
-        sqlite3_close(db);
-        return NGX_ERROR;
-    }
-
-    for (i = 0; i < NGX_HTTP_AGENT_SQLITE_VERSION && sql[i]; i++) {
-        rc = sqlite3_exec(db, sql[i], NULL, NULL, &err);
-
-        if (rc != SQLITE_OK) {
-            (void) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-            goto failed;
-        }
-    }
-
-    sqlite3_close(db);
-
-    return NGX_OK;
-
-failed:
-
-    ngx_log_error(NGX_LOG_EMERG, log, 0, "agent store \"%V\": %s", path,
-                  err ? err : sqlite3_errstr(rc));
-    sqlite3_free(err);
-    sqlite3_close(db);
-
-    return NGX_ERROR;
-}
+    "UPDATE conversations SET state = " NGX_HTTP_AGENT_SQLITE_CONV_STATE
+    " WHERE id = ?1 AND state <> " NGX_HTTP_AGENT_SQLITE_CONV_STATE
+};
 
 
-/* 0 for a new file */
-
-static ngx_int_t
-ngx_http_agent_sqlite_version(sqlite3 *db)
-{
-    int            rc;
-    ngx_int_t      version;
-    sqlite3_stmt  *stmt;
-
-    rc = sqlite3_prepare_v2(db, "SELECT value FROM meta"
-                                " WHERE key = 'schema_version'",
-                            -1, &stmt, NULL);
-    if (rc != SQLITE_OK) {
-        /* no meta table */
-        return sqlite3_errcode(db) == SQLITE_ERROR ? 0 : NGX_ERROR;
-    }
-
-    version = 0;
-
-    rc = sqlite3_step(stmt);
-
-    if (rc == SQLITE_ROW) {
-        version = sqlite3_column_int(stmt, 0);
-
-        if (version <= 0) {
-            version = NGX_ERROR;
-        }
-
-    } else if (rc != SQLITE_DONE) {
-        version = NGX_ERROR;
-    }
-
-    sqlite3_finalize(stmt);
-
-    return version;
-}
-
-
-sqlite3 *
-ngx_http_agent_sqlite_connect(ngx_str_t *path, ngx_log_t *log,
-    ngx_uint_t level)
-{
-    int       rc;
-    sqlite3  *db;
-
-    rc = sqlite3_open_v2((char *) path->data, &db,
-                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
-                         | SQLITE_OPEN_NOMUTEX, NULL);
-
-    if (rc != SQLITE_OK) {
-        ngx_log_error(level, log, 0,
-                      "agent store \"%V\" cannot be opened: %s", path,
-                      db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
-        sqlite3_close(db);
-        return NULL;
-    }
-
-    /* workers write side by side: a short wait instead of SQLITE_BUSY */
-    sqlite3_busy_handler(db, ngx_http_agent_sqlite_busy, NULL);
-
-    return db;
-}
-
-
-/*
- * SQLite's own busy timeout sleeps longer each time, up to 100 ms a try:
- * a connection that waits for another process's write (an exiting
- * worker's, a reader's recovery, another program's) would wait that long
- * after the lock is free.  Tried every 100 us for the first 10 ms, then
- * every millisecond, for at most 5 s.
- */
-
-static int
-ngx_http_agent_sqlite_busy(void *data, int count)
-{
-    if (count < 100) {
-        (void) usleep(100);
-        return 1;
-    }
-
-    if (count < 100 + 4990) {
-        (void) usleep(1000);
-        return 1;
-    }
-
-    return 0;
-}
 
 
 /*
@@ -638,8 +289,10 @@ failed:
 
 
 /*
- * The events of a batch, each conversation's row first; with cut, ends
- * before an event once an input waits, *n then the events written
+ * The events of a batch, each conversation's row first, its state after
+ * its last event; with cut, ends before an event once an input waits,
+ * *n then the events written.  An event the table had already (a batch
+ * written again after a worker died) derives nothing.
  */
 
 static ngx_int_t
@@ -647,13 +300,18 @@ ngx_http_agent_sqlite_events(sqlite3_stmt **stmts,
     ngx_http_agent_store_event_t *ev, ngx_uint_t *n,
     ngx_http_agent_store_batch_t *cut)
 {
-    ngx_uint_t     i, last;
+    sqlite3       *db;
+    ngx_uint_t     i, last, ends;
     sqlite3_stmt  *event, *conv;
 
     event = stmts[NGX_HTTP_AGENT_SQLITE_EVENT];
     conv = stmts[NGX_HTTP_AGENT_SQLITE_CONV];
+    db = sqlite3_db_handle(event);
 
     last = 0;
+
+    /* the state the conversation's events so far leave: none, idle, not */
+    ends = 0;
 
     for (i = 0; i < *n; i++) {
 
@@ -662,6 +320,13 @@ ngx_http_agent_sqlite_events(sqlite3_stmt **stmts,
 
             if (i <= last) {
                 /* in the middle of a conversation's events */
+
+                if (ends
+                    && ngx_http_agent_sqlite_state(stmts, &ev[i - 1], ends)
+                       != NGX_OK)
+                {
+                    return NGX_ERROR;
+                }
 
                 conv = stmts[NGX_HTTP_AGENT_SQLITE_CUT];
 
@@ -715,9 +380,93 @@ ngx_http_agent_sqlite_events(sqlite3_stmt **stmts,
         if (ngx_http_agent_sqlite_step(event) != NGX_OK) {
             return NGX_ERROR;
         }
+
+        if (sqlite3_changes(db)) {
+            if (ngx_http_agent_sqlite_derive(stmts, &ev[i]) != NGX_OK) {
+                return NGX_ERROR;
+            }
+
+            if (ev[i].type != NGX_HTTP_AGENT_EV_SUMMARY) {
+                ends = ngx_http_agent_event_terminal(ev[i].type) ? 2 : 1;
+            }
+        }
+
+        if (i == last && ends) {
+            if (ngx_http_agent_sqlite_state(stmts, &ev[i], ends) != NGX_OK) {
+                return NGX_ERROR;
+            }
+
+            ends = 0;
+        }
     }
 
     return NGX_OK;
+}
+
+
+/* the tool call, or the queued message, an event changes */
+
+static ngx_int_t
+ngx_http_agent_sqlite_derive(sqlite3_stmt **stmts,
+    ngx_http_agent_store_event_t *ev)
+{
+    int            data;
+    sqlite3_stmt  *stmt;
+
+    data = 2;
+
+    switch (ev->type) {
+
+    case NGX_HTTP_AGENT_EV_TOOL_CALL:
+        stmt = stmts[NGX_HTTP_AGENT_SQLITE_CALL];
+        sqlite3_bind_int64(stmt, 2, ev->seq);
+        data = 3;
+        break;
+
+    case NGX_HTTP_AGENT_EV_SUSPENSION:
+        stmt = stmts[NGX_HTTP_AGENT_SQLITE_SUSPEND];
+        break;
+
+    case NGX_HTTP_AGENT_EV_RESOLUTION:
+        stmt = stmts[NGX_HTTP_AGENT_SQLITE_RESOLVE];
+        break;
+
+    case NGX_HTTP_AGENT_EV_TOOL_RESULT:
+        stmt = stmts[NGX_HTTP_AGENT_SQLITE_DONE];
+        break;
+
+    case NGX_HTTP_AGENT_EV_USER_MSG:
+        stmt = stmts[NGX_HTTP_AGENT_SQLITE_DEQUEUE];
+        break;
+
+    default:
+        return NGX_OK;
+    }
+
+    sqlite3_bind_text(stmt, 1, (char *) ev->conv.data, ev->conv.len,
+                      SQLITE_STATIC);
+    sqlite3_bind_text(stmt, data, (char *) ev->data.data, ev->data.len,
+                      SQLITE_STATIC);
+
+    return ngx_http_agent_sqlite_step(stmt);
+}
+
+
+/* ends: 2 when the last event but a summary ended a turn, else 1 */
+
+static ngx_int_t
+ngx_http_agent_sqlite_state(sqlite3_stmt **stmts,
+    ngx_http_agent_store_event_t *ev, ngx_uint_t ends)
+{
+    sqlite3_stmt  *stmt;
+
+    stmt = stmts[NGX_HTTP_AGENT_SQLITE_STATE];
+
+    sqlite3_bind_text(stmt, 1, (char *) ev->conv.data, ev->conv.len,
+                      SQLITE_STATIC);
+    sqlite3_bind_int(stmt, 2, ends == 2);
+
+    return ngx_http_agent_sqlite_step(stmt);
 }
 
 

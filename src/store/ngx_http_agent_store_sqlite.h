@@ -16,6 +16,9 @@
 #include "ngx_http_agent_store_audit.h"
 
 
+/* the file made, or its schema migrated, at the configuration's load */
+ngx_int_t ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log);
+
 /* a connection to the store's file, with the workers' busy timeout */
 sqlite3 *ngx_http_agent_sqlite_open_prepared(ngx_str_t *path,
     ngx_log_t *log, char **sql, sqlite3_stmt **stmts, ngx_uint_t n);

@@ -1,0 +1,438 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+
+#include <sqlite3.h>
+
+#include "ngx_http_agent_store_sqlite.h"
+
+
+/*
+ * The store's file: its schema, made or migrated when the master loads
+ * the configuration, and the workers' connections to it.
+ */
+
+#define NGX_HTTP_AGENT_SQLITE_VERSION  8
+
+
+static ngx_int_t ngx_http_agent_sqlite_version(sqlite3 *db);
+static int ngx_http_agent_sqlite_busy(void *data, int count);
+
+
+#define NGX_HTTP_AGENT_SQLITE_TABLES                                         \
+    "CREATE TABLE conversations ("                                           \
+    "  id TEXT PRIMARY KEY, agent TEXT NOT NULL,"                            \
+    "  last_seq INTEGER NOT NULL, updated INTEGER NOT NULL,"                 \
+    "  state TEXT NOT NULL DEFAULT 'idle',"                                  \
+    "  owner TEXT NOT NULL DEFAULT '');"                                     \
+    "CREATE TABLE events ("                                                  \
+    "  conversation TEXT NOT NULL, seq INTEGER NOT NULL,"                    \
+    "  type TEXT NOT NULL, data TEXT NOT NULL,"                              \
+    "  PRIMARY KEY (conversation, seq)) WITHOUT ROWID;"
+
+
+/*
+ * status: called (no result yet), suspended (waiting for outside input
+ * until deadline, ms), resolved (input given, result to come), done
+ */
+
+#define NGX_HTTP_AGENT_SQLITE_DERIVED                                        \
+    "CREATE TABLE tool_calls ("                                              \
+    "  conversation TEXT NOT NULL, id TEXT NOT NULL,"                        \
+    "  name TEXT NOT NULL, seq INTEGER NOT NULL, executor TEXT,"             \
+    "  kind TEXT, status TEXT NOT NULL, deadline INTEGER,"                   \
+    "  ok INTEGER, result TEXT,"                                             \
+    "  PRIMARY KEY (conversation, id)) WITHOUT ROWID;"                       \
+    "CREATE INDEX tool_calls_due ON tool_calls (deadline)"                   \
+    "  WHERE status = 'suspended';"                                          \
+    "CREATE TABLE queued ("                                                  \
+    "  conversation TEXT NOT NULL, id INTEGER NOT NULL,"                     \
+    "  front INTEGER NOT NULL, data TEXT NOT NULL,"                          \
+    "  PRIMARY KEY (conversation, id)) WITHOUT ROWID;"                       \
+    "CREATE INDEX conversations_state ON conversations (state)"              \
+    "  WHERE state = 'running';"
+
+
+/*
+ * Up to version 7 a trigger on events derived those tables; since
+ * version 8 the writer does, with statements of its own for the events
+ * that change them (ngx_http_agent_store_sqlite.c): the trigger ran its
+ * six statements for every event, most of them to do nothing, which
+ * cost more than the event's own write.  The trigger is kept here for
+ * the migrations before version 8: version 1's log is replayed through
+ * it.  A turn's end is tested type by type: "new.type IN (list)" builds
+ * a temporary b-tree of the list each time the trigger runs.
+ */
+
+#define NGX_HTTP_AGENT_SQLITE_STATE                                          \
+    " CASE"                                                                  \
+    "    WHEN new.type = 'turn_completed' OR new.type = 'turn_failed'"       \
+    "      OR new.type = 'cancelled' OR new.type = 'turn_halted'"            \
+    "      THEN 'idle'"                                                      \
+    "    WHEN EXISTS (SELECT 1 FROM tool_calls"                              \
+    "      WHERE conversation = new.conversation"                            \
+    "        AND status IN ('called', 'resolved')) THEN 'running'"           \
+    "    WHEN EXISTS (SELECT 1 FROM tool_calls"                              \
+    "      WHERE conversation = new.conversation"                            \
+    "        AND status = 'suspended') THEN 'awaiting_input'"                \
+    "    ELSE 'running' END"
+
+#define NGX_HTTP_AGENT_SQLITE_TRIGGER                                        \
+    "CREATE TRIGGER events_derive AFTER INSERT ON events BEGIN"              \
+    "  INSERT OR IGNORE INTO tool_calls"                                     \
+    "    (conversation, id, name, seq, executor, status)"                    \
+    "    SELECT new.conversation, json_extract(new.data, '$.tool_call_id'),"  \
+    "      json_extract(new.data, '$.name'), new.seq,"                       \
+    "      json_extract(new.data, '$.executor'), 'called'"                   \
+    "    WHERE new.type = 'tool_call';"                                      \
+    "  UPDATE tool_calls SET status = 'suspended',"                          \
+    "      kind = json_extract(new.data, '$.kind'),"                         \
+    "      executor = json_extract(new.data, '$.executor'),"                 \
+    "      deadline = json_extract(new.data, '$.deadline')"                  \
+    "    WHERE new.type = 'suspension'"                                      \
+    "      AND conversation = new.conversation"                              \
+    "      AND id = json_extract(new.data, '$.tool_call_id');"               \
+    "  UPDATE tool_calls SET status = 'resolved'"                            \
+    "    WHERE new.type = 'resolution' AND status = 'suspended'"             \
+    "      AND conversation = new.conversation"                              \
+    "      AND id = json_extract(new.data, '$.tool_call_id');"               \
+    "  UPDATE tool_calls SET status = 'done',"                               \
+    "      ok = json_extract(new.data, '$.ok'),"                             \
+    "      result = coalesce(json_extract(new.data, '$.result'),"            \
+    "                        json_extract(new.data, '$.error'))"             \
+    "    WHERE new.type = 'tool_result'"                                     \
+    "      AND conversation = new.conversation"                              \
+    "      AND id = json_extract(new.data, '$.tool_call_id');"               \
+    "  DELETE FROM queued WHERE new.type = 'user_msg'"                       \
+    "    AND conversation = new.conversation"                                \
+    "    AND id = json_extract(new.data, '$.queue_id');"                     \
+    "  UPDATE conversations SET state =" NGX_HTTP_AGENT_SQLITE_STATE         \
+    "    WHERE id = new.conversation AND new.type <> 'summary'"              \
+    "      AND state <>" NGX_HTTP_AGENT_SQLITE_STATE ";"                     \
+    "END;"
+
+
+/*
+ * The audit of model calls: a row per call, numbered in its conversation
+ * by the store (see ngx_http_agent_store_sqlite_audit.c)
+ */
+
+#define NGX_HTTP_AGENT_SQLITE_AUDIT                                          \
+    "CREATE TABLE model_calls ("                                             \
+    "  conversation TEXT NOT NULL, call INTEGER NOT NULL,"                   \
+    "  turn INTEGER NOT NULL, attempt INTEGER NOT NULL,"                     \
+    "  adapter TEXT NOT NULL, model TEXT NOT NULL,"                          \
+    "  status TEXT NOT NULL, error TEXT,"                                    \
+    "  input_tokens INTEGER, output_tokens INTEGER, cached_tokens INTEGER,"  \
+    "  time_to_first_token_ms INTEGER, duration_ms INTEGER,"                 \
+    "  started INTEGER NOT NULL, worker INTEGER NOT NULL,"                   \
+    "  PRIMARY KEY (conversation, call)) WITHOUT ROWID;"                     \
+    "CREATE INDEX model_calls_start ON model_calls"                          \
+    "  (conversation, started, worker);"                                     \
+    NGX_HTTP_AGENT_SQLITE_AUDIT_RUNNING
+
+
+/* the calls still running: a start looks for them, never through all */
+
+#define NGX_HTTP_AGENT_SQLITE_AUDIT_RUNNING                                  \
+    "CREATE INDEX IF NOT EXISTS model_calls_running ON model_calls"          \
+    "  (conversation, started, worker) WHERE status = 'running';"
+
+
+static char  ngx_http_agent_sqlite_create[] =
+    "BEGIN IMMEDIATE;"
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+    "INSERT INTO meta VALUES ('schema_version', '8');"
+    NGX_HTTP_AGENT_SQLITE_TABLES
+    NGX_HTTP_AGENT_SQLITE_DERIVED
+    NGX_HTTP_AGENT_SQLITE_AUDIT
+    "COMMIT;";
+
+
+/* version 1 had no derived tables: the log is replayed through the trigger */
+
+static char  ngx_http_agent_sqlite_migrate_1[] =
+    "BEGIN IMMEDIATE;"
+    "ALTER TABLE conversations ADD COLUMN state TEXT NOT NULL"
+    "  DEFAULT 'idle';"
+    "ALTER TABLE events RENAME TO events_v1;"
+    "CREATE TABLE events ("
+    "  conversation TEXT NOT NULL, seq INTEGER NOT NULL,"
+    "  type TEXT NOT NULL, data TEXT NOT NULL,"
+    "  PRIMARY KEY (conversation, seq)) WITHOUT ROWID;"
+    NGX_HTTP_AGENT_SQLITE_DERIVED
+    NGX_HTTP_AGENT_SQLITE_TRIGGER
+    "INSERT INTO events SELECT conversation, seq, type, data FROM events_v1"
+    "  ORDER BY conversation, seq;"
+    "DROP TABLE events_v1;"
+    "UPDATE meta SET value = '2' WHERE key = 'schema_version';"
+    "COMMIT;";
+
+
+/* version 2 had no owners: conversations made before belong to no one */
+
+static char  ngx_http_agent_sqlite_migrate_2[] =
+    "BEGIN IMMEDIATE;"
+    "ALTER TABLE conversations ADD COLUMN owner TEXT NOT NULL DEFAULT '';"
+    "UPDATE meta SET value = '3' WHERE key = 'schema_version';"
+    "COMMIT;";
+
+
+/* version 3 had no audit of model calls: an empty one */
+
+static char  ngx_http_agent_sqlite_migrate_3[] =
+    "BEGIN IMMEDIATE;"
+    NGX_HTTP_AGENT_SQLITE_AUDIT
+    "UPDATE meta SET value = '4' WHERE key = 'schema_version';"
+    "COMMIT;";
+
+
+/*
+ * version 4 did not know turn_halted ends a turn, and counted a summary
+ * as a turn running: the trigger is new; and it had no index of the
+ * model calls running
+ */
+
+static char  ngx_http_agent_sqlite_migrate_4[] =
+    "BEGIN IMMEDIATE;"
+    "DROP TRIGGER events_derive;"
+    NGX_HTTP_AGENT_SQLITE_TRIGGER
+    NGX_HTTP_AGENT_SQLITE_AUDIT_RUNNING
+    "UPDATE meta SET value = '5' WHERE key = 'schema_version';"
+    "COMMIT;";
+
+
+/* version 5's trigger wrote its conversation's row for every event */
+
+static char  ngx_http_agent_sqlite_migrate_5[] =
+    "BEGIN IMMEDIATE;"
+    "DROP TRIGGER events_derive;"
+    NGX_HTTP_AGENT_SQLITE_TRIGGER
+    "UPDATE meta SET value = '6' WHERE key = 'schema_version';"
+    "COMMIT;";
+
+
+/* version 6's trigger tested a turn's end against a list */
+
+static char  ngx_http_agent_sqlite_migrate_6[] =
+    "BEGIN IMMEDIATE;"
+    "DROP TRIGGER events_derive;"
+    NGX_HTTP_AGENT_SQLITE_TRIGGER
+    "UPDATE meta SET value = '7' WHERE key = 'schema_version';"
+    "COMMIT;";
+
+
+/* version 7's trigger derived the tables: the writer does */
+
+static char  ngx_http_agent_sqlite_migrate_7[] =
+    "BEGIN IMMEDIATE;"
+    "DROP TRIGGER events_derive;"
+    "UPDATE meta SET value = '8' WHERE key = 'schema_version';"
+    "COMMIT;";
+
+
+static char  *ngx_http_agent_sqlite_migrate[] = {
+    ngx_http_agent_sqlite_migrate_1,
+    ngx_http_agent_sqlite_migrate_2,
+    ngx_http_agent_sqlite_migrate_3,
+    ngx_http_agent_sqlite_migrate_4,
+    ngx_http_agent_sqlite_migrate_5,
+    ngx_http_agent_sqlite_migrate_6,
+    ngx_http_agent_sqlite_migrate_7
+};
+
+
+ngx_int_t
+ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
+{
+    int         rc;
+    char       *err, *sql[NGX_HTTP_AGENT_SQLITE_VERSION];
+    sqlite3    *db;
+    ngx_int_t   version;
+    ngx_uint_t  i;
+
+    /*
+     * SQLite counts its memory under a global mutex at every allocation,
+     * for sqlite3_memory_used(), which nothing here reads.  Set before
+     * SQLite is initialized, when the configuration is first read: later
+     * the call is refused, and what it set stays.
+     */
+
+    (void) sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+
+    db = ngx_http_agent_sqlite_connect(path, log, NGX_LOG_EMERG);
+    if (db == NULL) {
+        return NGX_ERROR;
+    }
+
+    err = NULL;
+    rc = sqlite3_exec(db, "PRAGMA journal_mode=WAL", NULL, NULL, &err);
+
+    if (rc != SQLITE_OK) {
+        goto failed;
+    }
+
+    version = ngx_http_agent_sqlite_version(db);
+
+    ngx_memzero(sql, sizeof(sql));
+
+    switch (version) {
+
+    case 0:
+        sql[0] = ngx_http_agent_sqlite_create;
+        break;
+
+    case 1:
+    case 2:
+    case 3:
+    case 4:
+    case 5:
+    case 6:
+    case 7:
+        ngx_log_error(NGX_LOG_NOTICE, log, 0,
+                      "agent store \"%V\": migrating the schema from "
+                      "version %i to %d", path, version,
+                      NGX_HTTP_AGENT_SQLITE_VERSION);
+
+        /* one step at a time, each in its own transaction */
+
+        for (i = 0; version + i < NGX_HTTP_AGENT_SQLITE_VERSION; i++) {
+            sql[i] = ngx_http_agent_sqlite_migrate[version + i - 1];
+        }
+
+        break;
+
+    case NGX_HTTP_AGENT_SQLITE_VERSION:
+        break;
+
+    case NGX_ERROR:
+        ngx_log_error(NGX_LOG_EMERG, log, 0,
+                      "agent store \"%V\": %s", path, sqlite3_errmsg(db));
+        sqlite3_close(db);
+        return NGX_ERROR;
+
+    default:
+        ngx_log_error(NGX_LOG_EMERG, log, 0,
+                      "agent store \"%V\" has schema version %i, newer than "
+                      "this module's %d", path, version,
+                      NGX_HTTP_AGENT_SQLITE_VERSION);
+        sqlite3_close(db);
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < NGX_HTTP_AGENT_SQLITE_VERSION && sql[i]; i++) {
+        rc = sqlite3_exec(db, sql[i], NULL, NULL, &err);
+
+        if (rc != SQLITE_OK) {
+            (void) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+            goto failed;
+        }
+    }
+
+    sqlite3_close(db);
+
+    return NGX_OK;
+
+failed:
+
+    ngx_log_error(NGX_LOG_EMERG, log, 0, "agent store \"%V\": %s", path,
+                  err ? err : sqlite3_errstr(rc));
+    sqlite3_free(err);
+    sqlite3_close(db);
+
+    return NGX_ERROR;
+}
+
+
+/* 0 for a new file */
+
+static ngx_int_t
+ngx_http_agent_sqlite_version(sqlite3 *db)
+{
+    int            rc;
+    ngx_int_t      version;
+    sqlite3_stmt  *stmt;
+
+    rc = sqlite3_prepare_v2(db, "SELECT value FROM meta"
+                                " WHERE key = 'schema_version'",
+                            -1, &stmt, NULL);
+    if (rc != SQLITE_OK) {
+        /* no meta table */
+        return sqlite3_errcode(db) == SQLITE_ERROR ? 0 : NGX_ERROR;
+    }
+
+    version = 0;
+
+    rc = sqlite3_step(stmt);
+
+    if (rc == SQLITE_ROW) {
+        version = sqlite3_column_int(stmt, 0);
+
+        if (version <= 0) {
+            version = NGX_ERROR;
+        }
+
+    } else if (rc != SQLITE_DONE) {
+        version = NGX_ERROR;
+    }
+
+    sqlite3_finalize(stmt);
+
+    return version;
+}
+
+
+sqlite3 *
+ngx_http_agent_sqlite_connect(ngx_str_t *path, ngx_log_t *log,
+    ngx_uint_t level)
+{
+    int       rc;
+    sqlite3  *db;
+
+    rc = sqlite3_open_v2((char *) path->data, &db,
+                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+                         | SQLITE_OPEN_NOMUTEX, NULL);
+
+    if (rc != SQLITE_OK) {
+        ngx_log_error(level, log, 0,
+                      "agent store \"%V\" cannot be opened: %s", path,
+                      db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+        sqlite3_close(db);
+        return NULL;
+    }
+
+    /* workers write side by side: a short wait instead of SQLITE_BUSY */
+    sqlite3_busy_handler(db, ngx_http_agent_sqlite_busy, NULL);
+
+    return db;
+}
+
+
+/*
+ * SQLite's own busy timeout sleeps longer each time, up to 100 ms a try:
+ * a connection that waits for another process's write (an exiting
+ * worker's, a reader's recovery, another program's) would wait that long
+ * after the lock is free.  Tried every 100 us for the first 10 ms, then
+ * every millisecond, for at most 5 s.
+ */
+
+static int
+ngx_http_agent_sqlite_busy(void *data, int count)
+{
+    if (count < 100) {
+        (void) usleep(100);
+        return 1;
+    }
+
+    if (count < 100 + 4990) {
+        (void) usleep(1000);
+        return 1;
+    }
+
+    return 0;
+}
