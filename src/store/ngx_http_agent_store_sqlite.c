@@ -341,7 +341,7 @@ ngx_http_agent_sqlite_events(sqlite3_stmt **stmts,
             break;
         }
 
-        /* the conversation's row first: the trigger updates its state */
+        /* the conversation's row first, its state after its events */
 
         if (i == 0 || i > last) {
 
@@ -1102,7 +1102,7 @@ failed:
 
 /*
  * A message that waits for its turn, unless its turn has already been
- * written (the user_msg names the queue id): the trigger takes it out
+ * written (the user_msg names the queue id): the writer takes it out
  * when its user_msg is written.
  */
 
