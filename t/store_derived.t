@@ -7,6 +7,9 @@
 # a call waits for a person, idle once a turn ends, a halted one too).
 # The state is written only when it changes: a trigger of the test's
 # counts every write of a state the row had already, and finds none.
+# The module's events are marked derived; another writer's (an older
+# module's workers beside a binary upgrade, which know no such column)
+# are derived by the store's trigger.
 
 use strict;
 use warnings;
@@ -117,6 +120,33 @@ is(send_message($t, 'd3', 'halt')->{status}, 202, 'a turn the hook halts');
 is(log_types(wait_state($t, 'd3', 'idle')), 'user_msg turn_halted',
    'halted');
 is(state_in_store('d3', 'idle'), 'idle', 'at rest in the store');
+
+# the module's events are all marked derived
+
+is($db->sql('SELECT count(*) FROM events WHERE derived = 0'), 0,
+   'every event of the module\'s is marked derived');
+
+# another writer's events, without the column: the trigger derives them
+
+# (the JSON's quotes as '!', which the shell leaves alone)
+
+$db->sql("INSERT INTO conversations (id, agent, last_seq, updated)"
+         . " VALUES ('o1', 'chat', 3, 0);"
+         . "INSERT INTO events (conversation, seq, type, data)"
+         . " SELECT conversation, seq, type, replace(data, '!', char(34))"
+         . " FROM (SELECT 'o1' AS conversation, 1 AS seq,"
+         . " 'user_msg' AS type, '{}' AS data"
+         . " UNION ALL SELECT 'o1', 2, 'tool_call', '{!tool_call_id!:"
+         . "!call_o1!,!name!:!ask_user!,!executor!:!human!}'"
+         . " UNION ALL SELECT 'o1', 3, 'suspension', '{!tool_call_id!:"
+         . "!call_o1!,!kind!:!elicitation!,!executor!:!human!,"
+         . "!deadline!:4102444800000}');");
+
+is($db->sql("SELECT status, kind, deadline FROM tool_calls"
+            . " WHERE id = 'call_o1'"), 'suspended|elicitation|4102444800000',
+   'another writer\'s call, derived by the trigger');
+is($db->sql("SELECT state FROM conversations WHERE id = 'o1'"),
+   'awaiting_input', 'and its conversation\'s state');
 
 # each write changed the state
 

@@ -9,8 +9,10 @@
 # gets the trigger that writes a conversation's state only when it
 # changes; a version 6 file gets the trigger that tests a turn's end
 # without a list; a version 7 file loses its trigger (the writer derives
-# the tables: t/store_derived.t).  Every file migrated has the schema a
-# new file gets.  A file newer than the module is refused at nginx -t.
+# the tables: t/store_derived.t); a version 8 file gets the events'
+# derived column and the trigger that derives the others' events.
+# Every file migrated has the schema a new file gets.  A file newer
+# than the module is refused at nginx -t.
 
 use strict;
 use warnings;
@@ -132,11 +134,12 @@ $t->write_file('nginx.conf', $conf);
 
 my $fresh = sql($SCHEMA, "$db.new");
 like($fresh, qr/^table events conversation /m, 'a new file\'s schema');
-unlike($fresh, qr/^trigger /m, 'without a trigger');
+like($fresh, qr/^trigger events_derive .* WHEN new\.derived = 0 BEGIN/m,
+     'with the trigger for the events of other writers');
 
 $t->run;
 
-is(sql("SELECT value FROM meta"), '8', 'migrated to version 8');
+is(sql("SELECT value FROM meta"), '9', 'migrated to version 9');
 is(sql($SCHEMA), $fresh, 'version 1: the schema a new file gets');
 is(sql("SELECT count(*) FROM events"), scalar @events, 'the log kept');
 is(sql("SELECT id, name, executor, kind, status, deadline FROM tool_calls"),
@@ -180,16 +183,19 @@ $t->done(more => 1);
 sub migrated {
     my ($from, $sql) = @_;
 
-    # every version from 2 to 7 had a trigger deriving the tables
-    sql("CREATE TRIGGER IF NOT EXISTS events_derive AFTER INSERT ON events"
+    # no version before 9 had the events' derived column; every one from
+    # 2 to 7 had a trigger deriving the tables
+    sql("DROP TRIGGER IF EXISTS events_derive;"
+        . "ALTER TABLE events DROP COLUMN derived;"
+        . "CREATE TRIGGER events_derive AFTER INSERT ON events"
         . " BEGIN SELECT 1; END;" . $sql
         . "UPDATE meta SET value = '$from' WHERE key = 'schema_version'");
 
     my ($rc, $out) = $t->test_config;
     is($rc, 0, "a version $from file is taken") or diag($out);
-    is(sql("SELECT value FROM meta"), '8', 'migrated to version 8');
+    is(sql("SELECT value FROM meta"), '9', 'migrated to version 9');
     like($t->read_file('error.log'),
-         qr/migrating the schema from version $from to 8/, 'migration logged');
+         qr/migrating the schema from version $from to 9/, 'migration logged');
     is(sql($SCHEMA), $fresh, "version $from: the schema a new file gets");
 }
 
@@ -240,19 +246,24 @@ for my $v ([ 4, "CASE WHEN new.type IN ('turn_completed', 'turn_failed',"
         . "  UPDATE conversations SET state = $state;"
         . "END;");
 
-    is(sql("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'"), 0,
-       "version $from: no trigger left");
+    like(sql("SELECT sql FROM sqlite_master WHERE name = 'events_derive'"),
+         qr/WHEN new\.derived = 0/, "version $from: the trigger for others");
 }
+
+# version 8, as the module wrote it: no trigger, no derived column
+
+migrated(8, "DROP TRIGGER events_derive;");
 
 is(sql("SELECT count(*) FROM events"), $nevents, 'the log kept');
 
 # a newer schema than the module's is refused
 
-sql("UPDATE meta SET value = '9' WHERE key = 'schema_version'");
+sql("UPDATE meta SET value = '10' WHERE key = 'schema_version'");
 
 my ($rc, $out) = $t->test_config;
 isnt($rc, 0, 'nginx -t fails on a newer schema');
-like($out, qr/schema version 9, newer than this module's 8/, 'and says why');
+like($out, qr/schema version 10, newer than this module's 9/,
+     'and says why');
 
 # SQLite writes its WAL files beside the database as the workers' user:
 # a directory they cannot write is refused at once

@@ -116,8 +116,8 @@ static sqlite3_stmt  *ngx_http_agent_sqlite_audit_stmts[
 
 static char  *ngx_http_agent_sqlite_stmts_sql[] = {
 
-    "INSERT OR IGNORE INTO events (conversation, seq, type, data)"
-    " VALUES (?, ?, ?, ?)",
+    "INSERT OR IGNORE INTO events (conversation, seq, type, data, derived)"
+    " VALUES (?, ?, ?, ?, 1)",
 
     "INSERT INTO conversations (id, agent, owner, last_seq, updated)"
     " VALUES (?, ?, ?, ?, strftime('%s','now'))"
