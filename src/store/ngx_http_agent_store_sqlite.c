@@ -95,21 +95,6 @@ static sqlite3  *ngx_http_agent_sqlite_checkpoint_db;
 
 static sqlite3_stmt  *ngx_http_agent_sqlite_stmts[NGX_HTTP_AGENT_SQLITE_W_N];
 
-
-/*
- * A conversation's state after its last event but a summary (which is
- * part of no turn): at rest once a turn ended; else running while a call
- * runs or has its answer, waiting for input while one is suspended
- */
-
-#define NGX_HTTP_AGENT_SQLITE_CONV_STATE                                     \
-    "CASE WHEN ?2 THEN 'idle'"                                               \
-    " WHEN EXISTS (SELECT 1 FROM tool_calls WHERE conversation = ?1"         \
-    "   AND (status = 'called' OR status = 'resolved')) THEN 'running'"      \
-    " WHEN EXISTS (SELECT 1 FROM tool_calls WHERE conversation = ?1"         \
-    "   AND status = 'suspended') THEN 'awaiting_input'"                     \
-    " ELSE 'running' END"
-
 /* and the audit's, for the rows that go with a batch */
 static sqlite3_stmt  *ngx_http_agent_sqlite_audit_stmts[
                                                   NGX_HTTP_AGENT_AUDIT_STMTS];
@@ -137,37 +122,16 @@ static char  *ngx_http_agent_sqlite_stmts_sql[] = {
      * conversation, ?2 its data (a tool_call's seq, its data ?3)
      */
 
-    "INSERT OR IGNORE INTO tool_calls"
-    " (conversation, id, name, seq, executor, status)"
-    " VALUES (?1, json_extract(?3, '$.tool_call_id'),"
-    " json_extract(?3, '$.name'), ?2, json_extract(?3, '$.executor'),"
-    " 'called')",
-
-    "UPDATE tool_calls SET status = 'suspended',"
-    " kind = json_extract(?2, '$.kind'),"
-    " executor = json_extract(?2, '$.executor'),"
-    " deadline = json_extract(?2, '$.deadline')"
-    " WHERE conversation = ?1 AND id = json_extract(?2, '$.tool_call_id')",
-
-    "UPDATE tool_calls SET status = 'resolved'"
-    " WHERE conversation = ?1 AND id = json_extract(?2, '$.tool_call_id')"
-    " AND status = 'suspended'",
-
-    "UPDATE tool_calls SET status = 'done', ok = json_extract(?2, '$.ok'),"
-    " result = coalesce(json_extract(?2, '$.result'),"
-    " json_extract(?2, '$.error'))"
-    " WHERE conversation = ?1 AND id = json_extract(?2, '$.tool_call_id')",
-
-    "DELETE FROM queued"
-    " WHERE conversation = ?1 AND id = json_extract(?2, '$.queue_id')",
+    NGX_HTTP_AGENT_SQLITE_CALLED("?1", "?2", "?3"),
+    NGX_HTTP_AGENT_SQLITE_SUSPENDED("?1", "?2"),
+    NGX_HTTP_AGENT_SQLITE_RESOLVED("?1", "?2"),
+    NGX_HTTP_AGENT_SQLITE_FINISHED("?1", "?2"),
+    NGX_HTTP_AGENT_SQLITE_DEQUEUED("?1", "?2"),
 
     /* ?2: its last event but a summary ended a turn */
 
-    "UPDATE conversations SET state = " NGX_HTTP_AGENT_SQLITE_CONV_STATE
-    " WHERE id = ?1 AND state <> " NGX_HTTP_AGENT_SQLITE_CONV_STATE
+    NGX_HTTP_AGENT_SQLITE_STATED("?1", "?2")
 };
-
-
 
 
 /*

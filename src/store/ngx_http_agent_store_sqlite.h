@@ -16,6 +16,70 @@
 #include "ngx_http_agent_store_audit.h"
 
 
+/*
+ * What an event derives, as SQL of the event's conversation c, seq s and
+ * data d: the writer binds them (ngx_http_agent_store_sqlite.c), the
+ * trigger for other writers' events reads them from new.* and adds its
+ * test of the type (ngx_http_agent_store_sqlite_schema.c).  A tool call
+ * is called, suspended, resolved, done; a user_msg takes its message
+ * out of the queue.
+ */
+
+#define NGX_HTTP_AGENT_SQLITE_CALLED(c, s, d)                                \
+    "INSERT OR IGNORE INTO tool_calls"                                       \
+    " (conversation, id, name, seq, executor, status)"                       \
+    " SELECT " c ", json_extract(" d ", '$.tool_call_id'),"                  \
+    " json_extract(" d ", '$.name'), " s ","                                 \
+    " json_extract(" d ", '$.executor'), 'called'"
+
+#define NGX_HTTP_AGENT_SQLITE_SUSPENDED(c, d)                                \
+    "UPDATE tool_calls SET status = 'suspended',"                            \
+    " kind = json_extract(" d ", '$.kind'),"                                 \
+    " executor = json_extract(" d ", '$.executor'),"                         \
+    " deadline = json_extract(" d ", '$.deadline')"                          \
+    " WHERE conversation = " c                                               \
+    " AND id = json_extract(" d ", '$.tool_call_id')"
+
+#define NGX_HTTP_AGENT_SQLITE_RESOLVED(c, d)                                 \
+    "UPDATE tool_calls SET status = 'resolved'"                              \
+    " WHERE conversation = " c                                               \
+    " AND id = json_extract(" d ", '$.tool_call_id')"                        \
+    " AND status = 'suspended'"
+
+#define NGX_HTTP_AGENT_SQLITE_FINISHED(c, d)                                 \
+    "UPDATE tool_calls SET status = 'done', ok = json_extract(" d ", '$.ok'),"\
+    " result = coalesce(json_extract(" d ", '$.result'),"                    \
+    " json_extract(" d ", '$.error'))"                                       \
+    " WHERE conversation = " c                                               \
+    " AND id = json_extract(" d ", '$.tool_call_id')"
+
+#define NGX_HTTP_AGENT_SQLITE_DEQUEUED(c, d)                                 \
+    "DELETE FROM queued"                                                     \
+    " WHERE conversation = " c " AND id = json_extract(" d ", '$.queue_id')"
+
+/*
+ * A conversation's state after its last event but a summary (which is
+ * part of no turn), ends true when that event ended a turn: at rest
+ * then; else running while a call runs or has its answer, waiting for
+ * input while one is suspended.  Written only when it changes: most
+ * events leave it as it was.
+ */
+
+#define NGX_HTTP_AGENT_SQLITE_CONV_STATE(c, ends)                            \
+    "CASE WHEN " ends " THEN 'idle'"                                         \
+    " WHEN EXISTS (SELECT 1 FROM tool_calls WHERE conversation = " c         \
+    "   AND (status = 'called' OR status = 'resolved')) THEN 'running'"      \
+    " WHEN EXISTS (SELECT 1 FROM tool_calls WHERE conversation = " c         \
+    "   AND status = 'suspended') THEN 'awaiting_input'"                     \
+    " ELSE 'running' END"
+
+#define NGX_HTTP_AGENT_SQLITE_STATED(c, ends)                                \
+    "UPDATE conversations SET state = "                                      \
+    NGX_HTTP_AGENT_SQLITE_CONV_STATE(c, ends)                                \
+    " WHERE id = " c " AND state <> "                                        \
+    NGX_HTTP_AGENT_SQLITE_CONV_STATE(c, ends)
+
+
 /* the file made, or its schema migrated, at the configuration's load */
 ngx_int_t ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log);
 

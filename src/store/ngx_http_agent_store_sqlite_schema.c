@@ -74,59 +74,35 @@ static int ngx_http_agent_sqlite_busy(void *data, int count);
  * of the list each time the trigger runs.
  */
 
-#define NGX_HTTP_AGENT_SQLITE_STATE                                          \
-    " CASE"                                                                  \
-    "    WHEN new.type = 'turn_completed' OR new.type = 'turn_failed'"       \
-    "      OR new.type = 'cancelled' OR new.type = 'turn_halted'"            \
-    "      THEN 'idle'"                                                      \
-    "    WHEN EXISTS (SELECT 1 FROM tool_calls"                              \
-    "      WHERE conversation = new.conversation"                            \
-    "        AND status IN ('called', 'resolved')) THEN 'running'"           \
-    "    WHEN EXISTS (SELECT 1 FROM tool_calls"                              \
-    "      WHERE conversation = new.conversation"                            \
-    "        AND status = 'suspended') THEN 'awaiting_input'"                \
-    "    ELSE 'running' END"
-
 #define NGX_HTTP_AGENT_SQLITE_TRIGGER                                        \
-    "CREATE TRIGGER events_derive AFTER INSERT ON events BEGIN"              \
+    "CREATE TRIGGER events_derive AFTER INSERT ON events BEGIN "             \
     NGX_HTTP_AGENT_SQLITE_DERIVE "END;"
 
 #define NGX_HTTP_AGENT_SQLITE_TRIGGER_OTHERS                                 \
     "CREATE TRIGGER events_derive AFTER INSERT ON events"                    \
-    "  WHEN new.derived = 0 BEGIN"                                           \
+    "  WHEN new.derived = 0 BEGIN "                                          \
     NGX_HTTP_AGENT_SQLITE_DERIVE "END;"
 
 #define NGX_HTTP_AGENT_SQLITE_DERIVE                                         \
-    "  INSERT OR IGNORE INTO tool_calls"                                     \
-    "    (conversation, id, name, seq, executor, status)"                    \
-    "    SELECT new.conversation, json_extract(new.data, '$.tool_call_id'),"  \
-    "      json_extract(new.data, '$.name'), new.seq,"                       \
-    "      json_extract(new.data, '$.executor'), 'called'"                   \
-    "    WHERE new.type = 'tool_call';"                                      \
-    "  UPDATE tool_calls SET status = 'suspended',"                          \
-    "      kind = json_extract(new.data, '$.kind'),"                         \
-    "      executor = json_extract(new.data, '$.executor'),"                 \
-    "      deadline = json_extract(new.data, '$.deadline')"                  \
-    "    WHERE new.type = 'suspension'"                                      \
-    "      AND conversation = new.conversation"                              \
-    "      AND id = json_extract(new.data, '$.tool_call_id');"               \
-    "  UPDATE tool_calls SET status = 'resolved'"                            \
-    "    WHERE new.type = 'resolution' AND status = 'suspended'"             \
-    "      AND conversation = new.conversation"                              \
-    "      AND id = json_extract(new.data, '$.tool_call_id');"               \
-    "  UPDATE tool_calls SET status = 'done',"                               \
-    "      ok = json_extract(new.data, '$.ok'),"                             \
-    "      result = coalesce(json_extract(new.data, '$.result'),"            \
-    "                        json_extract(new.data, '$.error'))"             \
-    "    WHERE new.type = 'tool_result'"                                     \
-    "      AND conversation = new.conversation"                              \
-    "      AND id = json_extract(new.data, '$.tool_call_id');"               \
-    "  DELETE FROM queued WHERE new.type = 'user_msg'"                       \
-    "    AND conversation = new.conversation"                                \
-    "    AND id = json_extract(new.data, '$.queue_id');"                     \
-    "  UPDATE conversations SET state =" NGX_HTTP_AGENT_SQLITE_STATE         \
-    "    WHERE id = new.conversation AND new.type <> 'summary'"              \
-    "      AND state <>" NGX_HTTP_AGENT_SQLITE_STATE ";"
+    NGX_HTTP_AGENT_SQLITE_CALLED("new.conversation", "new.seq", "new.data")  \
+    " WHERE new.type = 'tool_call';"                                         \
+    NGX_HTTP_AGENT_SQLITE_SUSPENDED("new.conversation", "new.data")          \
+    " AND new.type = 'suspension';"                                          \
+    NGX_HTTP_AGENT_SQLITE_RESOLVED("new.conversation", "new.data")           \
+    " AND new.type = 'resolution';"                                          \
+    NGX_HTTP_AGENT_SQLITE_FINISHED("new.conversation", "new.data")           \
+    " AND new.type = 'tool_result';"                                         \
+    NGX_HTTP_AGENT_SQLITE_DEQUEUED("new.conversation", "new.data")           \
+    " AND new.type = 'user_msg';"                                            \
+    NGX_HTTP_AGENT_SQLITE_STATED("new.conversation",                         \
+                                 NGX_HTTP_AGENT_SQLITE_ENDS)                 \
+    " AND new.type <> 'summary'; "
+
+/* a turn's end, type by type */
+
+#define NGX_HTTP_AGENT_SQLITE_ENDS                                           \
+    "(new.type = 'turn_completed' OR new.type = 'turn_failed'"               \
+    " OR new.type = 'cancelled' OR new.type = 'turn_halted')"
 
 
 /*

@@ -353,7 +353,7 @@ ngx_http_agent_revive_not_found(ngx_http_request_t *r, ngx_str_t *id)
 
 ngx_int_t
 ngx_http_agent_revive_answer(ngx_http_request_t *r,
-    ngx_http_agent_revive_answer_pt answer, ngx_str_t *id, uint64_t from)
+    ngx_http_agent_store_answer_pt answer, ngx_str_t *id, uint64_t from)
 {
     ngx_http_agent_revive_ctx_t  *ctx;
 

@@ -15,13 +15,10 @@
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_turn.h"
+#include "ngx_http_agent_store.h"
 
 
 typedef struct ngx_http_agent_revival_s  ngx_http_agent_revival_t;
-
-/* an answer begun once its input was written: the stream after from */
-typedef ngx_int_t (*ngx_http_agent_revive_answer_pt)(ngx_http_request_t *r,
-    ngx_str_t *id, uint64_t from);
 
 
 /* what the store gave a request: a revival, and a page of history */
@@ -38,7 +35,7 @@ typedef struct {
     ngx_uint_t                    kept;
 
     /* what runs again instead of the handler, which took the input */
-    ngx_http_agent_revive_answer_pt  answer;
+    ngx_http_agent_store_answer_pt  answer;
     ngx_str_t                     answer_id;
     uint64_t                      answer_from;
 } ngx_http_agent_revive_ctx_t;
@@ -65,7 +62,7 @@ ngx_http_agent_revive_ctx_t *ngx_http_agent_revive_ctx(ngx_http_request_t *r);
  * not the handler, which would take the input a second time.
  */
 ngx_int_t ngx_http_agent_revive_answer(ngx_http_request_t *r,
-    ngx_http_agent_revive_answer_pt answer, ngx_str_t *id, uint64_t from);
+    ngx_http_agent_store_answer_pt answer, ngx_str_t *id, uint64_t from);
 
 /* the events after..upto for the request, then its handler runs again */
 ngx_int_t ngx_http_agent_revive_history(ngx_http_request_t *r, ngx_str_t *id,
