@@ -776,6 +776,7 @@ ngx_http_agent_postconfiguration(ngx_conf_t *cf)
     ngx_http_agent_wake_handlers.deliver = ngx_http_agent_events_deliver;
     ngx_http_agent_wake_handlers.cancel = ngx_http_agent_turn_cancel;
     ngx_http_agent_wake_handlers.shutdown = ngx_http_agent_events_shutdown;
+    ngx_http_agent_wake_handlers.written = ngx_http_agent_store_ack_wake;
     ngx_http_agent_fsm_next = ngx_http_agent_turn_next;
     ngx_http_agent_store_revive = ngx_http_agent_revive;
 

@@ -29,6 +29,11 @@
  * short (net.unix.max_dgram_qlen, 10 by default), so one that is full is
  * tried again shortly; the subscribers' heartbeat poll covers the rest.
  *
+ * An empty datagram says that inputs waiting for a write were written:
+ * the worker whose batch wrote them sends it, from the pool's thread, to
+ * each worker with inputs waiting (listed in the zone), which answers
+ * those now written at once rather than at their next poll.
+ *
  * The socket is also how a graceful shutdown reaches the event streams:
  * its connection is "idle", so ngx_close_idle_connections() calls its
  * handler, which ends every stream the worker serves.
@@ -280,6 +285,37 @@ ngx_http_agent_wake(ngx_str_t *id, ngx_pid_t *pids, ngx_uint_t n)
 }
 
 
+void
+ngx_http_agent_wake_written(ngx_pid_t *pids, ngx_uint_t n)
+{
+#if (NGX_LINUX)
+
+    socklen_t                   len;
+    ngx_uint_t                  i;
+    struct sockaddr_un          sun;
+    ngx_http_agent_wake_ctx_t  *ctx;
+
+    /* set before the pool's threads start, unset once they are gone */
+
+    ctx = ngx_http_agent_wake_ctx;
+
+    if (ctx == NULL) {
+        return;
+    }
+
+    for (i = 0; i < n; i++) {
+        len = ngx_http_agent_wake_addr(&sun, pids[i]);
+
+        /* a full queue has a wake-up in it already, a gone worker none */
+
+        (void) sendto(ctx->connection->fd, "", 0, MSG_DONTWAIT,
+                      (struct sockaddr *) &sun, len);
+    }
+
+#endif
+}
+
+
 #if (NGX_LINUX)
 
 static socklen_t
@@ -306,7 +342,7 @@ ngx_http_agent_wake_read_handler(ngx_event_t *rev)
     ssize_t            n;
     ngx_str_t          id;
     ngx_err_t          err;
-    ngx_uint_t         i;
+    ngx_uint_t         i, written;
     ngx_connection_t  *c;
     u_char             buf[NGX_HTTP_AGENT_ID_LEN + 1];
 
@@ -325,6 +361,8 @@ ngx_http_agent_wake_read_handler(ngx_event_t *rev)
         return;
     }
 
+    written = 0;
+
     /* level-triggered: what is left is read on the next pass */
 
     for (i = 0; i < NGX_HTTP_AGENT_WAKE_RECV; i++) {
@@ -335,7 +373,7 @@ ngx_http_agent_wake_read_handler(ngx_event_t *rev)
             err = ngx_socket_errno;
 
             if (err == NGX_EAGAIN) {
-                return;
+                break;
             }
 
             if (err == NGX_EINTR) {
@@ -344,10 +382,15 @@ ngx_http_agent_wake_read_handler(ngx_event_t *rev)
 
             ngx_log_error(NGX_LOG_ALERT, c->log, err,
                           "recv() on agent wake-up socket failed");
-            return;
+            break;
         }
 
-        if (n == 0 || n > NGX_HTTP_AGENT_ID_LEN) {
+        if (n == 0) {
+            written = 1;
+            continue;
+        }
+
+        if (n > NGX_HTTP_AGENT_ID_LEN) {
             continue;
         }
 
@@ -361,6 +404,13 @@ ngx_http_agent_wake_read_handler(ngx_event_t *rev)
 
         /* a cancel of a turn this worker runs comes as a wake-up too */
         ngx_http_agent_wake_handlers.cancel(&id);
+    }
+
+    if (written) {
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                       "agent wake: inputs written");
+
+        ngx_http_agent_wake_handlers.written();
     }
 }
 

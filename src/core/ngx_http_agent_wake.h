@@ -21,6 +21,7 @@ typedef struct {
     void                        (*deliver)(ngx_str_t *id);  /* subscribers */
     void                        (*cancel)(ngx_str_t *id);   /* its turn */
     void                        (*shutdown)(void);          /* streams end */
+    void                        (*written)(void);           /* inputs */
 } ngx_http_agent_wake_handlers_t;
 
 
@@ -33,6 +34,14 @@ void ngx_http_agent_wake_exit_process(ngx_cycle_t *cycle);
  * catch up.  Called with the zone unlocked.
  */
 void ngx_http_agent_wake(ngx_str_t *id, ngx_pid_t *pids, ngx_uint_t n);
+
+/*
+ * Inputs that waited for a write were written: the workers named are
+ * told to answer theirs.  Unlike ngx_http_agent_wake(), called on a
+ * thread of the pool, as the write ends: a datagram is sent or not, and
+ * nothing is kept; an input that misses it is seen by its poll.
+ */
+void ngx_http_agent_wake_written(ngx_pid_t *pids, ngx_uint_t n);
 
 
 extern ngx_http_agent_wake_handlers_t  ngx_http_agent_wake_handlers;

@@ -183,6 +183,7 @@ ngx_http_agent_zone_init(ngx_shm_zone_t *shm_zone, void *data)
 
     z->shpool->data = z->sh;
     z->sh->mcp = NULL;
+    z->sh->acking = NULL;
 
     ngx_rbtree_init(&z->sh->rbtree, &z->sh->sentinel,
                     ngx_http_agent_rbtree_insert_value);

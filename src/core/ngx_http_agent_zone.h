@@ -243,6 +243,12 @@ typedef struct {
     /* inputs that came to wait for a write, ever: a batch ends early */
     ngx_atomic_t                  inputs;
 
+    /*
+     * the workers with inputs waiting for a write, woken when one is:
+     * NGX_HTTP_AGENT_SUB_WORKERS slots, allocated with the first input
+     */
+    ngx_http_agent_sub_worker_t  *acking;
+
     /* conversations that left the zone, ever: a revival checks it */
     ngx_uint_t                    evicted;
 

@@ -15,6 +15,8 @@
 #include "ngx_http_agent_store_audit.h"
 #include "ngx_http_agent_store_history.h"
 #include "ngx_http_agent_json.h"
+#include "ngx_http_agent_wake.h"
+#include "ngx_http_agent_store_ack.h"
 
 #if (NGX_LINUX && defined __GLIBC__)
 #include <malloc.h>
@@ -97,13 +99,13 @@ static ngx_uint_t ngx_http_agent_store_more(void *data, ngx_uint_t written,
     ngx_http_agent_store_event_t **events);
 static uint64_t ngx_http_agent_store_last(ngx_http_agent_store_event_t *ev,
     ngx_uint_t n, ngx_http_agent_conv_t *conv, uint64_t seq);
-static void ngx_http_agent_store_flushed_locked(ngx_http_agent_flush_t *f,
-    ngx_http_agent_store_event_t *ev, ngx_uint_t n, ngx_uint_t written);
+static ngx_uint_t ngx_http_agent_store_flushed_locked(
+    ngx_http_agent_flush_t *f, ngx_http_agent_store_event_t *ev,
+    ngx_uint_t n, ngx_uint_t written);
 static void ngx_http_agent_store_release(ngx_http_agent_flush_t *f);
 static void ngx_http_agent_store_done(ngx_event_t *ev);
-static void ngx_http_agent_store_kick_now(void);
-static void ngx_http_agent_store_written_locked(ngx_http_agent_flush_t *f);
-static void ngx_http_agent_store_ack_wake(void);
+static ngx_uint_t ngx_http_agent_store_written_locked(
+    ngx_http_agent_flush_t *f);
 
 
 static ngx_event_t    ngx_http_agent_store_event;
@@ -112,9 +114,6 @@ static ngx_uint_t     ngx_http_agent_store_busy;
 /* the thread pool refused this worker's last batch, and when */
 static ngx_uint_t     ngx_http_agent_store_refused;
 static ngx_msec_t     ngx_http_agent_store_refused_at;
-
-/* this worker's inputs that wait for their write */
-static ngx_queue_t    ngx_http_agent_store_acks;
 
 /* revives a conversation the sweep found cut off (set at configuration) */
 ngx_int_t  (*ngx_http_agent_store_revive)(ngx_http_request_t *r,
@@ -339,7 +338,7 @@ ngx_http_agent_store_init_process(ngx_cycle_t *cycle)
     ev->cancelable = 1;
 
     ngx_http_agent_store_busy = 0;
-    ngx_queue_init(&ngx_http_agent_store_acks);
+    ngx_http_agent_store_ack_init_process();
 
 #if (NGX_LINUX && defined __GLIBC__ && defined M_TRIM_THRESHOLD)
 
@@ -503,7 +502,7 @@ ngx_http_agent_store_kick(void)
 
 /* an input waits for its write, or a batch was written: no waiting */
 
-static void
+void
 ngx_http_agent_store_kick_now(void)
 {
     ngx_event_t  *ev;
@@ -964,18 +963,35 @@ ngx_http_agent_store_last(ngx_http_agent_store_event_t *ev, ngx_uint_t n,
 }
 
 
+/*
+ * The batch's claims go, and the workers whose inputs it wrote are told:
+ * on the pool's thread, as soon as it is written, not once this worker's
+ * event loop comes to its end.
+ */
+
 static void
 ngx_http_agent_store_release(ngx_http_agent_flush_t *f)
 {
+    ngx_uint_t  n;
+    ngx_pid_t   pids[NGX_HTTP_AGENT_SUB_WORKERS];
+
+    n = 0;
+
     ngx_http_agent_zone_lock(f->zone);
 
-    ngx_http_agent_store_written_locked(f);
+    if (ngx_http_agent_store_written_locked(f)) {
+        n = ngx_http_agent_store_acking_locked(f->zone, pids);
+    }
 
     if (f->zone->sh->writer == ngx_pid) {
         f->zone->sh->writer = 0;
     }
 
     ngx_http_agent_zone_unlock(f->zone);
+
+    if (n) {
+        ngx_http_agent_wake_written(pids, n);
+    }
 }
 
 
@@ -1039,29 +1055,35 @@ ngx_http_agent_store_done(ngx_event_t *ev)
  * its place: the next batch goes on with its events, next to those just
  * written in the tables' pages.  Its claim goes either way: after a
  * failure it is tried again.  The inputs' events a cut batch took on go
- * first: a conversation of both is flushed to the last of them.
+ * first: a conversation of both is flushed to the last of them.  Not 0:
+ * inputs waiting were written.
  */
 
-static void
+static ngx_uint_t
 ngx_http_agent_store_written_locked(ngx_http_agent_flush_t *f)
 {
-    ngx_http_agent_store_flushed_locked(f, f->events + f->nevents, f->more,
-                                        f->more);
-    ngx_http_agent_store_flushed_locked(f, f->events, f->nevents,
-                                        f->written);
+    ngx_uint_t  inputs;
+
+    inputs = ngx_http_agent_store_flushed_locked(f, f->events + f->nevents,
+                                                 f->more, f->more);
+    inputs |= ngx_http_agent_store_flushed_locked(f, f->events, f->nevents,
+                                                  f->written);
+    return inputs;
 }
 
 
 /* n events of the batch, of which the first written were written */
 
-static void
+static ngx_uint_t
 ngx_http_agent_store_flushed_locked(ngx_http_agent_flush_t *f,
     ngx_http_agent_store_event_t *ev, ngx_uint_t n, ngx_uint_t written)
 {
     uint64_t                last;
     ngx_str_t               id;
-    ngx_uint_t              i, next;
+    ngx_uint_t              i, next, inputs;
     ngx_http_agent_conv_t  *conv;
+
+    inputs = 0;
 
     for (i = 0; i < n; i = next) {
         id = ev[i].conv;
@@ -1088,6 +1110,7 @@ ngx_http_agent_store_flushed_locked(ngx_http_agent_flush_t *f,
             last = ev[ngx_min(next, written) - 1].seq;
 
             if (last > conv->flushed) {
+                inputs |= (conv->acked > conv->flushed);
                 conv->flushed = last;
             }
         }
@@ -1101,274 +1124,8 @@ ngx_http_agent_store_flushed_locked(ngx_http_agent_flush_t *f,
             conv->dirty_linked = 0;
         }
     }
-}
 
-
-/*
- * An input from outside is acknowledged once it is written: the answer
- * waits until the conversation's flushed seq reaches the input's.  With
- * no store, or once written, it goes at once.  Its conversation goes
- * first in the next batch, whatever the backlog; the end of this
- * worker's batch answers at once, another worker's is seen by a poll.
- */
-
-typedef struct {
-    ngx_http_request_t           *request;
-    ngx_str_t                     id;
-    uint64_t                      seq;
-    uint64_t                      from;       /* the stream's */
-    ngx_uint_t                    status;
-    ngx_str_t                     json;
-    ngx_msec_t                    deadline;
-    uint64_t                      start;      /* us, for the metrics */
-    ngx_event_t                   timer;
-    ngx_queue_t                   queue;
-
-    /* a stream to begin, not the JSON to send */
-    ngx_http_agent_store_answer_pt  answer;
-} ngx_http_agent_ack_t;
-
-
-static ngx_int_t ngx_http_agent_store_ack_wait(ngx_http_request_t *r,
-    ngx_str_t *id, uint64_t seq, uint64_t from, ngx_uint_t status,
-    ngx_str_t *json, ngx_http_agent_store_answer_pt answer);
-static void ngx_http_agent_store_ack_first(ngx_http_agent_zone_t *z,
-    ngx_str_t *id, uint64_t seq);
-static void ngx_http_agent_store_ack_poll(ngx_event_t *ev);
-static ngx_int_t ngx_http_agent_store_ack_check(ngx_http_agent_ack_t *ack);
-static void ngx_http_agent_store_ack_cleanup(void *data);
-
-
-#define NGX_HTTP_AGENT_ACK_POLL     2
-#define NGX_HTTP_AGENT_ACK_WAIT     10000
-
-
-ngx_int_t
-ngx_http_agent_store_ack(ngx_http_request_t *r, ngx_str_t *id, uint64_t seq,
-    ngx_uint_t status, ngx_str_t *json)
-{
-    ngx_http_agent_main_conf_t  *amcf;
-
-    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
-
-    if (amcf->store == NULL || seq == 0) {
-        return ngx_http_agent_json_send(r, status, json);
-    }
-
-    return ngx_http_agent_store_ack_wait(r, id, seq, 0, status, json, NULL);
-}
-
-
-/*
- * A message, or resolutions, whose answer is the stream of the turn
- * (agent_aisdk, agent_agui): the response begins once the input is
- * written, as a 202 or agent_resolve's 200 would; the turn runs
- * meanwhile, and the stream takes its events from the log.
- */
-
-ngx_int_t
-ngx_http_agent_store_ack_stream(ngx_http_request_t *r, ngx_str_t *id,
-    uint64_t seq, uint64_t from, ngx_http_agent_store_answer_pt answer)
-{
-    ngx_http_agent_main_conf_t  *amcf;
-
-    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
-
-    if (amcf->store == NULL || seq == 0) {
-        return answer(r, id, from);
-    }
-
-    return ngx_http_agent_store_ack_wait(r, id, seq, from, 0, NULL, answer);
-}
-
-
-static ngx_int_t
-ngx_http_agent_store_ack_wait(ngx_http_request_t *r, ngx_str_t *id,
-    uint64_t seq, uint64_t from, ngx_uint_t status, ngx_str_t *json,
-    ngx_http_agent_store_answer_pt answer)
-{
-    ngx_pool_cleanup_t          *cln;
-    ngx_http_agent_ack_t        *ack;
-    ngx_http_agent_main_conf_t  *amcf;
-
-    ack = ngx_pcalloc(r->pool, sizeof(ngx_http_agent_ack_t));
-    cln = ngx_pool_cleanup_add(r->pool, 0);
-
-    if (ack == NULL || cln == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    ack->request = r;
-    ack->id = *id;
-    ack->seq = seq;
-    ack->from = from;
-    ack->status = status;
-    ack->answer = answer;
-
-    if (json) {
-        ack->json = *json;
-    }
-
-    ack->deadline = ngx_current_msec + NGX_HTTP_AGENT_ACK_WAIT;
-    ack->start = ngx_http_agent_metrics_usec();
-
-    ack->timer.handler = ngx_http_agent_store_ack_poll;
-    ack->timer.data = ack;
-    ack->timer.log = r->connection->log;
-
-    cln->handler = ngx_http_agent_store_ack_cleanup;
-    cln->data = ack;
-
-    r->main->count++;
-
-    ngx_queue_insert_tail(&ngx_http_agent_store_acks, &ack->queue);
-
-    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
-
-    ngx_http_agent_store_ack_first(amcf->zone, id, seq);
-    ngx_http_agent_store_kick_now();
-    ngx_http_agent_store_ack_poll(&ack->timer);
-
-    return NGX_DONE;
-}
-
-
-/*
- * The conversation goes to the head of the dirty queue: a batch of the
- * backlog being written takes its events on, or else the next claim, in
- * any worker, takes them before the backlog's, in a batch of their own.
- */
-
-static void
-ngx_http_agent_store_ack_first(ngx_http_agent_zone_t *z, ngx_str_t *id,
-    uint64_t seq)
-{
-    ngx_http_agent_conv_t  *conv;
-
-    ngx_http_agent_zone_lock(z);
-
-    conv = ngx_http_agent_conv_find_locked(z, id);
-
-    if (conv && conv->dirty_linked && conv->flushed < seq) {
-        conv->acked = ngx_max(conv->acked, seq);
-
-        ngx_queue_remove(&conv->dirty);
-        ngx_queue_insert_head(&z->sh->dirty, &conv->dirty);
-
-        /* a batch being written ends early (ngx_http_agent_store_waits) */
-        z->sh->inputs++;
-    }
-
-    ngx_http_agent_zone_unlock(z);
-}
-
-
-/* a batch of this worker's was written: the inputs it made durable */
-
-static void
-ngx_http_agent_store_ack_wake(void)
-{
-    ngx_queue_t           *q, *next;
-    ngx_http_agent_ack_t  *ack;
-
-    for (q = ngx_queue_head(&ngx_http_agent_store_acks);
-         q != ngx_queue_sentinel(&ngx_http_agent_store_acks);
-         q = next)
-    {
-        next = ngx_queue_next(q);
-        ack = ngx_queue_data(q, ngx_http_agent_ack_t, queue);
-
-        (void) ngx_http_agent_store_ack_check(ack);
-    }
-}
-
-
-static void
-ngx_http_agent_store_ack_poll(ngx_event_t *ev)
-{
-    ngx_http_agent_ack_t *ack = ev->data;
-
-    ngx_http_request_t  *r;
-
-    if (ngx_http_agent_store_ack_check(ack) == NGX_OK) {
-        return;
-    }
-
-    r = ack->request;
-
-    if ((ngx_msec_int_t) (ack->deadline - ngx_current_msec) <= 0) {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "agent store did not write seq %uL of \"%V\" in time",
-                      ack->seq, &ack->id);
-        ngx_http_agent_store_ack_cleanup(ack);
-        ngx_http_finalize_request(r,
-            ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                      "not_durable",
-                                      "the input was taken but is not "
-                                      "written yet"));
-        return;
-    }
-
-    /* the writer may have gone: this worker writes then */
-    ngx_http_agent_store_kick_now();
-
-    ngx_add_timer(&ack->timer, NGX_HTTP_AGENT_ACK_POLL);
-}
-
-
-/* NGX_OK: written, and answered */
-
-static ngx_int_t
-ngx_http_agent_store_ack_check(ngx_http_agent_ack_t *ack)
-{
-    uint64_t                     flushed;
-    ngx_http_request_t          *r;
-    ngx_http_agent_conv_t       *conv;
-    ngx_http_agent_main_conf_t  *amcf;
-
-    r = ack->request;
-    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
-
-    ngx_http_agent_zone_lock(amcf->zone);
-
-    conv = ngx_http_agent_conv_find_locked(amcf->zone, &ack->id);
-    flushed = conv ? conv->flushed : 0;
-
-    ngx_http_agent_zone_unlock(amcf->zone);
-
-    if (flushed < ack->seq) {
-        return NGX_AGAIN;
-    }
-
-    ngx_http_agent_metrics_ack(amcf->zone,
-                               ngx_http_agent_metrics_usec() - ack->start);
-
-    ngx_http_agent_store_ack_cleanup(ack);
-
-    /* a stream's request lives on: its ack is done with */
-
-    ngx_http_finalize_request(r, ack->answer
-                              ? ack->answer(r, &ack->id, ack->from)
-                              : ngx_http_agent_json_send(r, ack->status,
-                                                         &ack->json));
-
-    return NGX_OK;
-}
-
-
-static void
-ngx_http_agent_store_ack_cleanup(void *data)
-{
-    ngx_http_agent_ack_t *ack = data;
-
-    if (ack->timer.timer_set) {
-        ngx_del_timer(&ack->timer);
-    }
-
-    if (ack->queue.prev) {
-        ngx_queue_remove(&ack->queue);
-        ack->queue.prev = NULL;
-    }
+    return inputs;
 }
 
 

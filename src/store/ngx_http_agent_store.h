@@ -202,6 +202,9 @@ void ngx_http_agent_store_sweep(ngx_http_agent_zone_t *z, uint64_t now);
 /* canonical events were added in this worker: flush them soon */
 void ngx_http_agent_store_kick(void);
 
+/* a batch was written: the inputs of this worker it made durable answer */
+void ngx_http_agent_store_ack_wake(void);
+
 /* the WAL's checkpoint on the pool, unless this worker's is there */
 void ngx_http_agent_store_checkpoint(ngx_http_agent_store_conf_t *scf);
 

@@ -14,6 +14,7 @@ use strict;
 use warnings;
 
 use Exporter qw(import);
+use IO::Select;
 use JSON::PP;
 use Test::More ();
 use Time::HiRes qw(time sleep);
@@ -26,7 +27,7 @@ our @EXPORT = qw(engine_conf send_message send_message_later inspect
                  wait_state wait_pending
                  log_types events_request resolve cancel owner_request
                  metric echo_calls held_calls store_engine store_backlog
-                 store_stop
+                 store_stop worker_pids worker_connection
                  $ECHO_TOOL $ECHO_LOCATION $METRICS_LOCATION
                  $WORKERS_SERVER);
 
@@ -348,13 +349,76 @@ sub store_engine {
     my $path = $t->testdir . '/agent.db';
     my $opts = $o{store} ? " $o{store}" : '';
 
-    $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 1,
+    my $workers = $o{workers} // 1;
+    my $conf = engine_conf($mock, workers => $workers,
         zone => $o{zone} // '32m', http => "agent_store $path$opts;",
         tools => $ECHO_TOOL, agent => 'tools echo;',
-        server => $ECHO_LOCATION . $METRICS_LOCATION));
+        server => $ECHO_LOCATION
+                  . ($workers > 1 ? $WORKERS_SERVER : $METRICS_LOCATION));
+
+    # debug => 1: every worker's debug log in debug.log (if nginx has it)
+
+    if ($o{debug}) {
+        my $log = $t->testdir . '/debug.log';
+        $conf =~ s/(%%TEST_GLOBALS%%\n)/$1error_log $log debug;\n/;
+    }
+
+    $t->write_file_expand('nginx.conf', $conf);
     $t->run;
 
     return ($t, Test::Agent::Store->new($path), $path);
+}
+
+# with $WORKERS_SERVER: the pids of the n workers (2 unless told), from
+# the answers of new connections to port 8081
+
+sub worker_pids {
+    my ($t, $n) = @_;
+    my %pids;
+
+    $n //= 2;
+
+    for (1 .. 200) {
+        my $s = worker_connection($t);
+        last unless $s;
+        $pids{${*$s}{worker}} = 1;
+        close $s;
+        last if keys %pids == $n;
+    }
+
+    return sort { $a <=> $b } keys %pids;
+}
+
+# with $WORKERS_SERVER: a connection to port 8081 that worker $pid (any,
+# if undef) accepted, its first answer read: new connections until one
+# is (reuseport spreads them by their ports); undef if none was
+
+sub worker_connection {
+    my ($t, $pid) = @_;
+
+    for (1 .. 200) {
+        my $s = Test::Agent::HTTP::connect_to($t->port(8081));
+
+        print $s "HEAD /worker HTTP/1.1\r\nHost: localhost\r\n\r\n";
+
+        my $head = '';
+        my $sel = IO::Select->new($s);
+
+        while ($head !~ /\r\n\r\n/ && $sel->can_read(5)) {
+            sysread($s, $head, 4096, length $head) or last;
+        }
+
+        my ($worker) = $head =~ /^X-Worker: (\d+)/mi;
+
+        if (defined $worker && (!defined $pid || $worker == $pid)) {
+            ${*$s}{worker} = $worker;
+            return $s;
+        }
+
+        close $s;
+    }
+
+    return undef;
 }
 
 # the end of a store_engine() test: nothing left to write, nginx and the
