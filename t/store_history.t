@@ -81,73 +81,32 @@ sub start {
     $t->run;
 }
 
-# a connection to the worker asked for: new connections until one is
-# there (reuseport spreads them by their ports); then the request on it
+# the request on a connection of the worker asked for (see
+# worker_connection), its answer read until $until matches
 
 sub on_worker {
     my ($pid, $method, $uri, $body, $until) = @_;
 
-    for (1 .. 200) {
-        my $s = Test::Agent::HTTP::connect_to($t->port(8081));
-        print $s "GET /worker HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    my $s = worker_connection($t, $pid) or return { status => 0 };
 
-        my $head = read_head($s);
-        my ($worker) = ($head // '') =~ /^X-Worker: (\d+)/mi;
+    print $s http_request($method, $uri, $body,
+        headers => { 'Content-Type' => 'application/json' });
 
-        if (!defined $worker || $worker != $pid) {
-            close $s;
-            next;
-        }
-
-        print $s http_request($method, $uri, $body,
-            headers => { 'Content-Type' => 'application/json' });
-
-        my $raw = '';
-        my $sel = IO::Select->new($s);
-        my $deadline = time + 10;
-
-        while (time < $deadline && $sel->can_read($deadline - time)) {
-            last unless sysread($s, my $buf, 65536);
-            $raw .= $buf;
-            last if $until && $raw =~ $until;
-        }
-
-        close $s;
-
-        my $r = parse_response($raw);
-        $r->{worker} = $worker;
-        return $r;
-    }
-
-    return { status => 0 };
-}
-
-sub read_head {
-    my ($s) = @_;
-    my $head = '';
+    my $raw = '';
     my $sel = IO::Select->new($s);
+    my $deadline = time + 10;
 
-    while ($head !~ /\r\n\r\n/) {
-        return undef unless $sel->can_read(5);
-        return undef unless sysread($s, my $c, 1);
-        $head .= $c;
+    while (time < $deadline && $sel->can_read($deadline - time)) {
+        last unless sysread($s, my $buf, 65536);
+        $raw .= $buf;
+        last if $until && $raw =~ $until;
     }
 
-    return $head;
-}
+    close $s;
 
-# the two workers' pids, from answers on new connections
-
-sub workers {
-    my %pids;
-
-    for (1 .. 200) {
-        my $r = http_get('/worker', port => $t->port(8081));
-        $pids{$r->{headers}{'x-worker'}} = 1 if $r;
-        last if keys %pids == 2;
-    }
-
-    return sort keys %pids;
+    my $r = parse_response($raw);
+    $r->{worker} = $pid;
+    return $r;
 }
 
 sub idle {
@@ -180,7 +139,7 @@ my @STEPS = (
 
 sub run {
     my ($label) = @_;
-    my @w = workers();
+    my @w = worker_pids($t);
     my @failed;
 
     is(scalar @w, 2, "$label: two workers");

@@ -163,21 +163,7 @@ void
 ngx_http_agent_conv_subs_reap_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv)
 {
-    ngx_uint_t  i, n;
-
-    n = 0;
-
-    for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
-        if (conv->subs[i].count && conv->subs[i].pid != ngx_pid
-            && !ngx_http_agent_pid_alive(conv->subs[i].pid))
-        {
-            conv->subs[i].count = 0;
-            conv->subs[i].pid = 0;
-            n++;
-        }
-    }
-
-    if (n) {
+    if (ngx_http_agent_workers_reap_locked(conv->subs)) {
         ngx_http_agent_log_rest_locked(z, conv);
     }
 }
@@ -315,8 +301,15 @@ ngx_http_agent_conv_pending_locked(ngx_http_agent_conv_t *conv,
 }
 
 
+/*
+ * A list of workers (NGX_HTTP_AGENT_SUB_WORKERS slots), each with a count
+ * of what it has there: a conversation's subscribers, the inputs waiting
+ * for a write.  NGX_DECLINED: the list is full.
+ */
+
 ngx_int_t
-ngx_http_agent_conv_sub_add_locked(ngx_http_agent_conv_t *conv, ngx_pid_t pid)
+ngx_http_agent_workers_add_locked(ngx_http_agent_sub_worker_t *w,
+    ngx_pid_t pid)
 {
     ngx_uint_t  i, free;
 
@@ -324,12 +317,12 @@ ngx_http_agent_conv_sub_add_locked(ngx_http_agent_conv_t *conv, ngx_pid_t pid)
 
     for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
 
-        if (conv->subs[i].pid == pid) {
-            conv->subs[i].count++;
+        if (w[i].pid == pid) {
+            w[i].count++;
             return NGX_OK;
         }
 
-        if (conv->subs[i].count == 0 && free == NGX_HTTP_AGENT_SUB_WORKERS) {
+        if (w[i].count == 0 && free == NGX_HTTP_AGENT_SUB_WORKERS) {
             free = i;
         }
     }
@@ -338,24 +331,24 @@ ngx_http_agent_conv_sub_add_locked(ngx_http_agent_conv_t *conv, ngx_pid_t pid)
         return NGX_DECLINED;
     }
 
-    conv->subs[free].pid = pid;
-    conv->subs[free].count = 1;
+    w[free].pid = pid;
+    w[free].count = 1;
 
     return NGX_OK;
 }
 
 
 void
-ngx_http_agent_conv_sub_remove_locked(ngx_http_agent_conv_t *conv,
+ngx_http_agent_workers_remove_locked(ngx_http_agent_sub_worker_t *w,
     ngx_pid_t pid)
 {
     ngx_uint_t  i;
 
     for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
 
-        if (conv->subs[i].pid == pid && conv->subs[i].count) {
-            if (--conv->subs[i].count == 0) {
-                conv->subs[i].pid = 0;
+        if (w[i].pid == pid && w[i].count) {
+            if (--w[i].count == 0) {
+                w[i].pid = 0;
             }
 
             return;
@@ -365,7 +358,7 @@ ngx_http_agent_conv_sub_remove_locked(ngx_http_agent_conv_t *conv,
 
 
 ngx_uint_t
-ngx_http_agent_conv_sub_pids_locked(ngx_http_agent_conv_t *conv,
+ngx_http_agent_workers_pids_locked(ngx_http_agent_sub_worker_t *w,
     ngx_pid_t *pids)
 {
     ngx_uint_t  i, n;
@@ -373,8 +366,31 @@ ngx_http_agent_conv_sub_pids_locked(ngx_http_agent_conv_t *conv,
     n = 0;
 
     for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
-        if (conv->subs[i].count) {
-            pids[n++] = conv->subs[i].pid;
+        if (w[i].count) {
+            pids[n++] = w[i].pid;
+        }
+    }
+
+    return n;
+}
+
+
+/* the slots of workers gone are cleared; how many */
+
+ngx_uint_t
+ngx_http_agent_workers_reap_locked(ngx_http_agent_sub_worker_t *w)
+{
+    ngx_uint_t  i, n;
+
+    n = 0;
+
+    for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
+        if (w[i].count && w[i].pid != ngx_pid
+            && !ngx_http_agent_pid_alive(w[i].pid))
+        {
+            w[i].count = 0;
+            w[i].pid = 0;
+            n++;
         }
     }
 

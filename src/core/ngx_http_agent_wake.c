@@ -304,6 +304,12 @@ ngx_http_agent_wake_written(ngx_pid_t *pids, ngx_uint_t n)
     }
 
     for (i = 0; i < n; i++) {
+
+        if (pids[i] == ngx_pid) {
+            /* this worker's inputs: the batch's end answers them */
+            continue;
+        }
+
         len = ngx_http_agent_wake_addr(&sun, pids[i]);
 
         /* a full queue has a wake-up in it already, a gone worker none */

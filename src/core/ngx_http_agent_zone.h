@@ -74,7 +74,7 @@ typedef struct ngx_http_agent_partial_s  ngx_http_agent_partial_t;
 typedef struct ngx_http_agent_metrics_sh_s  ngx_http_agent_metrics_sh_t;
 
 
-/* a worker with subscribers of the conversation, to wake */
+/* a worker with subscribers of a conversation, or inputs waiting, to wake */
 typedef struct {
     ngx_pid_t                     pid;
     uint32_t                      count;
@@ -394,12 +394,20 @@ ngx_uint_t ngx_http_agent_log_live_free_locked(ngx_http_agent_zone_t *z,
 ngx_http_agent_event_t *ngx_http_agent_log_add_locked(
     ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv, ngx_uint_t type,
     ngx_str_t *fields);
-ngx_int_t ngx_http_agent_conv_sub_add_locked(ngx_http_agent_conv_t *conv,
+ngx_int_t ngx_http_agent_workers_add_locked(ngx_http_agent_sub_worker_t *w,
     ngx_pid_t pid);
-void ngx_http_agent_conv_sub_remove_locked(ngx_http_agent_conv_t *conv,
+void ngx_http_agent_workers_remove_locked(ngx_http_agent_sub_worker_t *w,
     ngx_pid_t pid);
-ngx_uint_t ngx_http_agent_conv_sub_pids_locked(ngx_http_agent_conv_t *conv,
+ngx_uint_t ngx_http_agent_workers_pids_locked(ngx_http_agent_sub_worker_t *w,
     ngx_pid_t *pids);
+ngx_uint_t ngx_http_agent_workers_reap_locked(ngx_http_agent_sub_worker_t *w);
+
+#define ngx_http_agent_conv_sub_add_locked(conv, pid)                        \
+    ngx_http_agent_workers_add_locked((conv)->subs, pid)
+#define ngx_http_agent_conv_sub_remove_locked(conv, pid)                     \
+    ngx_http_agent_workers_remove_locked((conv)->subs, pid)
+#define ngx_http_agent_conv_sub_pids_locked(conv, pids)                      \
+    ngx_http_agent_workers_pids_locked((conv)->subs, pids)
 
 ngx_http_agent_pending_t *ngx_http_agent_conv_pending_locked(
     ngx_http_agent_conv_t *conv, ngx_str_t *id);

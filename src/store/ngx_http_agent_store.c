@@ -979,8 +979,8 @@ ngx_http_agent_store_release(ngx_http_agent_flush_t *f)
 
     ngx_http_agent_zone_lock(f->zone);
 
-    if (ngx_http_agent_store_written_locked(f)) {
-        n = ngx_http_agent_store_acking_locked(f->zone, pids);
+    if (ngx_http_agent_store_written_locked(f) && f->zone->sh->acking) {
+        n = ngx_http_agent_workers_pids_locked(f->zone->sh->acking, pids);
     }
 
     if (f->zone->sh->writer == ngx_pid) {

@@ -49,8 +49,6 @@ static ngx_int_t ngx_http_agent_store_ack_wait(ngx_http_request_t *r,
     ngx_str_t *id, uint64_t seq, uint64_t from, ngx_uint_t status,
     ngx_str_t *json, ngx_http_agent_store_answer_pt answer);
 static void ngx_http_agent_store_ack_first(ngx_http_agent_ack_t *ack);
-static ngx_http_agent_sub_worker_t *ngx_http_agent_store_acking_slot_locked(
-    ngx_http_agent_zone_t *z);
 static void ngx_http_agent_store_ack_poll(ngx_event_t *ev);
 static ngx_int_t ngx_http_agent_store_ack_check(ngx_http_agent_ack_t *ack);
 static void ngx_http_agent_store_ack_cleanup(void *data);
@@ -175,6 +173,7 @@ ngx_http_agent_store_ack_wait(ngx_http_request_t *r, ngx_str_t *id,
 static void
 ngx_http_agent_store_ack_first(ngx_http_agent_ack_t *ack)
 {
+    ngx_int_t                     rc;
     ngx_http_agent_zone_t        *z;
     ngx_http_agent_conv_t        *conv;
     ngx_http_agent_sub_worker_t  *w;
@@ -183,11 +182,24 @@ ngx_http_agent_store_ack_first(ngx_http_agent_ack_t *ack)
 
     ngx_http_agent_zone_lock(z);
 
-    w = ngx_http_agent_store_acking_slot_locked(z);
+    if (z->sh->acking == NULL) {
+        z->sh->acking = ngx_slab_calloc_locked(z->shpool,
+                            NGX_HTTP_AGENT_SUB_WORKERS
+                            * sizeof(ngx_http_agent_sub_worker_t));
+    }
+
+    w = z->sh->acking;
 
     if (w) {
-        w->count++;
-        ack->listed = 1;
+        rc = ngx_http_agent_workers_add_locked(w, ngx_pid);
+
+        /* a full list: the slots of workers gone are taken */
+
+        if (rc == NGX_DECLINED && ngx_http_agent_workers_reap_locked(w)) {
+            rc = ngx_http_agent_workers_add_locked(w, ngx_pid);
+        }
+
+        ack->listed = (rc == NGX_OK);
     }
 
     conv = ngx_http_agent_conv_find_locked(z, &ack->id);
@@ -203,55 +215,6 @@ ngx_http_agent_store_ack_first(ngx_http_agent_ack_t *ack)
     }
 
     ngx_http_agent_zone_unlock(z);
-}
-
-
-/* this worker's slot in the list, taken if it has none; NULL: full */
-
-static ngx_http_agent_sub_worker_t *
-ngx_http_agent_store_acking_slot_locked(ngx_http_agent_zone_t *z)
-{
-    ngx_uint_t                    i;
-    ngx_http_agent_sub_worker_t  *w, *free;
-
-    if (z->sh->acking == NULL) {
-        z->sh->acking = ngx_slab_calloc_locked(z->shpool,
-                                    NGX_HTTP_AGENT_SUB_WORKERS
-                                    * sizeof(ngx_http_agent_sub_worker_t));
-        if (z->sh->acking == NULL) {
-            return NULL;
-        }
-    }
-
-    free = NULL;
-
-    for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
-        w = &z->sh->acking[i];
-
-        if (w->count == 0) {
-            free = free ? free : w;
-
-        } else if (w->pid == ngx_pid) {
-            return w;
-        }
-    }
-
-    /* a worker gone leaves its slot */
-
-    for (i = 0; free == NULL && i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
-        w = &z->sh->acking[i];
-
-        if (!ngx_http_agent_pid_alive(w->pid)) {
-            free = w;
-        }
-    }
-
-    if (free) {
-        free->pid = ngx_pid;
-        free->count = 0;
-    }
-
-    return free;
 }
 
 
@@ -361,9 +324,6 @@ ngx_http_agent_store_ack_cleanup(void *data)
 {
     ngx_http_agent_ack_t *ack = data;
 
-    ngx_uint_t                    i;
-    ngx_http_agent_sub_worker_t  *w;
-
     if (ack->timer.timer_set) {
         ngx_del_timer(&ack->timer);
     }
@@ -372,16 +332,7 @@ ngx_http_agent_store_ack_cleanup(void *data)
         ack->listed = 0;
 
         ngx_http_agent_zone_lock(ack->zone);
-
-        for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
-            w = &ack->zone->sh->acking[i];
-
-            if (w->count && w->pid == ngx_pid) {
-                w->count--;
-                break;
-            }
-        }
-
+        ngx_http_agent_workers_remove_locked(ack->zone->sh->acking, ngx_pid);
         ngx_http_agent_zone_unlock(ack->zone);
     }
 
@@ -389,26 +340,4 @@ ngx_http_agent_store_ack_cleanup(void *data)
         ngx_queue_remove(&ack->queue);
         ack->queue.prev = NULL;
     }
-}
-
-
-/* the other workers with inputs waiting for a write */
-
-ngx_uint_t
-ngx_http_agent_store_acking_locked(ngx_http_agent_zone_t *z, ngx_pid_t *pids)
-{
-    ngx_uint_t                    i, n;
-    ngx_http_agent_sub_worker_t  *w;
-
-    n = 0;
-
-    for (i = 0; z->sh->acking && i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
-        w = &z->sh->acking[i];
-
-        if (w->count && w->pid != ngx_pid) {
-            pids[n++] = w->pid;
-        }
-    }
-
-    return n;
 }

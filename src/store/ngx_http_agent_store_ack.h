@@ -14,13 +14,9 @@
 #include "ngx_http_agent_zone.h"
 
 
-/* the write-behind's side of the inputs that wait for their write */
+/* between the write-behind and the inputs that wait for their write */
 
 void ngx_http_agent_store_ack_init_process(void);
-
-/* the other workers with inputs waiting for a write, into pids */
-ngx_uint_t ngx_http_agent_store_acking_locked(ngx_http_agent_zone_t *z,
-    ngx_pid_t *pids);
 
 /* a batch now, unless one is on the pool (ngx_http_agent_store.c) */
 void ngx_http_agent_store_kick_now(void);
