@@ -750,6 +750,13 @@ ngx_http_agent_turn_post(ngx_http_agent_turn_t *t,
         ngx_queue_init(&ngx_http_agent_turn_steps);
         ngx_http_agent_turn_stepper.handler = ngx_http_agent_turn_later;
         ngx_http_agent_turn_stepper.log = ngx_cycle->log;
+
+        /*
+         * not NULL: a timer's debug line reads its event's data as a
+         * connection (ngx_event_ident), and a worker that logs at debug
+         * level would crash on it
+         */
+        ngx_http_agent_turn_stepper.data = (void *) ngx_cycle;
     }
 
     if (ngx_queue_empty(&ngx_http_agent_turn_steps)

@@ -356,11 +356,13 @@ sub store_engine {
         server => $ECHO_LOCATION
                   . ($workers > 1 ? $WORKERS_SERVER : $METRICS_LOCATION));
 
-    # debug => 1: every worker's debug log in debug.log (if nginx has it)
+    # debug => 1: every worker's debug log in debug.log (if nginx has
+    # it); or the level, debug_event for the event loop's lines alone
 
     if ($o{debug}) {
         my $log = $t->testdir . '/debug.log';
-        $conf =~ s/(%%TEST_GLOBALS%%\n)/$1error_log $log debug;\n/;
+        my $level = $o{debug} eq '1' ? 'debug' : $o{debug};
+        $conf =~ s/(%%TEST_GLOBALS%%\n)/$1error_log $log $level;\n/;
     }
 
     $t->write_file_expand('nginx.conf', $conf);
