@@ -16,7 +16,8 @@
 # STORE_FLUSH="off 10ms" (the default) names the flush= of each run under
 # load (empty: none, the writer alone only); STORE_TURNS, turns started a
 # second at most (a load below the machine's; default: as fast as it
-# goes); NODE the node binary.  STORE_RT=1: nginx's workers (every
+# goes); STORE_SYNC the store's sync= (default: none, i.e. full); NODE
+# the node binary.  STORE_RT=1: nginx's workers (every
 # thread: the event loop and the store's pool) and the process that times
 # the acknowledged messages run SCHED_FIFO (chrt: root or CAP_SYS_NICE),
 # the load generator and the mock as they are: what the machine's other
@@ -81,7 +82,9 @@ sub start {
     $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
         zone => '64m', tools => $tools, agent => 'tools echo;',
         server => $server,
-        http => $store ? "agent_store $db;" : ''));
+        http => $store ? "agent_store $db"
+                         . ($ENV{STORE_SYNC} ? " sync=$ENV{STORE_SYNC}" : '')
+                         . ';' : ''));
     $t->run;
     return ($t, $db);
 }
@@ -344,7 +347,8 @@ sub throughput_nginx {
         workers => 2, zone => '256m', agent => 'tools echo;',
         tools => "agent_tool echo {\n        location /tools/echo;\n"
                  . "    }",
-        http => "agent_store $db $flush;",
+        http => "agent_store $db $flush"
+                . ($ENV{STORE_SYNC} ? " sync=$ENV{STORE_SYNC}" : '') . ';',
         server => <<'EOF'));
         location = /tools/echo {
             internal;

@@ -81,6 +81,11 @@ const servers = [
     { name: 'module-store',
       label: 'this module with `agent_store` (`agent_aisdk`)',
       start: (dir) => nginxStart(dir, moduleConf(dir, true, true)) },
+    { name: 'module-store-normal',
+      label: 'this module with `agent_store ... sync=normal`'
+             + ' (`agent_aisdk`)',
+      start: (dir) => nginxStart(dir, moduleConf(dir, true, true,
+                                                 'normal')) },
     { name: 'module-events', events: true,
       label: 'this module, zone only (`agent_message` + `agent_events`)',
       start: (dir) => nginxStart(dir, moduleConf(dir, false, true)) },
@@ -166,13 +171,14 @@ const SCHEMA = JSON.stringify({
     required: ['city'],
 });
 
-function moduleConf(dir, store, tuned) {
+function moduleConf(dir, store, tuned, sync) {
     return globals(dir, true) + `
 http {
 ${httpGlobals(dir)}
     agent_zone zone=agents:256m;
     ${store ? `agent_store ${dir}/agent.db`
-              + (tuned ? ` flush=${storeFlush}` : '') + ';' : ''}
+              + (tuned ? ` flush=${storeFlush}` : '')
+              + (sync ? ` sync=${sync}` : '') + ';' : ''}
     agent_delta_interval ${tuned ? deltaInterval : '0'};
 
     agent_tool get_weather {

@@ -120,7 +120,10 @@ ngx_int_t  (*ngx_http_agent_store_revive)(ngx_http_request_t *r,
     ngx_str_t *id);
 
 
-/* agent_store path [thread_pool=name] [flush=time] [history=size]; */
+/*
+ * agent_store path [thread_pool=name] [flush=time] [history=size]
+ *                  [sync=full|normal];
+ */
 
 char *
 ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -166,6 +169,7 @@ ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     ngx_str_null(&name);
     flush = 0;
     scf->history = NGX_CONF_UNSET_SIZE;
+    scf->sync = NGX_CONF_UNSET_UINT;
 
     for (i = 2; i < cf->args->nelts; i++) {
 
@@ -209,6 +213,25 @@ ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
             continue;
         }
 
+        if (ngx_strncmp(value[i].data, "sync=", 5) == 0
+            && scf->sync == NGX_CONF_UNSET_UINT)
+        {
+            if (ngx_strcmp(value[i].data + 5, "full") == 0) {
+                scf->sync = 1;
+
+            } else if (ngx_strcmp(value[i].data + 5, "normal") == 0) {
+                scf->sync = 0;
+
+            } else {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid sync \"%V\", it must be "
+                                   "\"full\" or \"normal\"", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid parameter \"%V\"", &value[i]);
         return NGX_CONF_ERROR;
@@ -216,6 +239,10 @@ ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 
     if (scf->history == NGX_CONF_UNSET_SIZE) {
         scf->history = NGX_HTTP_AGENT_STORE_HISTORY;
+    }
+
+    if (scf->sync == NGX_CONF_UNSET_UINT) {
+        scf->sync = 1;
     }
 
     scf->thread_pool = ngx_thread_pool_add(cf, name.len ? &name : NULL);
@@ -324,7 +351,14 @@ ngx_http_agent_store_dir_check(ngx_cycle_t *cycle, ngx_core_conf_t *ccf,
 ngx_int_t
 ngx_http_agent_store_init_process(ngx_cycle_t *cycle)
 {
-    ngx_event_t  *ev;
+    ngx_event_t                  *ev;
+    ngx_http_agent_main_conf_t   *amcf;
+    ngx_http_agent_store_conf_t  *scf;
+
+    amcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_agent_module);
+    scf = amcf->store;
+
+    scf->store->init_process(scf->sync);
 
     ev = &ngx_http_agent_store_event;
 

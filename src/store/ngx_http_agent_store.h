@@ -140,6 +140,12 @@ typedef struct {
                                               ngx_log_t *log);
     /* in a worker that exits, once the pool's threads are gone */
     void                        (*close)(void);
+    /*
+     * in a worker as it starts, before any connection: sync, whether a
+     * commit waits until the disk has it (else an exit of nginx loses
+     * nothing written, a crash of the machine may lose the last commits)
+     */
+    void                        (*init_process)(ngx_uint_t sync);
 } ngx_http_agent_store_t;
 
 
@@ -151,6 +157,8 @@ typedef struct {
     ngx_msec_t                    flush;
     /* the history a worker keeps of the conversations it ran, bytes */
     size_t                        history;
+    /* a commit waits until the disk has it (sync=full) */
+    ngx_uint_t                    sync;
 } ngx_http_agent_store_conf_t;
 
 

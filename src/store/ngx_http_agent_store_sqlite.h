@@ -93,6 +93,8 @@ ngx_int_t ngx_http_agent_sqlite_prepare(sqlite3 *db, char **sql,
 ngx_int_t ngx_http_agent_sqlite_step(sqlite3_stmt *stmt);
 sqlite3 *ngx_http_agent_sqlite_connect(ngx_str_t *path, ngx_log_t *log,
     ngx_uint_t level);
+/* in a worker as it starts: whether a commit waits for the disk */
+void ngx_http_agent_sqlite_init_process(ngx_uint_t sync);
 
 /*
  * The audit's rows inside the log writer's transaction, with the audit's

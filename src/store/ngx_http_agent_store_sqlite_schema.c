@@ -391,6 +391,25 @@ ngx_http_agent_sqlite_version(sqlite3 *db)
 }
 
 
+/*
+ * Whether a commit waits until the disk has it: SQLite's synchronous
+ * FULL, its WAL synced at each commit; or NORMAL, at checkpoints only.
+ * In WAL mode either keeps the database whole; with NORMAL a commit is
+ * in the WAL file, which an exit of nginx, killed or not, leaves to the
+ * next connection, but the last commits may be lost with the machine.
+ * The master's connection, which makes the schema, keeps FULL.
+ */
+
+static ngx_uint_t  ngx_http_agent_sqlite_sync = 1;
+
+
+void
+ngx_http_agent_sqlite_init_process(ngx_uint_t sync)
+{
+    ngx_http_agent_sqlite_sync = sync;
+}
+
+
 sqlite3 *
 ngx_http_agent_sqlite_connect(ngx_str_t *path, ngx_log_t *log,
     ngx_uint_t level)
@@ -412,6 +431,18 @@ ngx_http_agent_sqlite_connect(ngx_str_t *path, ngx_log_t *log,
 
     /* workers write side by side: a short wait instead of SQLITE_BUSY */
     sqlite3_busy_handler(db, ngx_http_agent_sqlite_busy, NULL);
+
+    if (sqlite3_exec(db, ngx_http_agent_sqlite_sync
+                         ? "PRAGMA synchronous=FULL"
+                         : "PRAGMA synchronous=NORMAL",
+                     NULL, NULL, NULL)
+        != SQLITE_OK)
+    {
+        ngx_log_error(level, log, 0, "agent store \"%V\": %s", path,
+                      sqlite3_errmsg(db));
+        sqlite3_close(db);
+        return NULL;
+    }
 
     return db;
 }
