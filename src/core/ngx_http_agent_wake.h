@@ -37,9 +37,10 @@ void ngx_http_agent_wake(ngx_str_t *id, ngx_pid_t *pids, ngx_uint_t n);
 
 /*
  * Inputs that waited for a write were written: the workers named (this
- * one left out) are told to answer theirs.  Unlike ngx_http_agent_wake(), called on a
- * thread of the pool, as the write ends: a datagram is sent or not, and
- * nothing is kept; an input that misses it is seen by its poll.
+ * one left out) are told to answer theirs.  Unlike ngx_http_agent_wake(),
+ * called on a thread of the pool, as the write ends: a datagram is sent
+ * or not, and nothing is kept; an input that misses it is seen by its
+ * poll.
  */
 void ngx_http_agent_wake_written(ngx_pid_t *pids, ngx_uint_t n);
 
