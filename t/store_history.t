@@ -42,7 +42,24 @@ my $mock = Test::Agent::MockProvider->new(default => sub {
     return { text => "summary at $n", usage => $usage }
         if $content eq $PROMPT;
 
-    if (($last->{role} // '') eq 'user' && $content =~ /^(tool|ask) (\d+)/) {
+    # "twice N": a second tool call after the first one's result, so a
+    # turn makes three model calls
+
+    my @turn;
+    for my $m (reverse @$msgs) {
+        unshift @turn, $m;
+        last if ($m->{role} // '') eq 'user';
+    }
+
+    if (($turn[0]{content} // '') =~ /^twice (\d+)/
+        && 1 == grep { ($_->{role} // '') eq 'tool' } @turn)
+    {
+        return { tool_calls => [{ id => "d$1", chunks => 2, name => 'echo',
+                                  arguments => "{\"again\":$1}" }],
+                 usage => $usage };
+    }
+
+    if (($last->{role} // '') eq 'user' && $content =~ /^(tool|ask|twice) (\d+)/) {
         return { tool_calls => [{ id => "c$2", chunks => 3,
                                   name => $1 eq 'ask' ? 'ask_user' : 'echo',
                                   arguments => "{\"n\":$2}" }],
@@ -134,7 +151,8 @@ my @STEPS = (
     [0, 'msg 1'], [0, 'tool 2'], [1, 'msg 3'], [0, 'msg 4'],
     [0, 'ask 5'], [1, 'resolve c5'], [1, 'msg 6'], [1, 'tool 7'],
     [0, 'msg 8'], [0, 'msg 9'], [1, 'msg 10'], [1, 'msg 11'],
-    [0, 'tool 12'], [0, 'msg 13'],
+    [0, 'tool 12'], [0, 'msg 13'], [1, 'twice 14'], [1, 'twice 15'],
+    [0, 'msg 16'],
 );
 
 sub run {
@@ -235,14 +253,58 @@ $t->write_file_expand('nginx.conf', engine_conf($mock,
 like($t->test_config, qr/invalid history size "history=lots"/,
      'history=lots refused');
 
+# A conversation's turns on one worker, with tool calls: each turn goes
+# on from the history it rendered for its first model call, and keeps
+# it, so none reads the store, whenever the events before it are
+# written and leave the zone.  With flush=1s a turn's last events are
+# written with the next message, as that turn starts, and leave the
+# zone in the middle of it.  (With history=0 the turns read them.)
+
+sub one_worker {
+    my ($label) = @_;
+    my @w = worker_pids($t);
+    my ($before, @failed) = (reads());
+
+    for my $what ('tool 1', 'msg 2', 'twice 3', 'tool 4', 'twice 5',
+                  'msg 6') {
+        my $r = on_worker($w[0], 'POST', '/c/h3/messages',
+                          encode_json({ content => "$what of h3" }));
+        push @failed, "$what: $r->{status}" unless $r->{status} == 202;
+
+        # its state only, no page of its log: a page may read the store
+
+        my ($c, $deadline) = (undef, time + 10);
+
+        while (time < $deadline) {
+            $c = inspect($t, 'h3', 'after=1000000')->{json};
+            last if $c && $c->{state} eq 'idle' && !defined $c->{lease};
+            sleep 0.05;
+        }
+
+        push @failed, "$what: not idle"
+            unless $c && $c->{state} eq 'idle' && !defined $c->{lease};
+    }
+
+    is(join('; ', @failed), '', "$label: one worker's turns ended");
+
+    my $now = reads();
+    return ($now->{store} // 0) - ($before->{store} // 0);
+}
+
 start('kept', '');
 my $kept = run('kept');
 my $n = reads();
 $t->stop;
 
+start('late', ' flush=1s');
+is(one_worker('late'), 0, 'one worker\'s turns read nothing from the store');
+$t->stop;
+
 start('read', ' history=0');
 my $read = run('read');
 my $m = reads();
+my $alone = one_worker('read');
+ok($alone >= 4, "history=0: one worker's turns read the store ($alone)");
 $t->stop;
 
 my $summaries = grep { /\Q$PROMPT\E/ } @$kept;
@@ -250,6 +312,10 @@ my $summaries = grep { /\Q$PROMPT\E/ } @$kept;
 ok($summaries >= 2, "summaries were made ($summaries)");
 is(scalar @$kept, scalar @$read, 'as many requests either way ('
    . scalar @$kept . ')');
+
+my $thrice = grep { /\\"again\\":1[45]\b/ } @$kept;
+ok($thrice >= 2, "turns of three model calls ($thrice requests after the "
+   . 'second tool call)');
 
 my ($diff) = grep { $kept->[$_] ne ($read->[$_] // '') } 0 .. $#$kept;
 is($diff, undef, 'every request is the one made from the store\'s history');

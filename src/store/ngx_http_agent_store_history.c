@@ -56,7 +56,7 @@ static ngx_queue_t        ngx_http_agent_histories_lru;
 static size_t             ngx_http_agent_histories_size;
 
 
-static size_t
+size_t
 ngx_http_agent_store_history_max(void)
 {
     ngx_http_agent_main_conf_t   *amcf;

@@ -60,5 +60,8 @@ ngx_int_t ngx_http_agent_store_history_copy(ngx_pool_t *pool, ngx_str_t *id,
 /* as the worker exits */
 void ngx_http_agent_store_history_exit(void);
 
+/* agent_store history=, bytes (0 with no store) */
+size_t ngx_http_agent_store_history_max(void);
+
 
 #endif /* _NGX_HTTP_AGENT_STORE_HISTORY_H_INCLUDED_ */

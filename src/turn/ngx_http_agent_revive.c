@@ -917,7 +917,7 @@ ngx_http_agent_revive_turn_history(ngx_http_agent_turn_t *t)
 
     ngx_http_agent_zone_unlock(t->zone);
 
-    if (base == t->history_upto) {
+    if (base <= t->history_upto) {
         return NGX_OK;
     }
 
@@ -942,6 +942,7 @@ ngx_http_agent_revive_turn_history(ngx_http_agent_turn_t *t)
         && base + 1 >= t->kept_first && base < t->kept_first + t->nkept)
     {
         t->history = t->kept;
+        t->history_size = 0;
         t->nhistory = base + 1 - t->kept_first;
         t->history_upto = base;
 
@@ -1011,6 +1012,7 @@ ngx_http_agent_turn_history_read(ngx_http_agent_store_read_t *rd,
     }
 
     t->history = h;
+    t->history_size = 0;
     t->nhistory += rd->events->nelts;
     t->history_upto = rd->upto;
 

@@ -16,6 +16,7 @@
 #include "ngx_http_agent_turn_metrics.h"
 #include "ngx_http_agent_metrics.h"
 #include "ngx_http_agent_revive.h"
+#include "ngx_http_agent_store_history.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_provider.h"
 #include "ngx_http_agent_output.h"
@@ -550,7 +551,13 @@ failed:
 
 /*
  * The canonical events are copied out of the zone under its lock and
- * rendered by the adapter outside it.
+ * rendered by the adapter outside it.  With a store, the turn's history
+ * goes on with them (in the request's pool): the events before the turn
+ * leave the zone once written, and neither the turn's next model call
+ * nor, once the turn has kept its history, the conversation's next turn
+ * in this worker reads them back from the store.  A call copies only
+ * what came since the last.  With agent_store history=0 every event
+ * that left the zone is read from the store.
  */
 
 static ngx_int_t
@@ -558,9 +565,10 @@ ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t, ngx_str_t *body)
 {
     u_char                   *p;
     ngx_str_t                *events;
-    ngx_uint_t                i;
+    ngx_uint_t                i, n, size, goes_on;
     ngx_http_agent_fsm_t      fsm;
-    ngx_queue_t              *q;
+    ngx_queue_t              *q, *first;
+    ngx_pool_t               *pool;
     ngx_http_agent_t         *agent;
     ngx_http_agent_conv_t    *conv;
     ngx_http_agent_event_t   *ev;
@@ -575,29 +583,70 @@ ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t, ngx_str_t *body)
         return NGX_ERROR;
     }
 
-    events = ngx_palloc(t->pool,
-                        (t->nhistory + conv->nlog) * sizeof(ngx_str_t));
-    if (events == NULL) {
-        ngx_http_agent_zone_unlock(t->zone);
-        return NGX_ERROR;
-    }
-
-    if (conv->base != t->history_upto) {
+    if (conv->base > t->history_upto) {
         ngx_http_agent_zone_unlock(t->zone);
         return NGX_AGAIN;
     }
 
-    for (i = 0; i < t->nhistory; i++) {
-        events[i] = t->history[i];
-    }
+    /* the context in the zone, less what the history has of it */
 
-    for (q = ngx_http_agent_log_context_locked(conv);
-         q != ngx_queue_sentinel(&conv->log);
+    n = 0;
+    first = ngx_http_agent_log_context_locked(conv);
+
+    for (q = first; q != ngx_queue_sentinel(&conv->log);
          q = ngx_queue_next(q))
     {
         ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
 
-        p = ngx_pnalloc(t->pool, ev->len);
+        if (ev->seq <= t->history_upto) {
+            first = ngx_queue_next(q);
+            continue;
+        }
+
+        n++;
+    }
+
+    ev = ngx_queue_data(first, ngx_http_agent_event_t, queue);
+
+    goes_on = n && t->zone->store && ngx_http_agent_store_history_max()
+              && ev->seq == t->history_upto + 1;
+
+    if (goes_on && t->nhistory + n <= t->history_size) {
+        /* the history's array has room: the events go on in it */
+        pool = t->request->pool;
+        events = t->history;
+        i = t->nhistory;
+
+    } else {
+        pool = goes_on ? t->request->pool : t->pool;
+        size = t->nhistory + n;
+
+        if (goes_on) {
+            /* room for as many again: a turn's calls do not copy it all */
+            size = ngx_max(size, 2 * t->nhistory);
+        }
+
+        events = ngx_palloc(pool, size * sizeof(ngx_str_t));
+        if (events == NULL) {
+            ngx_http_agent_zone_unlock(t->zone);
+            return NGX_ERROR;
+        }
+
+        for (i = 0; i < t->nhistory; i++) {
+            events[i] = t->history[i];
+        }
+
+        if (goes_on) {
+            t->history_size = size;
+        }
+    }
+
+    for (q = first; q != ngx_queue_sentinel(&conv->log);
+         q = ngx_queue_next(q))
+    {
+        ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+        p = ngx_pnalloc(pool, ev->len);
         if (p == NULL) {
             ngx_http_agent_zone_unlock(t->zone);
             return NGX_ERROR;
@@ -607,6 +656,12 @@ ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t, ngx_str_t *body)
         events[i].len = ev->len;
         ngx_memcpy(p, ev->data, ev->len);
         i++;
+    }
+
+    if (goes_on) {
+        t->history = events;
+        t->nhistory = i;
+        t->history_upto = ev->seq;
     }
 
     fsm.fields = NULL;

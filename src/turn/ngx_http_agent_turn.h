@@ -62,9 +62,15 @@ struct ngx_http_agent_turn_s {
     /* the tries of a history read the store's pool refused */
     ngx_uint_t                    store_busy;
 
-    /* the log before the zone's, read from the store, for the turn */
+    /*
+     * the log before the zone's, read from the store, for the turn, and
+     * with a store what the turn's model calls copied from the zone
+     * after it (ngx_http_agent_turn_request_body); the room in history
+     * if the turn's calls made it, else 0
+     */
     ngx_str_t                    *history;
     ngx_uint_t                    nhistory;
+    ngx_uint_t                    history_size;
     uint64_t                      history_upto;
 
     /*
