@@ -10,8 +10,9 @@
 // measure), PEERS_PROFILE=1 (perf record of the module's worker, the top
 // of each profile printed), PEERS_DELTA_INTERVAL (agent_delta_interval of
 // the module's rows but the "defaults" ones, 20ms) and PEERS_STORE_FLUSH
-// (their agent_store flush=, 10ms).  Only a run of every server and both
-// pacings, unprofiled, writes its table.
+// (their agent_store flush=, 10ms), PEERS_ROUNDS (1: every server run so
+// many times, in turn, its figure their median).  Only a run of every
+// server and both pacings, unprofiled, writes its table.
 //
 // One turn: the client sends the chat (useChat's body); the model asks
 // for get_weather with its arguments in 4 chunks; the tool runs; the
@@ -96,6 +97,15 @@ const servers = [
 ];
 
 const pacings = (process.env.PEERS_PACINGS || 'trickle,burst').split(',');
+
+/* rounds of every server, a server's figure their median */
+const rounds = Number(process.env.PEERS_ROUNDS || 1);
+
+if (!Number.isInteger(rounds) || rounds < 1) {
+    process.stderr.write(`PEERS_ROUNDS must be a whole number from 1,`
+                         + ` not "${process.env.PEERS_ROUNDS}"\n`);
+    process.exit(2);
+}
 const only = process.env.PEERS_SERVERS
     ? process.env.PEERS_SERVERS.split(',') : null;
 
@@ -227,6 +237,13 @@ ${httpGlobals(dir)}
     }
 }
 `;
+}
+
+function median(values) {
+    const v = [...values].sort((a, b) => a - b);
+    const mid = Math.floor(v.length / 2);
+
+    return v.length % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
 }
 
 function sleep(ms) {
@@ -754,21 +771,27 @@ async function main() {
     for (const pacing of pacings) {
         mock.proc = await startMock(pacing);
 
-        for (const s of servers) {
-            if (only && !only.includes(s.name)) {
-                continue;
-            }
+        /* each round runs every server once, in turn */
+        for (let round = 1; round <= rounds; round++) {
+            for (const s of servers) {
+                if (only && !only.includes(s.name)) {
+                    continue;
+                }
 
-            const r = await measure(s, pacing);
-            results[s.name] = results[s.name] || {};
-            results[s.name][pacing] = r;
-            process.stdout.write(
-                `${s.name} ${pacing}: ${r.ms.toFixed(2)} ms per turn`
-                + ` (${r.turns} turns, ${r.wall.toFixed(1)} s,`
-                + ` ${r.pids} processes)\n`);
+                const r = await measure(s, pacing);
+                results[s.name] = results[s.name] || {};
+                results[s.name][pacing] = results[s.name][pacing] || [];
+                results[s.name][pacing].push(r.ms);
+                process.stdout.write(
+                    `${s.name} ${pacing}`
+                    + (rounds > 1 ? ` (round ${round})` : '')
+                    + `: ${r.ms.toFixed(2)} ms per turn`
+                    + ` (${r.turns} turns, ${r.wall.toFixed(1)} s,`
+                    + ` ${r.pids} processes)\n`);
 
-            if (r.top) {
-                tops.push({ name: s.name, pacing, top: r.top });
+                if (r.top) {
+                    tops.push({ name: s.name, pacing, top: r.top });
+                }
             }
         }
 
@@ -776,8 +799,14 @@ async function main() {
     }
 
     const after = machine();
-    const fmt = (r) => (r ? (r.ms < 1 ? r.ms.toFixed(2) : r.ms.toFixed(1))
-                          : '-');
+    const fmt = (all) => {
+        if (!all) {
+            return '-';
+        }
+
+        const ms = median(all);
+        return ms < 1 ? ms.toFixed(2) : ms.toFixed(1);
+    };
     const cols = pacings.map((p) => (p === 'trickle'
         ? 'tokens trickled 1 ms apart' : 'whole reply in one write'));
     let md = `| per turn, CPU ms (lower is better) | ${cols.join(' | ')} |\n`
@@ -793,7 +822,9 @@ async function main() {
     const m = after;
     const note = `${conversations} conversations of ${TURNS} turns (${
         conversations * TURNS} turns) per server and pacing, ${concurrency}`
-        + ` at a time, after ${warmup} conversations of warm-up.`
+        + ` at a time, after ${warmup} conversations of warm-up`
+        + (rounds > 1 ? `; the median of ${rounds} rounds, each of them`
+                        + ' running every server in turn.' : '.')
         + ` Machine: ${m.cpu}, ${m.memory}, ${m.os}; nginx ${m.nginx};`
         + ` Node ${m.node}; ai ${pkgVersion('ai')},`
         + ` @ai-sdk/openai-compatible`
