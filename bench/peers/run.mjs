@@ -106,6 +106,7 @@ if (!Number.isInteger(rounds) || rounds < 1) {
                          + ` not "${process.env.PEERS_ROUNDS}"\n`);
     process.exit(2);
 }
+
 const only = process.env.PEERS_SERVERS
     ? process.env.PEERS_SERVERS.split(',') : null;
 
