@@ -267,6 +267,8 @@ sub one_worker {
     my @w = worker_pids($t);
     my ($before, @failed) = (reads());
 
+    $mock->reset;
+
     for my $what ('tool 1', 'msg 2', 'twice 3', 'tool 4', 'twice 5',
                   'msg 6') {
         my $r = on_worker($w[0], 'POST', '/c/h3/messages',
@@ -290,7 +292,8 @@ sub one_worker {
     is(join('; ', @failed), '', "$label: one worker's turns ended");
 
     my $now = reads();
-    return ($now->{store} // 0) - ($before->{store} // 0);
+    return (($now->{store} // 0) - ($before->{store} // 0),
+            [map { $_->{body} } @{$mock->requests}]);
 }
 
 start('kept', '');
@@ -299,13 +302,14 @@ my $n = reads();
 $t->stop;
 
 start('late', ' flush=1s');
-is(one_worker('late'), 0, 'one worker\'s turns read nothing from the store');
+my ($late, $late_asked) = one_worker('late');
+is($late, 0, 'one worker\'s turns read nothing from the store');
 $t->stop;
 
 start('read', ' history=0');
 my $read = run('read');
 my $m = reads();
-my $alone = one_worker('read');
+my ($alone, $alone_asked) = one_worker('read');
 ok($alone > 0, "history=0: one worker's turns read the store ($alone)");
 $t->stop;
 
@@ -318,6 +322,10 @@ is(scalar @$kept, scalar @$read, 'as many requests either way ('
 my $thrice = grep { /\\"again\\":1[45]\b/ } @$kept;
 ok($thrice >= 2, "turns of three model calls ($thrice requests after the "
    . 'second tool call)');
+
+is_deeply($late_asked, $alone_asked, 'one worker\'s turns: every request '
+          . 'the one made from the store\'s history ('
+          . scalar @$late_asked . ')');
 
 my ($diff) = grep { $kept->[$_] ne ($read->[$_] // '') } 0 .. $#$kept;
 is($diff, undef, 'every request is the one made from the store\'s history');

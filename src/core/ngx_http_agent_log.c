@@ -130,21 +130,25 @@ ngx_http_agent_log_restore_locked(ngx_http_agent_zone_t *z,
 
 /*
  * Without a store the zone holds the whole log: the context is found from
- * its end, so that a model call reads what the context holds.
+ * its end, so that a model call reads what the context holds; a turn
+ * that has the events up to after already walks only the newer ones.
  */
 
 ngx_queue_t *
-ngx_http_agent_log_context_locked(ngx_http_agent_conv_t *conv)
+ngx_http_agent_log_context_locked(ngx_http_agent_conv_t *conv,
+    uint64_t after)
 {
     ngx_queue_t             *q;
     ngx_http_agent_event_t  *e;
+
+    after = ngx_max(after, conv->summary_to);
 
     q = ngx_queue_last(&conv->log);
 
     while (q != ngx_queue_sentinel(&conv->log)) {
         e = ngx_queue_data(q, ngx_http_agent_event_t, queue);
 
-        if (e->seq <= conv->summary_to) {
+        if (e->seq <= after) {
             break;
         }
 

@@ -379,9 +379,10 @@ ngx_queue_t *ngx_http_agent_log_turn_locked(ngx_http_agent_conv_t *conv);
 
 /*
  * The first event of the context in the zone's log, the first after the
- * newest summary's range (the sentinel if none)
+ * newest summary's range and after seq after (the sentinel if none)
  */
-ngx_queue_t *ngx_http_agent_log_context_locked(ngx_http_agent_conv_t *conv);
+ngx_queue_t *ngx_http_agent_log_context_locked(ngx_http_agent_conv_t *conv,
+    uint64_t after);
 ngx_int_t ngx_http_agent_log_type(u_char *name, size_t len);
 void ngx_http_agent_log_trim_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);

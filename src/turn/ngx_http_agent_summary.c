@@ -455,7 +455,7 @@ ngx_http_agent_summary_collect(ngx_http_agent_summary_t *s)
         return NGX_AGAIN;
     }
 
-    for (q = ngx_http_agent_log_context_locked(conv);
+    for (q = ngx_http_agent_log_context_locked(conv, 0);
          q != ngx_queue_sentinel(&conv->log);
          q = ngx_queue_next(q))
     {

@@ -590,19 +590,13 @@ ngx_http_agent_turn_request_body(ngx_http_agent_turn_t *t, ngx_str_t *body)
 
     /* the context in the zone, less what the history has of it */
 
+    first = ngx_http_agent_log_context_locked(conv, t->history_upto);
+
     n = 0;
-    first = ngx_http_agent_log_context_locked(conv);
 
     for (q = first; q != ngx_queue_sentinel(&conv->log);
          q = ngx_queue_next(q))
     {
-        ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
-
-        if (ev->seq <= t->history_upto) {
-            first = ngx_queue_next(q);
-            continue;
-        }
-
         n++;
     }
 
