@@ -8,11 +8,14 @@
 // below), PEERS_PACINGS (trickle,burst), PEERS_MODULE (the module's .so),
 // PEERS_NGINX (/usr/sbin/nginx), PEERS_WARMUP (conversations before the
 // measure), PEERS_PROFILE=1 (perf record of the module's worker, the top
-// of each profile printed), PEERS_DELTA_INTERVAL (agent_delta_interval of
-// the module's rows but the "defaults" ones, 20ms) and PEERS_STORE_FLUSH
-// (their agent_store flush=, 10ms), PEERS_ROUNDS (1: every server run so
-// many times, in turn, its figure their median).  Only a run of every
-// server and both pacings, unprofiled, writes its table.
+// of each profile printed), PEERS_THREADS=1 (the module's worker's CPU
+// per turn split between its event loop and its thread pool, from each
+// thread's schedstat, on stderr), PEERS_DELTA_INTERVAL
+// (agent_delta_interval of the module's rows but the "defaults" ones,
+// 20ms) and PEERS_STORE_FLUSH (their agent_store flush=, 10ms),
+// PEERS_ROUNDS (1: every server run so many times, in turn, its figure
+// their median).  Only a run of every server and both pacings,
+// unprofiled, writes its table.
 //
 // One turn: the client sends the chat (useChat's body); the model asks
 // for get_weather with its arguments in 4 chunks; the tool runs; the
@@ -43,6 +46,7 @@ const nginx = process.env.PEERS_NGINX || '/usr/sbin/nginx';
 const module = process.env.PEERS_MODULE
     || path.join(repo, 'build/nginx/objs/ngx_http_agent_module.so');
 const profile = process.env.PEERS_PROFILE === '1';
+const threads = process.env.PEERS_THREADS === '1';
 /*
  * the module's rows but the "defaults" ones: live deltas joined over an
  * interval, the store's batches held for a while
@@ -283,6 +287,24 @@ function cpuOf(pid) {
 
 function cpu(pids) {
     return pids.reduce((s, p) => s + cpuOf(p), 0);
+}
+
+/* time on a CPU of each thread of a process, by thread id, in seconds */
+
+function threadsOf(pid) {
+    const t = {};
+
+    for (const tid of fs.readdirSync(`/proc/${pid}/task`)) {
+        try {
+            const st = fs.readFileSync(`/proc/${pid}/task/${tid}/schedstat`,
+                                       'utf8');
+            t[tid] = Number(st.split(' ')[0]) / 1e9;
+        } catch {
+            /* gone */
+        }
+    }
+
+    return t;
 }
 
 /* the load generator */
@@ -647,6 +669,8 @@ async function measure(server, pacing) {
         await sleep(200);
 
         const c0 = cpu(pids);
+        const w0 = threads && server.name.startsWith('module')
+            ? threadsOf(worker) : null;
         const t0 = Date.now();
         const s0 = await served();
 
@@ -664,6 +688,31 @@ async function measure(server, pacing) {
         const c1 = cpu(pids);
         const wall = (Date.now() - t0 - 500) / 1000;
         const turns = conversations * TURNS;
+
+        if (w0) {
+            const w1 = threadsOf(worker);
+            let pool = 0;
+            let busy = 0;
+            let loop = 0;
+
+            for (const tid of Object.keys(w1)) {
+                const ms = 1000 * (w1[tid] - (w0[tid] || 0)) / turns;
+
+                if (tid === String(worker)) {
+                    loop = ms;
+                } else {
+                    pool += ms;
+                    busy += ms > 0 ? 1 : 0;
+                }
+            }
+
+            process.stderr.write(`${server.name} ${pacing}: the worker's`
+                                 + ` CPU ms a turn: event loop`
+                                 + ` ${loop.toFixed(3)}, thread pool`
+                                 + ` ${pool.toFixed(3)} (${busy}`
+                                 + ` threads)\n`);
+        }
+
         let top = null;
 
         if (perf) {
