@@ -140,6 +140,14 @@ sub summaries {
     return scalar grep { $_->{type} eq 'summary' } @$log;
 }
 
+# the summaries recorded, as the workers' log tells
+
+sub recorded {
+    my @n = $t->read_file('error.log')
+            =~ /agent summary of seq \d+ to \d+ recorded as seq/g;
+    return scalar @n;
+}
+
 sub reads {
     my $body = http_get('/metrics', port => $t->port(8081))->{body} // '';
     my %n = $body =~ /^agent_store_history_reads_total\{from="(\w+)"\} (\d+)/mg;
@@ -265,7 +273,7 @@ like($t->test_config, qr/invalid history size "history=lots"/,
 sub one_worker {
     my ($label) = @_;
     my @w = worker_pids($t);
-    my ($before, @failed) = (reads());
+    my ($before, $summed, @failed) = (reads(), recorded());
 
     $mock->reset;
 
@@ -287,6 +295,19 @@ sub one_worker {
 
         push @failed, "$what: not idle"
             unless $c && $c->{state} eq 'idle' && !defined $c->{lease};
+
+        # a summary made after the turn is in the log before the next
+        # (told by the worker's log line: a page may read the store)
+
+        sleep 0.2;
+        my $asked = grep { index($_->{body}, $PROMPT) >= 0 }
+                    @{$mock->requests};
+
+        $deadline = time + 10;
+        sleep 0.05 while time < $deadline && recorded() - $summed < $asked;
+
+        push @failed, "$what: no summary"
+            unless recorded() - $summed >= $asked;
     }
 
     is(join('; ', @failed), '', "$label: one worker's turns ended");
@@ -326,6 +347,10 @@ ok($thrice >= 2, "turns of three model calls ($thrice requests after the "
 is_deeply($late_asked, $alone_asked, 'one worker\'s turns: every request '
           . 'the one made from the store\'s history ('
           . scalar @$late_asked . ')');
+
+my $late_summaries = grep { /\Q$PROMPT\E/ } @$late_asked;
+ok($late_summaries >= 1, "one worker's turns: summaries between them "
+   . "($late_summaries)");
 
 my ($diff) = grep { $kept->[$_] ne ($read->[$_] // '') } 0 .. $#$kept;
 is($diff, undef, 'every request is the one made from the store\'s history');
