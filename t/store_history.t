@@ -134,18 +134,29 @@ sub idle {
     return $c && $c->{state} eq 'idle' && !defined $c->{lease};
 }
 
-sub summaries {
-    my ($cid) = @_;
-    my $log = inspect($t, $cid, 'limit=1000')->{json}{messages} // [];
-    return scalar grep { $_->{type} eq 'summary' } @$log;
-}
-
-# the summaries recorded, as the workers' log tells
+# the summaries the workers recorded, as their log tells (a page of the
+# log may read the store)
 
 sub recorded {
     my @n = $t->read_file('error.log')
             =~ /agent summary of seq \d+ to \d+ recorded as seq/g;
     return scalar @n;
+}
+
+# after a turn: a summary it asked for is recorded before the next one
+# (the summaries the mock was asked for since its reset, recorded since
+# $before); an error when one is not
+
+sub summed {
+    my ($before) = @_;
+
+    sleep 0.2;
+    my $asked = grep { index($_->{body}, $PROMPT) >= 0 } @{$mock->requests};
+    my $deadline = time + 10;
+
+    sleep 0.05 while time < $deadline && recorded() - $before < $asked;
+
+    return recorded() - $before >= $asked ? () : ('no summary');
 }
 
 sub reads {
@@ -168,7 +179,7 @@ my @STEPS = (
 sub run {
     my ($label) = @_;
     my @w = worker_pids($t);
-    my @failed;
+    my ($before, @failed) = (recorded());
 
     is(scalar @w, 2, "$label: two workers");
 
@@ -196,15 +207,7 @@ sub run {
             next if $what =~ /^ask/;
 
             push @failed, "$cid $what: not idle" unless idle($cid);
-
-            # a summary made after the turn is in the log before the next
-
-            sleep 0.2;
-            my $asked = grep { index($_->{body}, $PROMPT) >= 0
-                               && index($_->{body}, " of $cid") >= 0 }
-                        @{$mock->requests};
-            my $deadline = time + 10;
-            sleep 0.05 while time < $deadline && summaries($cid) < $asked;
+            push @failed, map { "$cid $what: $_" } summed($before);
         }
     }
 
@@ -273,7 +276,7 @@ like($t->test_config, qr/invalid history size "history=lots"/,
 sub one_worker {
     my ($label) = @_;
     my @w = worker_pids($t);
-    my ($before, $summed, @failed) = (reads(), recorded());
+    my ($reads, $before, @failed) = (reads(), recorded());
 
     $mock->reset;
 
@@ -295,25 +298,13 @@ sub one_worker {
 
         push @failed, "$what: not idle"
             unless $c && $c->{state} eq 'idle' && !defined $c->{lease};
-
-        # a summary made after the turn is in the log before the next
-        # (told by the worker's log line: a page may read the store)
-
-        sleep 0.2;
-        my $asked = grep { index($_->{body}, $PROMPT) >= 0 }
-                    @{$mock->requests};
-
-        $deadline = time + 10;
-        sleep 0.05 while time < $deadline && recorded() - $summed < $asked;
-
-        push @failed, "$what: no summary"
-            unless recorded() - $summed >= $asked;
+        push @failed, map { "$what: $_" } summed($before);
     }
 
     is(join('; ', @failed), '', "$label: one worker's turns ended");
 
     my $now = reads();
-    return (($now->{store} // 0) - ($before->{store} // 0),
+    return (($now->{store} // 0) - ($reads->{store} // 0),
             [map { $_->{body} } @{$mock->requests}]);
 }
 
