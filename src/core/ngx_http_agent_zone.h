@@ -151,6 +151,9 @@ typedef struct {
     /* times the current turn was taken over from a worker that died */
     uint32_t                      takeovers;
 
+    /* the last model call's start, ms since the epoch (the audit's key) */
+    uint64_t                      call_started;
+
     /* in the zone's queue of conversations with a lease */
     ngx_queue_t                   leased;
 
@@ -188,8 +191,8 @@ typedef struct {
      * and freed with the last: NULL at rest
      */
     ngx_http_agent_pending_t     *pending;
-    ngx_uint_t                    npending;
-    ngx_uint_t                    pending_slots;
+    uint32_t                      npending;
+    uint32_t                      pending_slots;
 
     /* in the zone's queue of conversations with waiting calls */
     ngx_queue_t                   waiting;

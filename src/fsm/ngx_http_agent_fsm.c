@@ -311,7 +311,8 @@ ngx_http_agent_fsm_locked(ngx_http_agent_zone_t *z,
                       "\"%V\" with %ui calls waiting has no transition",
                       conv->id_len, conv->id,
                       &ngx_http_agent_fsm_inputs[input],
-                      &ngx_http_agent_state_names[from], conv->npending);
+                      &ngx_http_agent_state_names[from],
+                      (ngx_uint_t) conv->npending);
         fsm->state = from;
         return NGX_DECLINED;
     }

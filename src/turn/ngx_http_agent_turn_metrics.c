@@ -38,16 +38,42 @@ static ngx_str_t  ngx_http_agent_call_statuses[] = {
 };
 
 
+/*
+ * A call's start is later than the conversation's last one's, if only by
+ * a millisecond: the audit finds a call's row by its start and worker,
+ * and numbers the calls in that order.  nginx's time is the event loop's
+ * (to timer_resolution): a tool answered at once, or a turn that ends
+ * and another that starts in the same millisecond, start calls at the
+ * same time.
+ */
+
 void
 ngx_http_agent_turn_call_start(ngx_http_agent_turn_t *t)
 {
+    uint64_t                     started;
     ngx_time_t                  *tp;
+    ngx_http_agent_conv_t       *conv;
     ngx_http_agent_audit_row_t   row;
 
     tp = ngx_timeofday();
+    started = (uint64_t) tp->sec * 1000 + tp->msec;
+
+    ngx_http_agent_zone_lock(t->zone);
+
+    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+
+    if (conv) {
+        if (started <= conv->call_started) {
+            started = conv->call_started + 1;
+        }
+
+        conv->call_started = started;
+    }
+
+    ngx_http_agent_zone_unlock(t->zone);
 
     t->call_start = ngx_current_msec;
-    t->call_started = (uint64_t) tp->sec * 1000 + tp->msec;
+    t->call_started = started;
     t->first_chunk = 0;
 
     ngx_http_agent_turn_call_row(t, &row);
