@@ -96,6 +96,11 @@ sqlite3 *ngx_http_agent_sqlite_connect(ngx_str_t *path, ngx_log_t *log,
 /* in a worker as it starts: whether a commit waits for the disk */
 void ngx_http_agent_sqlite_init_process(ngx_uint_t sync);
 
+/* the store's VFS (ngx_http_agent_store_vfs.c) */
+#define NGX_HTTP_AGENT_VFS  "agent"
+
+const char *ngx_http_agent_vfs_name(void);
+
 /*
  * The audit's rows inside the log writer's transaction, with the audit's
  * statements prepared on the writer's connection

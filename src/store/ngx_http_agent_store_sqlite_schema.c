@@ -419,7 +419,7 @@ ngx_http_agent_sqlite_connect(ngx_str_t *path, ngx_log_t *log,
 
     rc = sqlite3_open_v2((char *) path->data, &db,
                          SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
-                         | SQLITE_OPEN_NOMUTEX, NULL);
+                         | SQLITE_OPEN_NOMUTEX, ngx_http_agent_vfs_name());
 
     if (rc != SQLITE_OK) {
         ngx_log_error(level, log, 0,
