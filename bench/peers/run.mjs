@@ -720,6 +720,15 @@ async function measure(server, pacing) {
             top = perfTop(dir);
         }
 
+        await stop(proc);
+
+        /* a figure of a server that logged errors is no figure */
+        const errors = logErrors(dir);
+
+        check(errors.length === 0,
+              `${server.name}: ${errors.length} errors logged`,
+              errors.slice(0, 3).join('\n'));
+
         return { ms: 1000 * (c1 - c0) / turns, turns, wall, top,
                  pids: pids.length };
 
@@ -728,6 +737,20 @@ async function measure(server, pacing) {
         live.delete(proc);
         fs.rmSync(dir, { recursive: true, force: true });
     }
+}
+
+/* nginx's error.log lines of level error and above, but the probe's 404 */
+function logErrors(dir) {
+    let log;
+
+    try {
+        log = fs.readFileSync(path.join(dir, 'error.log'), 'utf8');
+    } catch {
+        return [];
+    }
+
+    return log.split('\n').filter((l) => /\[(error|crit|alert|emerg)\]/.test(l)
+                                         && !/html\/ready/.test(l));
 }
 
 function machine() {
