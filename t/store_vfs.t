@@ -1,13 +1,15 @@
 #!/usr/bin/perl
 
-# The store's VFS writes a transaction's WAL frames together, not one
-# write for each frame's header and one for its page; a commit's frames
-# are in the file before the commit is made visible, and before its sync.
-# Checked where that could go wrong: a message of 3 MB, its transaction
-# larger than the buffer (written in parts) and than the writer's page
-# cache (pages spilled to the WAL, one written again in place, and the
-# frames' checksums rewritten at the commit).  Acknowledged, it is read
-# at once by another process; with the server then killed, WAL and all,
+# The log's writer opens the store through the module's VFS, which
+# writes a transaction's WAL frames together, not one write for each
+# frame's header and one for its page; a commit's frames are in the file
+# before the commit is made visible, and before its sync.  Small commits
+# are read by another process as soon as they are acknowledged (with no
+# sync in sync=normal, only the write at the commit's frame puts them
+# there).  A message of 3 MB: its transaction is larger than the buffer
+# (written in parts) and than the writer's page cache (which does not
+# spill: the commit writes every frame).  Acknowledged, it is read at
+# once by another process; with the server then killed, WAL and all,
 # SQLite's recovery of the WAL (which checks every frame's checksum)
 # finds it, byte for byte, with sync=full and with sync=normal.
 

@@ -162,7 +162,8 @@ ngx_http_agent_sqlite_write(ngx_str_t *path, ngx_http_agent_store_batch_t *b,
     stmts = ngx_http_agent_sqlite_stmts;
 
     if (db == NULL) {
-        db = ngx_http_agent_sqlite_open_prepared(path, log,
+        db = ngx_http_agent_sqlite_open_prepared(path,
+                                        ngx_http_agent_vfs_name(), log,
                                         ngx_http_agent_sqlite_stmts_sql,
                                         stmts, NGX_HTTP_AGENT_SQLITE_W_N);
         if (db == NULL) {
@@ -620,12 +621,12 @@ ngx_http_agent_sqlite_step(sqlite3_stmt *stmt)
  */
 
 sqlite3 *
-ngx_http_agent_sqlite_open_prepared(ngx_str_t *path, ngx_log_t *log,
-    char **sql, sqlite3_stmt **stmts, ngx_uint_t n)
+ngx_http_agent_sqlite_open_prepared(ngx_str_t *path, const char *vfs,
+    ngx_log_t *log, char **sql, sqlite3_stmt **stmts, ngx_uint_t n)
 {
     sqlite3  *db;
 
-    db = ngx_http_agent_sqlite_connect(path, log, NGX_LOG_ERR);
+    db = ngx_http_agent_sqlite_connect_vfs(path, vfs, log, NGX_LOG_ERR);
     if (db == NULL) {
         return NULL;
     }
@@ -971,7 +972,7 @@ ngx_http_agent_sqlite_reader_get(ngx_str_t *path, ngx_log_t *log,
         return NGX_OK;
     }
 
-    rdr->db = ngx_http_agent_sqlite_open_prepared(path, log,
+    rdr->db = ngx_http_agent_sqlite_open_prepared(path, NULL, log,
                                          ngx_http_agent_sqlite_read_sql,
                                          rdr->stmts,
                                          NGX_HTTP_AGENT_SQLITE_R_N);

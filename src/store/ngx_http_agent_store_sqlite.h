@@ -85,14 +85,17 @@ ngx_int_t ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log);
 
 /* a connection to the store's file, with the workers' busy timeout */
 sqlite3 *ngx_http_agent_sqlite_open_prepared(ngx_str_t *path,
-    ngx_log_t *log, char **sql, sqlite3_stmt **stmts, ngx_uint_t n);
+    const char *vfs, ngx_log_t *log, char **sql, sqlite3_stmt **stmts,
+    ngx_uint_t n);
 void ngx_http_agent_sqlite_close_prepared(sqlite3 **db, sqlite3_stmt **stmts,
     ngx_uint_t n);
 ngx_int_t ngx_http_agent_sqlite_prepare(sqlite3 *db, char **sql,
     sqlite3_stmt **stmts, ngx_uint_t n, ngx_str_t *path, ngx_log_t *log);
 ngx_int_t ngx_http_agent_sqlite_step(sqlite3_stmt *stmt);
-sqlite3 *ngx_http_agent_sqlite_connect(ngx_str_t *path, ngx_log_t *log,
-    ngx_uint_t level);
+sqlite3 *ngx_http_agent_sqlite_connect_vfs(ngx_str_t *path,
+    const char *vfs, ngx_log_t *log, ngx_uint_t level);
+#define ngx_http_agent_sqlite_connect(path, log, level)                      \
+    ngx_http_agent_sqlite_connect_vfs(path, NULL, log, level)
 /* in a worker as it starts: whether a commit waits for the disk */
 void ngx_http_agent_sqlite_init_process(ngx_uint_t sync);
 

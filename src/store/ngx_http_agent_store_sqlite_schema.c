@@ -410,16 +410,28 @@ ngx_http_agent_sqlite_init_process(ngx_uint_t sync)
 }
 
 
+/*
+ * vfs: the VFS that writes a commit's WAL frames at once, for the log's
+ * writer (ngx_http_agent_store_vfs.c), or NULL: SQLite's default.  It
+ * buffers frames until their commit's, which is safe only if they are
+ * all written by the commit: a connection through it does not spill its
+ * page cache (frames written before the commit, and left in the buffer
+ * by a transaction rolled back, could be written later over another
+ * connection's).  Its cache grows by the transaction's pages meanwhile,
+ * and shrinks back after it; the writer's batches are of 256 events at
+ * most.
+ */
+
 sqlite3 *
-ngx_http_agent_sqlite_connect(ngx_str_t *path, ngx_log_t *log,
-    ngx_uint_t level)
+ngx_http_agent_sqlite_connect_vfs(ngx_str_t *path, const char *vfs,
+    ngx_log_t *log, ngx_uint_t level)
 {
     int       rc;
     sqlite3  *db;
 
     rc = sqlite3_open_v2((char *) path->data, &db,
                          SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
-                         | SQLITE_OPEN_NOMUTEX, ngx_http_agent_vfs_name());
+                         | SQLITE_OPEN_NOMUTEX, vfs);
 
     if (rc != SQLITE_OK) {
         ngx_log_error(level, log, 0,
@@ -431,6 +443,15 @@ ngx_http_agent_sqlite_connect(ngx_str_t *path, ngx_log_t *log,
 
     /* workers write side by side: a short wait instead of SQLITE_BUSY */
     sqlite3_busy_handler(db, ngx_http_agent_sqlite_busy, NULL);
+
+    if (vfs && sqlite3_exec(db, "PRAGMA cache_spill=OFF", NULL, NULL, NULL)
+               != SQLITE_OK)
+    {
+        ngx_log_error(level, log, 0, "agent store \"%V\": %s", path,
+                      sqlite3_errmsg(db));
+        sqlite3_close(db);
+        return NULL;
+    }
 
     if (sqlite3_exec(db, ngx_http_agent_sqlite_sync
                          ? "PRAGMA synchronous=FULL"

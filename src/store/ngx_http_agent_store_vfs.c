@@ -5,7 +5,7 @@
 
 
 /*
- * The store's connections open their files through "agent", a VFS over
+ * The log's writer opens the store's file through "agent", a VFS over
  * SQLite's default one that differs in one thing: the WAL's frames of a
  * transaction are written to the file together, not one write(2) for
  * each frame's header and one for its page.  SQLite writes a frame as
@@ -23,15 +23,20 @@
  *     buffer;
  *   - a write does not follow the buffer's end, or would overflow it;
  *   - anything else is done to the file (a read, a sync, its size, a
- *     truncation, a file control, its close).
+ *     truncation, a file control), but its close.
  *
  * After a commit's frame, and until the header of a frame that is not a
  * commit's, writes go to the file as they come: padding frames, and the
  * headers whose checksums a transaction that wrote a page twice rewrites
  * at the end, are each the last write before the commit is made visible,
- * and the buffer never holds one.  A transaction's frames that are not
- * its commit's can stay in the buffer, as they could stay in the page
- * cache: no other connection reads them before the commit.
+ * and the buffer never holds one.
+ *
+ * A connection through this VFS must not spill its page cache (PRAGMA
+ * cache_spill=OFF, ngx_http_agent_sqlite_connect_vfs()): then all of a
+ * transaction's frames are written by its commit, and none is left in
+ * the buffer when the commit's call returns.  Frames spilled before the
+ * commit, of a transaction then rolled back, would be left there, and
+ * written later, over what another connection committed meanwhile.
  *
  * The VFS is a copy of the default one but for its xOpen, and a WAL
  * file's methods a copy of the default's but for those above; other
@@ -309,25 +314,28 @@ ngx_http_agent_vfs_flush(sqlite3_file *file)
 }
 
 
-/* what else is done to the file sees what was written */
+/*
+ * What is left in the buffer at the close is no commit's (a commit's
+ * frames are written with its last): a transaction's the close rolls
+ * back, dropped
+ */
 
 static int
 ngx_http_agent_vfs_close(sqlite3_file *file)
 {
-    int                        rc, rc2;
     ngx_http_agent_vfs_wal_t  *wal;
 
     wal = ngx_http_agent_vfs_wal(file);
 
-    rc = ngx_http_agent_vfs_flush(file);
-
     sqlite3_free(wal->buf);
     wal->buf = NULL;
+    wal->len = 0;
 
-    rc2 = ngx_http_agent_vfs_wal_default->xClose(file);
-
-    return (rc != SQLITE_OK) ? rc : rc2;
+    return ngx_http_agent_vfs_wal_default->xClose(file);
 }
+
+
+/* what else is done to the file sees what was written */
 
 
 static int
