@@ -105,6 +105,9 @@ sub until_taken {
 is(send_message($t, 'a1', 'first')->{status}, 202, 'a message written');
 wait_state($t, 'a1', 'idle');
 
+# the turn's last batch may still hold the thread, and refuse the read
+wait_written();
+
 # a turn runs, its model's reply paused
 
 $mock->script({ text => 'a long reply', chunks => 2, pause_after => 1 });
