@@ -612,7 +612,8 @@ function startMock(pacing) {
 
 function stop(proc) {
     return new Promise((resolve) => {
-        if (proc.exitCode !== null) {
+        /* exited, or killed by a signal (a second stop of it) */
+        if (proc.exitCode !== null || proc.signalCode !== null) {
             resolve();
             return;
         }
