@@ -3,8 +3,9 @@
 # agent_store ... flush=time: events no input waits for, and the audit's
 # rows, wait up to that long before their batch is written, together;
 # an input's event is written at once, so its answer does not wait for
-# the flush time (rows queued by then go with it).  A flush time that is not one is refused at
-# configuration.
+# the flush time (rows queued by then go with it), and the batch after it
+# does not take the events that wait for the flush time either.  A flush
+# time that is not one is refused at configuration.
 
 use strict;
 use warnings;
@@ -81,6 +82,37 @@ is(types('one'), join(' ', map { $_->{type} } @{$c->{messages}}),
 is($store->wait_sql("SELECT status FROM model_calls"
                     . " WHERE conversation = 'one'", qr/^ok$/, 5),
    'ok', 'and the audit row, ended');
+
+# an input's batch does not take the events that wait for the flush
+# time after it: they wait for it still, and go together
+
+$mock->script({ text => 'Second reply', latency => 0.3 });
+$mock->script({ text => 'Third reply', latency => 0.5 });
+
+$start = time;
+$r = send_message($t, 'two', 'hi');
+is($r->{status}, 202, 'a second conversation\'s message accepted');
+wait_state($t, 'two', 'idle');
+
+$r = send_message($t, 'three', 'hi');
+is($r->{status}, 202, 'a third conversation\'s message accepted');
+like(types('three'), qr/^user_msg/, 'its user_msg is written');
+
+sleep(0.3);
+
+my $early = time - $start;
+unlike(types('two'), qr/assistant_msg/,
+       sprintf('the second reply still waits for the flush time after '
+               . 'the third message\'s batch (%.3f s)', $early));
+
+is($store->wait_sql("SELECT count(*) FROM events"
+                    . " WHERE conversation = 'two'"
+                    . " AND type = 'turn_completed'", qr/^1$/, 5),
+   1, 'and is written once it has passed');
+is($store->wait_sql("SELECT count(*) FROM events"
+                    . " WHERE conversation = 'three'"
+                    . " AND type = 'turn_completed'", qr/^1$/, 5),
+   1, 'the third reply too');
 
 $t->stop;
 

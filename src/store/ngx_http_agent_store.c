@@ -104,6 +104,7 @@ static ngx_uint_t ngx_http_agent_store_flushed_locked(
     ngx_uint_t n, ngx_uint_t written);
 static void ngx_http_agent_store_release(ngx_http_agent_flush_t *f);
 static void ngx_http_agent_store_done(ngx_event_t *ev);
+static ngx_int_t ngx_http_agent_store_next(ngx_http_agent_zone_t *z);
 static ngx_uint_t ngx_http_agent_store_written_locked(
     ngx_http_agent_flush_t *f);
 
@@ -1039,7 +1040,9 @@ ngx_http_agent_store_done(ngx_event_t *ev)
 {
     ngx_http_agent_flush_t *f = ev->data;
 
-    ngx_int_t  rc;
+    ngx_int_t               rc, next;
+    ngx_uint_t              rest;
+    ngx_http_agent_zone_t  *z;
 
     ngx_http_agent_store_busy = 0;
     ngx_http_agent_metrics_store(f->zone, f->written + f->more,
@@ -1065,6 +1068,11 @@ ngx_http_agent_store_done(ngx_event_t *ev)
     }
 
     rc = f->rc;
+    z = f->zone;
+
+    /* the batch left a backlog: it was cut, or full */
+    rest = (f->written < f->nevents
+            || f->nevents >= NGX_HTTP_AGENT_STORE_BATCH);
 
     if (rc == NGX_OK && f->checkpoint) {
         ngx_http_agent_store_checkpoint(f->conf);
@@ -1075,12 +1083,57 @@ ngx_http_agent_store_done(ngx_event_t *ev)
 
     if (rc == NGX_OK) {
         ngx_http_agent_store_ack_wake();
-        ngx_http_agent_store_kick_now();
+
+        /*
+         * A backlog's rest, or an input that waits (in any worker), is
+         * written at once; what else came meanwhile waits for flush=,
+         * as the first events did, and goes with what follows it or
+         * with an input's batch.  Under a steady load a batch followed
+         * at once by another made two commits an input where one did.
+         */
+
+        next = rest ? NGX_AGAIN : ngx_http_agent_store_next(z);
+
+        if (next == NGX_AGAIN) {
+            ngx_http_agent_store_kick_now();
+
+        } else if (next == NGX_OK || ngx_http_agent_store_audit_queued()) {
+            ngx_http_agent_store_kick();
+        }
 
     } else if (!ngx_http_agent_store_event.timer_set) {
         /* not in a loop: a second later */
         ngx_add_timer(&ngx_http_agent_store_event, 1000);
     }
+}
+
+
+/*
+ * What the next batch has to write: NGX_AGAIN, an input waits (its
+ * conversation heads the dirty queue); NGX_OK, other events; NGX_DONE,
+ * none
+ */
+
+static ngx_int_t
+ngx_http_agent_store_next(ngx_http_agent_zone_t *z)
+{
+    ngx_int_t               rc;
+    ngx_queue_t            *q;
+    ngx_http_agent_conv_t  *conv;
+
+    rc = NGX_DONE;
+
+    ngx_http_agent_zone_lock(z);
+
+    if (!ngx_queue_empty(&z->sh->dirty)) {
+        q = ngx_queue_head(&z->sh->dirty);
+        conv = ngx_queue_data(q, ngx_http_agent_conv_t, dirty);
+        rc = (conv->acked > conv->flushed) ? NGX_AGAIN : NGX_OK;
+    }
+
+    ngx_http_agent_zone_unlock(z);
+
+    return rc;
 }
 
 
