@@ -9,6 +9,8 @@
 # w2's user_msg on at its end.  Once the lock goes, the one batch writes
 # both; both are answered, and B's debug log shows the wake-up A sent it
 # (A, which answers its own input at the batch's end, sends itself none).
+# flush=5s: the audit's row of w1's model call, queued before that batch,
+# is not due while the lock is held, and goes later.
 
 use strict;
 use warnings;
@@ -33,7 +35,7 @@ my $mock = Test::Agent::MockProvider->new(default => sub {
     return { pause_after => 1, text => 'later' };
 });
 
-my ($t, $db) = store_engine($mock, store => 'flush=1s', workers => 2,
+my ($t, $db) = store_engine($mock, store => 'flush=5s', workers => 2,
                             debug => 1);
 
 my ($a, $b) = worker_pids($t);

@@ -114,6 +114,44 @@ is($store->wait_sql("SELECT count(*) FROM events"
                     . " AND type = 'turn_completed'", qr/^1$/, 5),
    1, 'the third reply too');
 
+# the events that wait for the flush time are written once it has passed,
+# even while inputs keep coming: each input's batch holds its own events
+# only, and does not put the flush time off
+
+$mock->script({ text => 'Fourth reply', latency => 0.2 });
+$mock->script({ text => "Reply $_", latency => 0.05 }) for 1 .. 16;
+
+$r = send_message($t, 'four', 'hi');
+is($r->{status}, 202, 'a fourth conversation\'s message accepted');
+wait_state($t, 'four', 'idle');
+
+my $idle = time;
+my ($seen, $accepted) = (undef, 0);
+
+for my $i (1 .. 16) {
+    $r = send_message($t, "more$i", 'hi');
+    $accepted++ if $r->{status} == 202;
+
+    if (!defined $seen && types('four') =~ /turn_completed/) {
+        $seen = time - $idle;
+    }
+
+    sleep(0.2);
+}
+
+is($accepted, 16, 'sixteen messages, 0.2 s apart, accepted');
+ok(defined $seen && $seen < 2.8,
+   sprintf('the fourth reply written once the flush time passed, while '
+           . 'they came (%s s after the turn ended)',
+           defined $seen ? sprintf('%.3f', $seen) : 'not'));
+is($store->wait_sql("SELECT count(*) FROM events"
+                    . " WHERE conversation LIKE 'more%'"
+                    . " AND type = 'turn_completed'", qr/^16$/, 5),
+   16, 'and their replies, once it passed after them');
+is($store->wait_sql("SELECT count(*) FROM model_calls"
+                    . " WHERE status = 'running'", qr/^0$/, 5),
+   0, 'so are the audit\'s rows');
+
 $t->stop;
 
 unlike($t->read_file('error.log'), qr/\[(alert|crit)\]/,

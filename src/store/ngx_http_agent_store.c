@@ -87,7 +87,8 @@ static ngx_int_t ngx_http_agent_store_dir_check(ngx_cycle_t *cycle,
 static void ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle);
 static void ngx_http_agent_store_flush(ngx_event_t *ev);
 static ngx_http_agent_flush_t *ngx_http_agent_store_claim(
-    ngx_cycle_t *cycle, ngx_uint_t behind, ngx_uint_t rows_alone);
+    ngx_cycle_t *cycle, ngx_uint_t behind, ngx_uint_t rows_alone,
+    ngx_uint_t due);
 static ngx_uint_t ngx_http_agent_store_collect_locked(
     ngx_http_agent_flush_t *f, ngx_http_agent_conv_t *conv, uint64_t from,
     uint64_t upto, ngx_uint_t *n, ngx_uint_t max);
@@ -111,6 +112,9 @@ static ngx_uint_t ngx_http_agent_store_written_locked(
 
 static ngx_event_t    ngx_http_agent_store_event;
 static ngx_uint_t     ngx_http_agent_store_busy;
+
+/* with flush=, when the events that wait for it are due; 0: none wait */
+static ngx_msec_t     ngx_http_agent_store_due;
 
 /* the thread pool refused this worker's last batch, and when */
 static ngx_uint_t     ngx_http_agent_store_refused;
@@ -373,6 +377,7 @@ ngx_http_agent_store_init_process(ngx_cycle_t *cycle)
     ev->cancelable = 1;
 
     ngx_http_agent_store_busy = 0;
+    ngx_http_agent_store_due = 0;
     ngx_http_agent_store_ack_init_process();
 
 #if (NGX_LINUX && defined __GLIBC__ && defined M_TRIM_THRESHOLD)
@@ -446,7 +451,7 @@ ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle)
     total = 0;
 
     for ( ;; ) {
-        f = ngx_http_agent_store_claim(cycle, 0, 1);
+        f = ngx_http_agent_store_claim(cycle, 0, 1, 0);
         if (f == NULL) {
             break;
         }
@@ -502,14 +507,16 @@ ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle)
 
 /*
  * An event was added to the zone: a batch is posted, or with flush= it
- * waits that long for the events after it.  While a batch is written,
- * what comes meanwhile goes in the next, which follows at once.
+ * waits that long for the events after it (until the due time the first
+ * of them set: an input's batch in between does not put it off).  While
+ * a batch is written, what comes meanwhile goes in the next.
  */
 
 void
 ngx_http_agent_store_kick(void)
 {
     ngx_event_t                  *ev;
+    ngx_msec_int_t                wait;
     ngx_http_agent_main_conf_t   *amcf;
     ngx_http_agent_store_conf_t  *scf;
 
@@ -524,11 +531,19 @@ ngx_http_agent_store_kick(void)
     scf = amcf->store;
 
     if (scf->flush) {
-        if (!ev->timer_set) {
-            ngx_add_timer(ev, scf->flush);
+        if (ngx_http_agent_store_due == 0) {
+            ngx_http_agent_store_due = ngx_current_msec + scf->flush;
         }
 
-        return;
+        wait = ngx_http_agent_store_due - ngx_current_msec;
+
+        if (wait > 0) {
+            if (!ev->timer_set) {
+                ngx_add_timer(ev, wait);
+            }
+
+            return;
+        }
     }
 
     ngx_post_event(ev, &ngx_posted_events);
@@ -561,7 +576,7 @@ ngx_http_agent_store_kick_now(void)
 static void
 ngx_http_agent_store_flush(ngx_event_t *ev)
 {
-    ngx_uint_t                    alone;
+    ngx_uint_t                    alone, due;
     ngx_msec_int_t                wait;
     ngx_thread_task_t            *task;
     ngx_http_agent_flush_t       *f;
@@ -597,7 +612,20 @@ ngx_http_agent_store_flush(ngx_event_t *ev)
     alone = (scf->flush == 0 || ev->timedout);
     ev->timedout = 0;
 
-    f = ngx_http_agent_store_claim(ev->data, 1, alone);
+    /*
+     * the events that waited for flush= are due: they go now, with the
+     * inputs that wait if any, and so do the audit's rows
+     */
+
+    due = (ngx_http_agent_store_due
+           && (ngx_msec_int_t) (ngx_current_msec - ngx_http_agent_store_due)
+              >= 0);
+
+    f = ngx_http_agent_store_claim(ev->data, 1, alone || due, due);
+
+    if (f == NULL || !f->input || due) {
+        ngx_http_agent_store_due = 0;
+    }
 
     if (f == NULL) {
         if (ngx_http_agent_store_audit_queued() && !ev->timer_set) {
@@ -638,19 +666,22 @@ ngx_http_agent_store_flush(ngx_event_t *ev)
  * conversations an input waits for are at the head of the queue: a batch
  * that starts with them holds them only, up to the inputs, so that it is
  * short; what they recorded after comes in the batches that follow.
+ * Unless due: the events that waited for flush= past their time go with
+ * the inputs, lest inputs that keep coming hold them back.
  *
  * Behind, on the thread pool: none while another worker has a batch
  * there.  SQLite takes one writer at a time, and two workers' batches
  * waiting for each other's lock made the loser wait again and again;
  * the writer's next batch takes every worker's events.  The audit's rows
  * queued in this worker go with its batch, in the same commit, unless
- * it is an input's, or alone if rows_alone.
+ * it is an input's and not due, or alone if rows_alone.
  */
 
 static ngx_http_agent_flush_t *
 ngx_http_agent_store_claim(ngx_cycle_t *cycle, ngx_uint_t behind,
-    ngx_uint_t rows_alone)
+    ngx_uint_t rows_alone, ngx_uint_t due)
 {
+    uint64_t                      upto;
     ngx_uint_t                    acked;
     ngx_pool_t                   *pool;
     ngx_queue_t                  *q, *next;
@@ -723,12 +754,13 @@ ngx_http_agent_store_claim(ngx_cycle_t *cycle, ngx_uint_t behind,
         if (conv->acked > conv->flushed) {
             acked = (f->nevents == 0) ? 1 : acked;
 
-        } else if (acked) {
+        } else if (acked && !due) {
             break;
         }
 
-        if (ngx_http_agent_store_collect_locked(f, conv, conv->flushed,
-                                                acked ? conv->acked : 0,
+        upto = (acked && !due) ? conv->acked : 0;
+
+        if (ngx_http_agent_store_collect_locked(f, conv, conv->flushed, upto,
                                                 &f->nevents,
                                                 NGX_HTTP_AGENT_STORE_BATCH)
             != NGX_OK)
@@ -755,7 +787,7 @@ ngx_http_agent_store_claim(ngx_cycle_t *cycle, ngx_uint_t behind,
      */
 
     if (ngx_http_agent_store_audit_queued() && (f->nevents || rows_alone)
-        && !(acked && behind))
+        && (!(acked && behind) || due))
     {
         f->rows_pool = ngx_http_agent_store_audit_take(&f->rows);
     }
@@ -1093,6 +1125,13 @@ ngx_http_agent_store_done(ngx_event_t *ev)
          */
 
         next = rest ? NGX_AGAIN : ngx_http_agent_store_next(z);
+
+        if (ngx_http_agent_store_due
+            && (ngx_msec_int_t) (ngx_current_msec - ngx_http_agent_store_due)
+               >= 0)
+        {
+            next = NGX_AGAIN;
+        }
 
         if (next == NGX_AGAIN) {
             ngx_http_agent_store_kick_now();
