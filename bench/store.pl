@@ -16,7 +16,8 @@
 # STORE_FLUSH="off 10ms" (the default) names the flush= of each run under
 # load (empty: none, the writer alone only); STORE_TURNS, turns started a
 # second at most (a load below the machine's; default: as fast as it
-# goes); STORE_SYNC the store's sync= (default: none, i.e. full); NODE
+# goes); STORE_SYNC the store's sync= (default: none, i.e. full);
+# STORE_COMMIT_DELAY its commit_delay= (default: none); NODE
 # the node binary.  STORE_RT=1: nginx's workers (every
 # thread: the event loop and the store's pool) and the process that times
 # the acknowledged messages run SCHED_FIFO (chrt: root or CAP_SYS_NICE),
@@ -84,6 +85,8 @@ sub start {
         server => $server,
         http => $store ? "agent_store $db"
                          . ($ENV{STORE_SYNC} ? " sync=$ENV{STORE_SYNC}" : '')
+                         . ($ENV{STORE_COMMIT_DELAY}
+                            ? " commit_delay=$ENV{STORE_COMMIT_DELAY}" : '')
                          . ';' : ''));
     $t->run;
     return ($t, $db);
@@ -348,7 +351,9 @@ sub throughput_nginx {
         tools => "agent_tool echo {\n        location /tools/echo;\n"
                  . "    }",
         http => "agent_store $db $flush"
-                . ($ENV{STORE_SYNC} ? " sync=$ENV{STORE_SYNC}" : '') . ';',
+                . ($ENV{STORE_SYNC} ? " sync=$ENV{STORE_SYNC}" : '')
+                . ($ENV{STORE_COMMIT_DELAY}
+                   ? " commit_delay=$ENV{STORE_COMMIT_DELAY}" : '') . ';',
         server => <<'EOF'));
         location = /tools/echo {
             internal;

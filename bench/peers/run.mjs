@@ -12,7 +12,8 @@
 // per turn split between its event loop and its thread pool, from each
 // thread's schedstat, on stderr), PEERS_DELTA_INTERVAL
 // (agent_delta_interval of the module's rows but the "defaults" ones,
-// 20ms) and PEERS_STORE_FLUSH (their agent_store flush=, 10ms),
+// 20ms), PEERS_STORE_FLUSH (their agent_store flush=, 10ms) and
+// PEERS_COMMIT_DELAY (their agent_store commit_delay=, 2ms; 0: none),
 // PEERS_ROUNDS (1: every server run so many times, in turn, its figure
 // their median).  Only a run of every server and both pacings,
 // unprofiled, writes its table.
@@ -53,6 +54,7 @@ const threads = process.env.PEERS_THREADS === '1';
  */
 const deltaInterval = process.env.PEERS_DELTA_INTERVAL || '20ms';
 const storeFlush = process.env.PEERS_STORE_FLUSH || '10ms';
+const commitDelay = process.env.PEERS_COMMIT_DELAY || '2ms';
 
 const MOCK_PORT = 18190;
 const SERVER_PORT = 18191;
@@ -193,6 +195,8 @@ ${httpGlobals(dir)}
     agent_zone zone=agents:256m;
     ${store ? `agent_store ${dir}/agent.db`
               + (tuned ? ` flush=${storeFlush}` : '')
+              + (tuned && commitDelay !== '0'
+                 ? ` commit_delay=${commitDelay}` : '')
               + (sync ? ` sync=${sync}` : '') + ';' : ''}
     agent_delta_interval ${tuned ? deltaInterval : '0'};
 

@@ -126,8 +126,8 @@ ngx_int_t  (*ngx_http_agent_store_revive)(ngx_http_request_t *r,
 
 
 /*
- * agent_store path [thread_pool=name] [flush=time] [history=size]
- *                  [sync=full|normal];
+ * agent_store path [thread_pool=name] [flush=time] [commit_delay=time]
+ *                  [history=size] [sync=full|normal];
  */
 
 char *
@@ -139,7 +139,7 @@ ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     u_char                       *p;
     ngx_str_t                    *value, name, s;
     ssize_t                       size;
-    ngx_uint_t                    i, flush;
+    ngx_uint_t                    i, flush, delay;
     ngx_http_agent_store_conf_t  *scf;
 
     if (amcf->store) {
@@ -173,6 +173,7 @@ ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 
     ngx_str_null(&name);
     flush = 0;
+    delay = 0;
     scf->history = NGX_CONF_UNSET_SIZE;
     scf->sync = NGX_CONF_UNSET_UINT;
 
@@ -198,6 +199,22 @@ ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
             }
 
             flush = 1;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "commit_delay=", 13) == 0 && !delay) {
+            s.data = value[i].data + 13;
+            s.len = value[i].len - 13;
+
+            scf->commit_delay = ngx_parse_time(&s, 0);
+            if (scf->commit_delay == (ngx_msec_t) NGX_ERROR) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid commit delay \"%V\"",
+                                   &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            delay = 1;
             continue;
         }
 
@@ -568,6 +585,42 @@ ngx_http_agent_store_kick_now(void)
     }
 
     ngx_post_event(ev, &ngx_posted_events);
+}
+
+
+/*
+ * An input came, with commit_delay=: its batch waits up to delay for the
+ * inputs that follow, which then share its commit and its fdatasync.  A
+ * timer due sooner is kept.
+ */
+
+void
+ngx_http_agent_store_kick_within(ngx_msec_t delay)
+{
+    ngx_event_t  *ev;
+
+    if (delay == 0) {
+        ngx_http_agent_store_kick_now();
+        return;
+    }
+
+    ev = &ngx_http_agent_store_event;
+
+    if (ev->handler == NULL || ev->posted || ngx_http_agent_store_busy) {
+        return;
+    }
+
+    if (ev->timer_set) {
+        if ((ngx_msec_int_t) (ev->timer.key - ngx_current_msec)
+            <= (ngx_msec_int_t) delay)
+        {
+            return;
+        }
+
+        ngx_del_timer(ev);
+    }
+
+    ngx_add_timer(ev, delay);
 }
 
 

@@ -155,6 +155,8 @@ typedef struct {
     ngx_thread_pool_t            *thread_pool;
     /* how long an event that no input waits for may wait for a batch */
     ngx_msec_t                    flush;
+    /* how long an input that follows another may wait for more */
+    ngx_msec_t                    commit_delay;
     /* the history a worker keeps of the conversations it ran, bytes */
     size_t                        history;
     /* a commit waits until the disk has it (sync=full) */

@@ -36,6 +36,8 @@ typedef struct {
     ngx_uint_t                    status;
     ngx_str_t                     json;
     ngx_msec_t                    deadline;
+    /* commit_delay=: its batch waits until then for other inputs */
+    ngx_msec_t                    kick_at;
     uint64_t                      start;      /* us, for the metrics */
     ngx_event_t                   timer;
     ngx_queue_t                   queue;
@@ -115,9 +117,10 @@ ngx_http_agent_store_ack_wait(ngx_http_request_t *r, ngx_str_t *id,
     uint64_t seq, uint64_t from, ngx_uint_t status, ngx_str_t *json,
     ngx_http_agent_store_answer_pt answer)
 {
-    ngx_pool_cleanup_t          *cln;
-    ngx_http_agent_ack_t        *ack;
-    ngx_http_agent_main_conf_t  *amcf;
+    ngx_pool_cleanup_t           *cln;
+    ngx_http_agent_ack_t         *ack;
+    ngx_http_agent_main_conf_t   *amcf;
+    ngx_http_agent_store_conf_t  *scf;
 
     ack = ngx_pcalloc(r->pool, sizeof(ngx_http_agent_ack_t));
     cln = ngx_pool_cleanup_add(r->pool, 0);
@@ -141,6 +144,13 @@ ngx_http_agent_store_ack_wait(ngx_http_request_t *r, ngx_str_t *id,
     }
 
     ack->deadline = ngx_current_msec + NGX_HTTP_AGENT_ACK_WAIT;
+    /*
+     * commit_delay=: its batch waits that long for other inputs, which go
+     * in the same commit
+     */
+
+    scf = amcf->store;
+    ack->kick_at = ngx_current_msec + scf->commit_delay;
     ack->start = ngx_http_agent_metrics_usec();
 
     ack->timer.handler = ngx_http_agent_store_ack_poll;
@@ -155,7 +165,7 @@ ngx_http_agent_store_ack_wait(ngx_http_request_t *r, ngx_str_t *id,
     ngx_queue_insert_tail(&ngx_http_agent_store_acks, &ack->queue);
 
     ngx_http_agent_store_ack_first(ack);
-    ngx_http_agent_store_kick_now();
+    ngx_http_agent_store_kick_within(scf->commit_delay);
     ngx_http_agent_store_ack_poll(&ack->timer);
 
     return NGX_DONE;
@@ -273,7 +283,10 @@ ngx_http_agent_store_ack_poll(ngx_event_t *ev)
     }
 
     /* the writer may have gone: this worker writes then */
-    ngx_http_agent_store_kick_now();
+
+    if ((ngx_msec_int_t) (ngx_current_msec - ack->kick_at) >= 0) {
+        ngx_http_agent_store_kick_now();
+    }
 
     ngx_add_timer(&ack->timer, NGX_HTTP_AGENT_ACK_POLL);
 }

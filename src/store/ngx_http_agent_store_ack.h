@@ -21,5 +21,8 @@ void ngx_http_agent_store_ack_init_process(void);
 /* a batch now, unless one is on the pool (ngx_http_agent_store.c) */
 void ngx_http_agent_store_kick_now(void);
 
+/* the same, within delay ms: for inputs that may join it */
+void ngx_http_agent_store_kick_within(ngx_msec_t delay);
+
 
 #endif /* _NGX_HTTP_AGENT_STORE_ACK_H_INCLUDED_ */
