@@ -2,11 +2,12 @@
 
 # agent_store ... commit_delay=time: an input's batch waits that long for
 # the inputs that follow, which go in its commit (one fdatasync for them
-# all); each answer waits for it.  Here 500ms: a message alone is
-# answered once it has passed; three messages 100 ms apart share one
-# batch.  The replies wait for the test, and flush=5s keeps every other
-# write (the audit's rows) for later.  A delay that is not one is refused
-# at configuration.
+# all); each answer waits for it.  It needs flush=, without which every
+# event, the input's own too, starts its batch at once.  Here 500ms: a
+# message alone is answered once it has passed; three messages 100 ms
+# apart share one batch.  The replies wait for the test, and flush=5s
+# keeps every other write (the audit's rows) for later.  A delay that is
+# not one is refused at configuration.
 
 use strict;
 use warnings;
@@ -39,6 +40,15 @@ $t->write_file_expand('nginx.conf', engine_conf($mock,
 my ($rc, $err) = $t->test_config;
 isnt($rc, 0, 'commit_delay=soon refused');
 like($err, qr/invalid commit delay "commit_delay=soon"/, 'and said why');
+
+# without flush= an event starts its batch at once, the input's own too
+
+$t->write_file_expand('nginx.conf', engine_conf($mock,
+    http => "agent_store $db commit_delay=2ms;"));
+
+($rc, $err) = $t->test_config;
+isnt($rc, 0, 'commit_delay without flush refused');
+like($err, qr/"commit_delay" needs "flush"/, 'and said why');
 
 my $store;
 ($t, $store) = store_engine($mock, store => 'flush=5s commit_delay=500ms');

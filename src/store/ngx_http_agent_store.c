@@ -259,6 +259,14 @@ ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
         return NGX_CONF_ERROR;
     }
 
+    /* without flush= the input's own event starts its batch at once */
+
+    if (scf->commit_delay && scf->flush == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"commit_delay\" needs \"flush\"");
+        return NGX_CONF_ERROR;
+    }
+
     if (scf->history == NGX_CONF_UNSET_SIZE) {
         scf->history = NGX_HTTP_AGENT_STORE_HISTORY;
     }
