@@ -7,7 +7,7 @@
 # message alone is answered once it has passed; three messages 100 ms
 # apart share one batch.  The replies wait for the test, and flush=5s
 # keeps every other write (the audit's rows) for later.  A delay that is
-# not one is refused at configuration.
+# not one is refused at configuration; every parameter at once is not.
 
 use strict;
 use warnings;
@@ -49,6 +49,15 @@ $t->write_file_expand('nginx.conf', engine_conf($mock,
 ($rc, $err) = $t->test_config;
 isnt($rc, 0, 'commit_delay without flush refused');
 like($err, qr/"commit_delay" needs "flush"/, 'and said why');
+
+# every parameter at once
+
+$t->write_file_expand('nginx.conf', engine_conf($mock,
+    http => "agent_store $db thread_pool=default flush=10ms"
+            . " commit_delay=2ms history=1m sync=normal;"));
+
+($rc, $err) = $t->test_config;
+is($rc, 0, 'agent_store with its five parameters taken') or diag($err);
 
 my $store;
 ($t, $store) = store_engine($mock, store => 'flush=5s commit_delay=500ms');

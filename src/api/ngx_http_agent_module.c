@@ -156,7 +156,7 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       NULL },
 
     { ngx_string("agent_store"),
-      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE123,
+      NGX_HTTP_MAIN_CONF|NGX_CONF_1MORE,
       ngx_http_agent_store_directive,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
