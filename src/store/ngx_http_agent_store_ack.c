@@ -144,14 +144,12 @@ ngx_http_agent_store_ack_wait(ngx_http_request_t *r, ngx_str_t *id,
     }
 
     ack->deadline = ngx_current_msec + NGX_HTTP_AGENT_ACK_WAIT;
-    /*
-     * commit_delay=: its batch waits that long for other inputs, which go
-     * in the same commit
-     */
+    ack->start = ngx_http_agent_metrics_usec();
+
+    /* commit_delay=: its batch waits that long for the inputs that follow */
 
     scf = amcf->store;
     ack->kick_at = ngx_current_msec + scf->commit_delay;
-    ack->start = ngx_http_agent_metrics_usec();
 
     ack->timer.handler = ngx_http_agent_store_ack_poll;
     ack->timer.data = ack;
