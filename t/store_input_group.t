@@ -6,9 +6,9 @@
 # pool's thread for the lock.  Messages to g2 and g3 come meanwhile.  Once
 # the lock goes, the one batch writes the three user_msgs and commits
 # once, and the three are answered: one batch of three events, not one
-# batch each.  The replies wait for the test, and flush=1s keeps every
+# batch each.  The replies wait for the test, and flush=5s keeps every
 # other write (the audit's rows) for later, so that nothing but the
-# inputs is written meanwhile.
+# inputs is written meanwhile: not due while the lock is held.
 
 use strict;
 use warnings;
@@ -31,7 +31,7 @@ my $mock = Test::Agent::MockProvider->new(default => sub {
     return { pause_after => 1, text => 'later' };
 });
 
-my ($t, $db) = store_engine($mock, store => 'flush=1s');
+my ($t, $db) = store_engine($mock, store => 'flush=5s');
 
 # nothing waits: the counts before
 
