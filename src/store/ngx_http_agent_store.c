@@ -1187,12 +1187,7 @@ ngx_http_agent_store_done(ngx_event_t *ev)
 
         next = rest ? NGX_AGAIN : ngx_http_agent_store_next(z);
 
-        if (ngx_http_agent_store_due
-            && (ngx_msec_int_t) (ngx_current_msec - ngx_http_agent_store_due)
-               >= 0)
-        {
-            next = NGX_AGAIN;
-        }
+        /* kick() posts it at once too once the flush time is due */
 
         if (next == NGX_AGAIN) {
             ngx_http_agent_store_kick_now();
