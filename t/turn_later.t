@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# A pass of the event loop that has run 2 ms leaves the turns' next steps
+# A pass of the event loop that has run 1 ms leaves the turns' next steps
 # to the passes after it.  Forty turns of 64 tool calls each run at once
 # in one worker, their model calls answered together, so that passes
 # come to many of them at once; some are cancelled while they run.

@@ -44,8 +44,6 @@ static void ngx_http_agent_turn_call_done(ngx_event_t *ev);
 static void ngx_http_agent_turn_deadline(ngx_event_t *ev);
 static ngx_uint_t ngx_http_agent_turn_log_grew(ngx_http_agent_turn_t *t);
 static ngx_int_t ngx_http_agent_turn_store_busy(ngx_http_agent_turn_t *t);
-static ngx_uint_t ngx_http_agent_turn_pass_spent(void);
-static void ngx_http_agent_turn_later(ngx_event_t *ev);
 static u_char *ngx_http_agent_turn_log_error(ngx_log_t *log, u_char *buf,
     size_t len);
 
@@ -53,12 +51,6 @@ static u_char *ngx_http_agent_turn_log_error(ngx_log_t *log, u_char *buf,
 /* a history read the store's pool refused: tried again so often, ms */
 #define NGX_HTTP_AGENT_TURN_BUSY_WAIT   50
 #define NGX_HTTP_AGENT_TURN_BUSY_TRIES  100
-
-/* a pass of the event loop that has run so long leaves steps to the next */
-#define NGX_HTTP_AGENT_TURN_PASS        2
-
-/* the timer that holds a worker shutting down while steps wait, ms */
-#define NGX_HTTP_AGENT_TURN_STEPS_HOLD  1000
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
@@ -69,13 +61,6 @@ static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 
 /* the turns this worker runs, for a cancel to find */
 static ngx_queue_t  ngx_http_agent_turns;
-
-/*
- * The steps left to the event loop's next passes, in the order they were
- * posted, and the event that runs them (ngx_http_agent_turn_post()).
- */
-static ngx_queue_t  ngx_http_agent_turn_steps;
-static ngx_event_t  ngx_http_agent_turn_stepper;
 
 
 ngx_int_t
@@ -771,127 +756,6 @@ ngx_http_agent_turn_sub_ended(ngx_http_agent_turn_t *t,
 
 
 /*
- * A turn goes on in handler from a posted event.  The event loop runs
- * every posted event in the pass that posted it, and a pass that comes
- * to many turns at once (their model calls answered together, each with
- * its tool calls) would keep a request that came meanwhile, or a batch
- * the store has written, waiting for all of them.  So once the pass has
- * run NGX_HTTP_AGENT_TURN_PASS ms, a step is left to the passes after
- * it: a queue in the order the steps were posted, run by one event on
- * ngx_posted_next_events, which also stops once the pass has run that
- * long (after one step at least, so that every pass makes progress).  A
- * step posted while others wait goes behind them.
- *
- * The step is still a posted event, on the queue of its own:
- * ngx_delete_posted_event() takes it off as it would any other.  While
- * steps wait, the event that runs them has a timer too: a worker shutting
- * down gracefully exits once no timer is left, and posted events are
- * not timers.
- */
-
-void
-ngx_http_agent_turn_post(ngx_http_agent_turn_t *t,
-    ngx_event_handler_pt handler)
-{
-    t->event.handler = handler;
-
-    if (ngx_http_agent_turn_steps.next == NULL) {
-        ngx_queue_init(&ngx_http_agent_turn_steps);
-        ngx_http_agent_turn_stepper.handler = ngx_http_agent_turn_later;
-        ngx_http_agent_turn_stepper.log = ngx_cycle->log;
-
-        /*
-         * not NULL: a timer's debug line reads its event's data as a
-         * connection (ngx_event_ident), and a worker that logs at debug
-         * level would crash on it
-         */
-        ngx_http_agent_turn_stepper.data = (void *) ngx_cycle;
-    }
-
-    if (ngx_queue_empty(&ngx_http_agent_turn_steps)
-        && !ngx_http_agent_turn_pass_spent())
-    {
-        ngx_post_event(&t->event, &ngx_posted_events);
-        return;
-    }
-
-    if (!t->event.posted) {
-        ngx_http_agent_metrics_step_later(t->zone);
-    }
-
-    ngx_post_event(&t->event, &ngx_http_agent_turn_steps);
-    ngx_post_event(&ngx_http_agent_turn_stepper, &ngx_posted_next_events);
-
-    if (!ngx_http_agent_turn_stepper.timer_set) {
-        ngx_add_timer(&ngx_http_agent_turn_stepper,
-                      NGX_HTTP_AGENT_TURN_STEPS_HOLD);
-    }
-}
-
-
-static void
-ngx_http_agent_turn_later(ngx_event_t *ev)
-{
-    ngx_uint_t    n;
-    ngx_queue_t  *q;
-    ngx_event_t  *step;
-
-    for (n = 0; !ngx_queue_empty(&ngx_http_agent_turn_steps); n++) {
-
-        if (n && ngx_http_agent_turn_pass_spent()) {
-            ngx_post_event(ev, &ngx_posted_next_events);
-
-            if (!ev->timer_set) {
-                ngx_add_timer(ev, NGX_HTTP_AGENT_TURN_STEPS_HOLD);
-            }
-
-            return;
-        }
-
-        q = ngx_queue_head(&ngx_http_agent_turn_steps);
-        step = ngx_queue_data(q, ngx_event_t, queue);
-
-        ngx_delete_posted_event(step);
-        step->handler(step);
-    }
-
-    if (ev->timer_set) {
-        ngx_del_timer(ev);
-    }
-}
-
-
-/*
- * The pass began when epoll_wait() returned, which is when nginx took
- * ngx_current_msec (with timer_resolution, it takes it only on its
- * timer: no step is left then).
- */
-
-static ngx_uint_t
-ngx_http_agent_turn_pass_spent(void)
-{
-#if (NGX_HAVE_CLOCK_MONOTONIC)
-    ngx_msec_t        now;
-    ngx_core_conf_t  *ccf;
-
-    ccf = (ngx_core_conf_t *) ngx_get_conf(ngx_cycle->conf_ctx,
-                                           ngx_core_module);
-
-    if (ccf->timer_resolution) {
-        return 0;
-    }
-
-    now = (ngx_msec_t) (ngx_http_agent_metrics_usec() / 1000);
-
-    return (ngx_msec_int_t) (now - ngx_current_msec)
-           >= NGX_HTTP_AGENT_TURN_PASS;
-#else
-    return 0;
-#endif
-}
-
-
-/*
  * The model call has run for model_timeout: a stream kept open by
  * keep-alive comments, or one that never ends, is aborted (its
  * connection closes) and the call ends as a provider failure does, not
@@ -1031,7 +895,7 @@ ngx_http_agent_turn_replied(ngx_http_agent_turn_t *t)
 
         case NGX_OK:
             /* the tool subrequests call ngx_http_agent_turn_tools_done() */
-            ngx_http_run_posted_requests(t->request->connection);
+            ngx_http_agent_turn_run_posted(t);
             return;
 
         case NGX_DONE:
@@ -1207,6 +1071,10 @@ ngx_http_agent_turn_close(ngx_http_agent_turn_t *t)
 
     if (t->event.posted) {
         ngx_delete_posted_event(&t->event);
+    }
+
+    if (t->runner.posted) {
+        ngx_delete_posted_event(&t->runner);
     }
 
     if (t->delta_event.posted) {

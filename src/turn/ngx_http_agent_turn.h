@@ -129,6 +129,9 @@ struct ngx_http_agent_turn_s {
     ngx_event_t                   event;
     ngx_log_t                     log;
 
+    /* the turn's subrequests left to later passes (_turn_run_posted()) */
+    ngx_event_t                   runner;
+
     /* the conversation's last seq when the batch was read from the log */
     uint64_t                      batch_seq;
 
@@ -198,6 +201,9 @@ ngx_int_t ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t,
 /* the turn goes on in handler, in this pass of the event loop or later */
 void ngx_http_agent_turn_post(ngx_http_agent_turn_t *t,
     ngx_event_handler_pt handler);
+
+/* the turn's subrequests run, in this pass and, past its time, later */
+void ngx_http_agent_turn_run_posted(ngx_http_agent_turn_t *t);
 
 /* a subrequest of the turn ended: the turn goes on in handler */
 ngx_int_t ngx_http_agent_turn_sub_ended(ngx_http_agent_turn_t *t,

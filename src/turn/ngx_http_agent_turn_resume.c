@@ -178,7 +178,7 @@ ngx_http_agent_turn_resume(ngx_event_t *ev)
 
     if (t->running) {
         ngx_http_agent_tools_state(t, NGX_HTTP_AGENT_FSM_CALLS);
-        ngx_http_run_posted_requests(t->request->connection);
+        ngx_http_agent_turn_run_posted(t);
         return;
     }
 
