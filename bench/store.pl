@@ -17,12 +17,13 @@
 # load (empty: none, the writer alone only); STORE_TURNS, turns started a
 # second at most (a load below the machine's; default: as fast as it
 # goes); STORE_SYNC the store's sync= (default: none, i.e. full);
-# STORE_COMMIT_DELAY its commit_delay= (default: none); NODE
-# the node binary.  STORE_RT=1: nginx's workers (every
-# thread: the event loop and the store's pool) and the process that times
-# the acknowledged messages run SCHED_FIFO (chrt: root or CAP_SYS_NICE),
-# the load generator and the mock as they are: what the machine's other
-# work costs the store is then apart from what the store costs.
+# STORE_COMMIT_DELAY its commit_delay= (default: none); STORE_WORKERS
+# nginx's workers (default 2); NODE the node binary.  STORE_RT=1: nginx's
+# workers (every thread: the event loop and the store's pool) and the
+# process that times the acknowledged messages run SCHED_FIFO (chrt: root
+# or CAP_SYS_NICE), the load generator and the mock as they are: what the
+# machine's other work costs the store is then apart from what the store
+# costs.
 
 use strict;
 use warnings;
@@ -347,7 +348,8 @@ sub throughput_nginx {
     my $provider = bless { port => $mport }, 'StoreBench::Provider';
 
     $t->write_file_expand('nginx.conf', engine_conf($provider,
-        workers => 2, zone => '256m', agent => 'tools echo;',
+        workers => $ENV{STORE_WORKERS} || 2, zone => '256m',
+        agent => 'tools echo;',
         tools => "agent_tool echo {\n        location /tools/echo;\n"
                  . "    }",
         http => "agent_store $db $flush"
