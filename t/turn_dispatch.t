@@ -122,7 +122,7 @@ my @tool_msgs = grep { $_->{role} eq 'tool' }
 is(scalar @tool_msgs, $calls, 'with every result');
 
 cmp_ok(metric($t, 'agent_turn_steps_later_total'), '>', 0,
-       'the rest of the calls left to later passes');
+       'steps left to later passes');
 
 # a cancel while the calls are dispatched
 
