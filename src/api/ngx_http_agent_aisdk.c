@@ -47,7 +47,7 @@ static ngx_int_t ngx_http_agent_aisdk_text(ngx_http_request_t *r,
     yajl_val parts, ngx_str_t *text);
 static const char *ngx_http_agent_aisdk_part_text(yajl_val part);
 static ngx_int_t ngx_http_agent_aisdk_id(ngx_http_request_t *r,
-    ngx_str_t *fallback, ngx_str_t *id);
+    ngx_str_t *fallback, ngx_str_t *id, ngx_int_t *rc);
 static ngx_int_t ngx_http_agent_aisdk_answer(ngx_http_request_t *r,
     ngx_str_t *id, uint64_t from);
 
@@ -90,9 +90,7 @@ ngx_http_agent_aisdk_handler(ngx_http_request_t *r)
             tail.len = last - start;
         }
 
-        rc = ngx_http_agent_aisdk_id(r, &tail, &id);
-
-        if (rc != NGX_OK) {
+        if (ngx_http_agent_aisdk_id(r, &tail, &id, &rc) != NGX_OK) {
             return rc;
         }
 
@@ -178,9 +176,7 @@ ngx_http_agent_aisdk_body(ngx_http_request_t *r)
         chat.len = ngx_strlen(chat.data);
     }
 
-    rc = ngx_http_agent_aisdk_id(r, &chat, &id);
-
-    if (rc != NGX_OK) {
+    if (ngx_http_agent_aisdk_id(r, &chat, &id, &rc) != NGX_OK) {
         ngx_http_agent_json_free(root);
         ngx_http_finalize_request(r, rc);
         return;
@@ -572,14 +568,14 @@ ngx_http_agent_aisdk_part_text(yajl_val part)
 /*
  * The conversation: agent_conversation if the location sets one and it
  * is not empty, else the chat's id (from the body, or the resume URL).
- * Not NGX_OK: what the handler answers.
+ * NGX_DONE: the request answered or refused, *rc what to finalize it
+ * with (an answer sent is NGX_OK there, not "go on").
  */
 
 static ngx_int_t
 ngx_http_agent_aisdk_id(ngx_http_request_t *r, ngx_str_t *fallback,
-    ngx_str_t *id)
+    ngx_str_t *id, ngx_int_t *rc)
 {
-    ngx_int_t                   rc;
     ngx_http_agent_loc_conf_t  *alcf;
 
     alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
@@ -589,25 +585,26 @@ ngx_http_agent_aisdk_id(ngx_http_request_t *r, ngx_str_t *fallback,
     if (alcf->conversation
         && ngx_http_complex_value(r, alcf->conversation, id) != NGX_OK)
     {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        *rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NGX_DONE;
     }
 
     if (id->len == 0) {
         *id = *fallback;
     }
 
-    rc = ngx_http_agent_api_id_check(id);
-
-    if (rc != NGX_OK) {
-        return ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
-                                         "invalid_conversation",
-                                         "the conversation id is missing "
-                                         "or invalid");
+    if (ngx_http_agent_api_id_check(id) != NGX_OK) {
+        *rc = ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                                        "invalid_conversation",
+                                        "the conversation id is missing "
+                                        "or invalid");
+        return NGX_DONE;
     }
 
     id->data = ngx_pstrdup(r->pool, id);
     if (id->data == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        *rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NGX_DONE;
     }
 
     return NGX_OK;

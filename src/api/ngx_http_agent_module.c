@@ -451,6 +451,7 @@ ngx_http_agent_create_loc_conf(ngx_conf_t *cf)
      *     alcf->agent_name = { 0, NULL };
      *     alcf->agent = NULL;
      *     alcf->describe = 0;
+     *     alcf->status = 0;
      *     alcf->api = NULL;
      *     alcf->conversation = NULL;
      *     alcf->owner = NULL;
@@ -816,7 +817,9 @@ ngx_http_agent_error_filter(ngx_http_request_t *r)
 
     alcf = ngx_http_get_module_loc_conf(r, ngx_http_agent_module);
 
-    if (alcf == NULL || alcf->api == NULL) {
+    if (alcf == NULL
+        || (alcf->api == NULL && !alcf->describe && !alcf->status))
+    {
         return ngx_http_agent_next_header_filter(r);
     }
 

@@ -89,6 +89,8 @@ static char  *ngx_http_agent_prom_decisions[] = {
 char *
 ngx_http_agent_prometheus(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
+    ngx_http_agent_loc_conf_t *alcf = conf;
+
     ngx_http_core_loc_conf_t  *clcf;
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
@@ -98,6 +100,9 @@ ngx_http_agent_prometheus(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     clcf->handler = ngx_http_agent_prometheus_handler;
+
+    /* nginx's own errors there are answered as JSON too */
+    alcf->status = 1;
 
     return NGX_CONF_OK;
 }
@@ -174,8 +179,7 @@ ngx_http_agent_prometheus_handler(ngx_http_request_t *r)
     static ngx_str_t  type =
         ngx_string("text/plain; version=0.0.4; charset=utf-8");
 
-    rc = ngx_http_agent_zone_status_request(r, &z);
-    if (rc != NGX_OK) {
+    if (ngx_http_agent_zone_status_request(r, &z, &rc) != NGX_OK) {
         return rc;
     }
 

@@ -26,6 +26,8 @@ static ngx_int_t ngx_http_agent_zone_status_handler(ngx_http_request_t *r);
 char *
 ngx_http_agent_zone_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
+    ngx_http_agent_loc_conf_t *alcf = conf;
+
     ngx_http_core_loc_conf_t  *clcf;
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
@@ -36,35 +38,44 @@ ngx_http_agent_zone_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     clcf->handler = ngx_http_agent_zone_status_handler;
 
+    /* nginx's own errors there are answered as JSON too */
+    alcf->status = 1;
+
     return NGX_CONF_OK;
 }
 
 
-/* a GET of a status page: NGX_OK, the zone in *zp, or what to return */
+/*
+ * A GET of a status page: NGX_OK, the zone in *zp; or NGX_DONE, the
+ * request answered or refused, *rc what the handler returns.  An
+ * answer sent is not NGX_OK: that would read as "go on" and send a
+ * second one.
+ */
 
 ngx_int_t
 ngx_http_agent_zone_status_request(ngx_http_request_t *r,
-    ngx_http_agent_zone_t **zp)
+    ngx_http_agent_zone_t **zp, ngx_int_t *rc)
 {
-    ngx_int_t                    rc;
     ngx_http_agent_main_conf_t  *amcf;
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        return ngx_http_agent_json_method(r, "GET, HEAD");
+        *rc = ngx_http_agent_json_method(r, "GET, HEAD");
+        return NGX_DONE;
     }
 
-    rc = ngx_http_discard_request_body(r);
-    if (rc != NGX_OK) {
-        return rc;
+    *rc = ngx_http_discard_request_body(r);
+    if (*rc != NGX_OK) {
+        return NGX_DONE;
     }
 
     amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
     *zp = amcf->zone;
 
     if (*zp == NULL) {
-        return ngx_http_agent_json_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
-                                         "internal_error",
-                                         "no agent_zone is configured");
+        *rc = ngx_http_agent_json_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                        "internal_error",
+                                        "no agent_zone is configured");
+        return NGX_DONE;
     }
 
     return NGX_OK;
@@ -80,8 +91,7 @@ ngx_http_agent_zone_status_handler(ngx_http_request_t *r)
     ngx_slab_pool_t             *shpool;
     ngx_http_agent_zone_t       *z;
 
-    rc = ngx_http_agent_zone_status_request(r, &z);
-    if (rc != NGX_OK) {
+    if (ngx_http_agent_zone_status_request(r, &z, &rc) != NGX_OK) {
         return rc;
     }
 

@@ -215,6 +215,9 @@ typedef struct {
 
     ngx_flag_t                    describe;
 
+    /* agent_zone_status or agent_metrics: a status page */
+    ngx_flag_t                    status;
+
     /* the conversation API handler of the location, if any */
     ngx_http_handler_pt           api;
     ngx_str_t                     api_name;
