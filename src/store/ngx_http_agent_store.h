@@ -13,6 +13,7 @@
 #include <ngx_http.h>
 
 #include "ngx_http_agent_store_audit.h"
+#include "ngx_http_agent_store_list.h"
 
 
 /* an event to write: the conversation's id and the event's JSON */
@@ -138,6 +139,14 @@ typedef struct {
      */
     ngx_int_t                   (*checkpoint)(ngx_str_t *path,
                                               ngx_log_t *log);
+    /* on a thread of the pool: a page of agent_list, into ls->pool */
+    ngx_int_t                   (*list)(ngx_str_t *path,
+                                        ngx_http_agent_store_list_t *ls,
+                                        ngx_log_t *log);
+    /* on a thread of the pool: a page of a conversation's model calls */
+    ngx_int_t                   (*audit_page)(ngx_str_t *path,
+                                        ngx_http_agent_audit_page_t *page,
+                                        ngx_pool_t *pool, ngx_log_t *log);
     /* in a worker that exits, once the pool's threads are gone */
     void                        (*close)(void);
     /*
@@ -149,7 +158,7 @@ typedef struct {
 } ngx_http_agent_store_t;
 
 
-typedef struct {
+typedef struct ngx_http_agent_store_conf_s {
     ngx_http_agent_store_t       *store;
     ngx_str_t                     path;
     ngx_thread_pool_t            *thread_pool;

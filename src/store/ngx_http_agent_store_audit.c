@@ -248,8 +248,8 @@ ngx_http_agent_store_audit_read_thread(void *data, ngx_log_t *log)
 {
     ngx_http_agent_audit_read_t *rd = data;
 
-    rd->rc = ngx_http_agent_sqlite_audit_page(&rd->conf->path, &rd->page,
-                                              rd->pool, log);
+    rd->rc = rd->conf->store->audit_page(&rd->conf->path, &rd->page,
+                                         rd->pool, log);
 }
 
 

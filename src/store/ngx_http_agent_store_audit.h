@@ -53,12 +53,9 @@ typedef struct {
 
 
 /*
- * The SQL of it: ngx_http_agent_store_sqlite_audit.c, on pool threads;
- * the rows are written with the log's batches (ngx_http_agent_store.h)
+ * The rows are written with the log's batches, the pages read by the
+ * store's audit_page (ngx_http_agent_store.h)
  */
-ngx_int_t ngx_http_agent_sqlite_audit_page(ngx_str_t *path,
-    ngx_http_agent_audit_page_t *page, ngx_pool_t *pool, ngx_log_t *log);
-
 
 /* queued in the worker and written behind; NGX_DECLINED: no store */
 ngx_int_t ngx_http_agent_store_audit(ngx_http_agent_audit_row_t *row);

@@ -8,8 +8,6 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
-#include <sqlite3.h>
-
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_store.h"
@@ -18,26 +16,14 @@
 
 /*
  * The conversations the store holds, for agent_list: one more than the
- * limit (so that the caller knows whether a page follows) in one query on the
- * store's thread pool, on a read-only connection of its own, results in
- * a pool of the list's (the event loop does not touch it meanwhile).
+ * limit (so that the caller knows whether a page follows), read by the
+ * store's list on its thread pool, results in a pool of the list's (the
+ * event loop does not touch it meanwhile).
  */
 
 static void ngx_http_agent_store_list_thread(void *data, ngx_log_t *log);
-static ngx_int_t ngx_http_agent_store_list_query(sqlite3 *db,
-    ngx_http_agent_store_list_t *ls);
-static ngx_int_t ngx_http_agent_store_list_text(sqlite3_stmt *st, int col,
-    ngx_pool_t *pool, ngx_str_t *s);
 static void ngx_http_agent_store_list_done(ngx_event_t *ev);
 static void ngx_http_agent_store_list_cleanup(void *data);
-
-
-#define NGX_HTTP_AGENT_STORE_LIST_SQL                                        \
-    "SELECT id, state, updated, (SELECT count(*) FROM tool_calls t"          \
-    "  WHERE t.conversation = c.id AND t.status = 'suspended')"              \
-    " FROM conversations c"                                                  \
-    " WHERE agent = ?1 AND (?2 OR owner = ?3) AND id > ?4"                   \
-    " ORDER BY id LIMIT ?5"
 
 
 ngx_int_t
@@ -68,12 +54,11 @@ ngx_http_agent_store_list(ngx_http_request_t *r,
 
     ls->convs = ngx_array_create(ls->pool, ls->limit + 1,
                                  sizeof(ngx_http_agent_store_conv_t));
-    ls->path.data = ngx_pstrdup(ls->pool, &scf->path);
-    ls->path.len = scf->path.len;
+    ls->conf = scf;
 
     task = ngx_thread_task_alloc(r->pool, 0);
 
-    if (ls->convs == NULL || ls->path.data == NULL || task == NULL) {
+    if (ls->convs == NULL || task == NULL) {
         return NGX_ERROR;
     }
 
@@ -99,105 +84,7 @@ ngx_http_agent_store_list_thread(void *data, ngx_log_t *log)
 {
     ngx_http_agent_store_list_t  *ls = data;
 
-    int       rc;
-    u_char   *path;
-    sqlite3  *db;
-
-    ls->rc = NGX_ERROR;
-
-    path = ngx_pnalloc(ls->pool, ls->path.len + 1);
-    if (path == NULL) {
-        return;
-    }
-
-    (void) ngx_cpystrn(path, ls->path.data, ls->path.len + 1);
-
-    rc = sqlite3_open_v2((char *) path, &db, SQLITE_OPEN_READONLY, NULL);
-
-    if (rc != SQLITE_OK) {
-        ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%s\": %s", path,
-                      db ? sqlite3_errmsg(db) : "cannot open");
-        sqlite3_close(db);
-        return;
-    }
-
-    sqlite3_busy_timeout(db, 5000);
-
-    if (ngx_http_agent_store_list_query(db, ls) != NGX_OK) {
-        ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%s\": the list "
-                      "failed: %s", path, sqlite3_errmsg(db));
-
-    } else {
-        ls->rc = NGX_OK;
-    }
-
-    sqlite3_close(db);
-}
-
-
-static ngx_int_t
-ngx_http_agent_store_list_query(sqlite3 *db, ngx_http_agent_store_list_t *ls)
-{
-    int                           rc;
-    sqlite3_stmt                 *st;
-    ngx_http_agent_store_conv_t  *c;
-
-    if (sqlite3_prepare_v2(db, NGX_HTTP_AGENT_STORE_LIST_SQL, -1, &st, NULL)
-        != SQLITE_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    sqlite3_bind_text(st, 1, (char *) ls->agent.data, ls->agent.len,
-                      SQLITE_STATIC);
-    sqlite3_bind_int(st, 2, ls->any_owner ? 1 : 0);
-    sqlite3_bind_text(st, 3, (char *) ls->owner.data, ls->owner.len,
-                      SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, (char *) ls->after.data, ls->after.len,
-                      SQLITE_STATIC);
-    sqlite3_bind_int64(st, 5, ls->limit + 1);
-
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        c = ngx_array_push(ls->convs);
-        if (c == NULL) {
-            break;
-        }
-
-        if (ngx_http_agent_store_list_text(st, 0, ls->pool, &c->id)
-            != NGX_OK
-            || ngx_http_agent_store_list_text(st, 1, ls->pool, &c->state)
-               != NGX_OK)
-        {
-            break;
-        }
-
-        c->updated = (uint64_t) sqlite3_column_int64(st, 2) * 1000;
-        c->pending = (ngx_uint_t) sqlite3_column_int64(st, 3);
-    }
-
-    sqlite3_finalize(st);
-
-    return (rc == SQLITE_DONE) ? NGX_OK : NGX_ERROR;
-}
-
-
-static ngx_int_t
-ngx_http_agent_store_list_text(sqlite3_stmt *st, int col, ngx_pool_t *pool,
-    ngx_str_t *s)
-{
-    const u_char  *p;
-
-    p = sqlite3_column_text(st, col);
-    s->len = sqlite3_column_bytes(st, col);
-
-    s->data = ngx_pnalloc(pool, s->len);
-    if (s->data == NULL) {
-        return NGX_ERROR;
-    }
-
-    ngx_memcpy(s->data, p, s->len);
-
-    return NGX_OK;
+    ls->rc = ls->conf->store->list(&ls->conf->path, ls, log);
 }
 
 

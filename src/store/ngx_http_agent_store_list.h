@@ -41,7 +41,8 @@ struct ngx_http_agent_store_list_s {
     ngx_uint_t                    limit;
     ngx_array_t                  *convs;
     ngx_pool_t                   *pool;
-    ngx_str_t                     path;
+    /* the store's configuration (ngx_http_agent_store_conf_t) */
+    struct ngx_http_agent_store_conf_s  *conf;
     ngx_int_t                     rc;
     ngx_http_request_t           *request;
     ngx_http_agent_store_list_pt  handler;

@@ -54,6 +54,8 @@ ngx_http_agent_store_t  ngx_http_agent_store_sqlite = {
     ngx_http_agent_sqlite_sweep,
     ngx_http_agent_sqlite_enqueue,
     ngx_http_agent_sqlite_checkpoint,
+    ngx_http_agent_sqlite_list,
+    ngx_http_agent_sqlite_audit_page,
     ngx_http_agent_sqlite_close,
     ngx_http_agent_sqlite_init_process
 };

@@ -14,6 +14,7 @@
 #include <sqlite3.h>
 
 #include "ngx_http_agent_store_audit.h"
+#include "ngx_http_agent_store_list.h"
 
 
 /*
@@ -99,6 +100,10 @@ sqlite3 *ngx_http_agent_sqlite_connect_vfs(ngx_str_t *path,
 /* in a worker as it starts: whether a commit waits for the disk */
 void ngx_http_agent_sqlite_init_process(ngx_uint_t sync);
 
+/* a page of agent_list (ngx_http_agent_store_sqlite_list.c) */
+ngx_int_t ngx_http_agent_sqlite_list(ngx_str_t *path,
+    ngx_http_agent_store_list_t *ls, ngx_log_t *log);
+
 /* the store's VFS (ngx_http_agent_store_vfs.c) */
 #define NGX_HTTP_AGENT_VFS  "agent"
 
@@ -112,6 +117,8 @@ const char *ngx_http_agent_vfs_name(void);
 
 ngx_int_t ngx_http_agent_sqlite_audit_prepare(sqlite3 *db,
     sqlite3_stmt **stmts, ngx_str_t *path, ngx_log_t *log);
+ngx_int_t ngx_http_agent_sqlite_audit_page(ngx_str_t *path,
+    ngx_http_agent_audit_page_t *page, ngx_pool_t *pool, ngx_log_t *log);
 void ngx_http_agent_sqlite_audit_rows(sqlite3 *db, sqlite3_stmt **stmts,
     ngx_http_agent_audit_row_t *rows, ngx_uint_t n, ngx_str_t *path,
     ngx_log_t *log);
