@@ -160,6 +160,39 @@ is_deeply($mock->requests->[1]{json}{messages}, [
     { role => 'user', content => 'more' },
 ], 'and the next request renders it where it stands');
 
+# the worker killed during the model call that follows an injection: the
+# take-over makes the call again without asking the hook again (which
+# would inject again), so the text is injected once
+
+$mock->reset;
+$hook{before}->reset;
+hook_reply('before', '{"inject":"Be brief."}') for 1 .. 2;
+$mock->script({ text => 'lost words', chunks => 4, pause_after => 2 },
+              { text => 'Short.' });
+
+is(send_message($t, 'i2', 'explain')->{status}, 202, 'a message');
+ok($mock->wait_paused(0, 10), 'its model call streams');
+
+my $lease;
+for (1 .. 100) {
+    $lease = inspect($t, 'i2')->{json}{lease} and last;
+    sleep 0.02;
+}
+ok($lease, 'a worker holds the turn');
+$t->kill_worker($lease);
+
+$c = wait_state($t, 'i2', 'idle', 15);
+is(log_types($c), 'user_msg injection assistant_msg turn_completed',
+   'taken over: one injection in the log');
+is($c->{messages}[2]{content}, 'Short.', 'the reply of the call made again');
+is(scalar @{hook_requests('before')}, 1, 'the hook was asked once');
+is_deeply($mock->requests->[1]{json}{messages}, [
+    { role => 'system', content => 'You are terse.' },
+    { role => 'user', content => 'explain' },
+    { role => 'user', content => 'Be brief.' },
+], 'the call made again carries the injected text once');
+$hook{before}->reset;
+
 # an after hook stops the tool loop
 
 $mock->reset;
@@ -247,6 +280,7 @@ like($t->read_file('error.log'),
      qr/\[warn\].*agent hook_before "\/hook\/lenient" answered 503, the turn goes on/,
      'the failure is logged');
 
+$t->allow_alert(qr/exited on signal 9/);
 $t->done(more => 1);
 
 # nginx -t: bad hook directives

@@ -10,7 +10,9 @@
 # changes; a version 6 file gets the trigger that tests a turn's end
 # without a list; a version 7 file loses its trigger (the writer derives
 # the tables: t/store_derived.t); a version 8 file gets the events'
-# derived column and the trigger that derives the others' events.
+# derived column and the trigger that derives the others' events; a
+# version 9 file gets each conversation's count of queue ids, taken
+# from its log, and a trigger that keeps it for the others' events.
 # Every file migrated has the schema a new file gets.  A file newer
 # than the module is refused at nginx -t.
 
@@ -139,7 +141,7 @@ like($fresh, qr/^trigger events_derive .* WHEN new\.derived = 0 BEGIN/m,
 
 $t->run;
 
-is(sql("SELECT value FROM meta"), '9', 'migrated to version 9');
+is(sql("SELECT value FROM meta"), '10', 'migrated to version 10');
 is(sql($SCHEMA), $fresh, 'version 1: the schema a new file gets');
 is(sql("SELECT count(*) FROM events"), scalar @events, 'the log kept');
 is(sql("SELECT id, name, executor, kind, status, deadline FROM tool_calls"),
@@ -159,8 +161,8 @@ is(log_types($c), 'user_msg assistant_msg turn_completed',
 is(send_message($t, 'a', 'again')->{status}, 202, 'and goes on');
 $c = wait_state($t, 'a', 'idle');
 is($c->{messages}[-2]{content}, 'after the migration', 'a new turn');
-is(sql("SELECT max(seq) FROM events WHERE conversation = 'a'"), 6,
-   'written after the old log');
+is(wait_sql("SELECT max(seq) FROM events WHERE conversation = 'a'",
+            qr/^6$/), 6, 'written after the old log');
 is(wait_sql("SELECT call, turn, attempt, status FROM model_calls"
             . " WHERE conversation = 'a'", qr/\|ok$/), '1|2|1|ok',
    'its model call audited, the first of the conversation');
@@ -183,19 +185,22 @@ $t->done(more => 1);
 sub migrated {
     my ($from, $sql) = @_;
 
-    # no version before 9 had the events' derived column; every one from
-    # 2 to 7 had a trigger deriving the tables
+    # no version before 9 had the events' derived column, nor before 10
+    # the conversations' count of queue ids; every one from 2 to 7 had a
+    # trigger deriving the tables
     sql("DROP TRIGGER IF EXISTS events_derive;"
         . "ALTER TABLE events DROP COLUMN derived;"
+        . "ALTER TABLE conversations DROP COLUMN queue_id;"
         . "CREATE TRIGGER events_derive AFTER INSERT ON events"
         . " BEGIN SELECT 1; END;" . $sql
         . "UPDATE meta SET value = '$from' WHERE key = 'schema_version'");
 
     my ($rc, $out) = $t->test_config;
     is($rc, 0, "a version $from file is taken") or diag($out);
-    is(sql("SELECT value FROM meta"), '9', 'migrated to version 9');
+    is(sql("SELECT value FROM meta"), '10', 'migrated to version 10');
     like($t->read_file('error.log'),
-         qr/migrating the schema from version $from to 9/, 'migration logged');
+         qr/migrating the schema from version $from to 10/,
+         'migration logged');
     is(sql($SCHEMA), $fresh, "version $from: the schema a new file gets");
 }
 
@@ -256,13 +261,41 @@ migrated(8, "DROP TRIGGER events_derive;");
 
 is(sql("SELECT count(*) FROM events"), $nevents, 'the log kept');
 
-# a newer schema than the module's is refused
+# version 9, as the module wrote it: no count of queue ids, and a
+# trigger for the others' events that kept none; a queued message of b
+# had queue id 3 (its user_msg is written as the writer writes it)
 
-sql("UPDATE meta SET value = '10' WHERE key = 'schema_version'");
+sql("DROP TRIGGER events_derive;"
+    . "ALTER TABLE conversations DROP COLUMN queue_id;"
+    . "CREATE TRIGGER events_derive AFTER INSERT ON events"
+    . " WHEN new.derived = 0 BEGIN SELECT 1; END;"
+    . "INSERT INTO events VALUES ('b', 9, 'user_msg',"
+    . ' \'{\"type\":\"user_msg\",\"seq\":9,\"turn\":2,\"ts\":9,'
+    . '\"content\":\"later\",\"queue_id\":3}\', 1);'
+    . "UPDATE meta SET value = '9' WHERE key = 'schema_version'");
 
 my ($rc, $out) = $t->test_config;
+is($rc, 0, 'a version 9 file is taken') or diag($out);
+is(sql("SELECT value FROM meta"), '10', 'migrated to version 10');
+is(sql($SCHEMA), $fresh, 'version 9: the schema a new file gets');
+is(sql("SELECT id, queue_id FROM conversations ORDER BY id"), "a|0\nb|3",
+   'the count of queue ids taken from the log');
+
+# the trigger keeps it for a writer that derives nothing
+
+sql("INSERT INTO events VALUES ('b', 10, 'user_msg',"
+    . ' \'{\"type\":\"user_msg\",\"seq\":10,\"turn\":3,\"ts\":10,'
+    . '\"content\":\"more\",\"queue_id\":4}\', 0)');
+is(sql("SELECT queue_id FROM conversations WHERE id = 'b'"), 4,
+   'and the trigger keeps it for other writers');
+
+# a newer schema than the module's is refused
+
+sql("UPDATE meta SET value = '11' WHERE key = 'schema_version'");
+
+($rc, $out) = $t->test_config;
 isnt($rc, 0, 'nginx -t fails on a newer schema');
-like($out, qr/schema version 10, newer than this module's 9/,
+like($out, qr/schema version 11, newer than this module's 10/,
      'and says why');
 
 # SQLite writes its WAL files beside the database as the workers' user:

@@ -96,6 +96,7 @@ ngx_http_agent_create_handler(ngx_http_request_t *r)
 
         ngx_http_agent_conv_bind_locked(conv, ngx_http_agent_api_agent(r),
                                         owner);
+        ngx_http_agent_conv_mint_locked(z, conv);
 
         ngx_http_agent_zone_unlock(z);
     }

@@ -206,6 +206,8 @@ ngx_http_agent_expire_handler(ngx_event_t *ev)
         ngx_http_agent_expire_evict_locked(amcf, z);
     }
 
+    (void) ngx_http_agent_conv_unused_locked(z, amcf->evict_unused);
+
     ngx_http_agent_zone_unlock(z);
 
     for (i = 0; i < n; i++) {

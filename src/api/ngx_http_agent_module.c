@@ -197,6 +197,13 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       offsetof(ngx_http_agent_main_conf_t, evict_awaiting),
       NULL },
 
+    { ngx_string("agent_evict_unused"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_agent_main_conf_t, evict_unused),
+      NULL },
+
     { ngx_string("agent_conversation"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_set_complex_value_slot,
@@ -400,6 +407,7 @@ ngx_http_agent_create_main_conf(ngx_conf_t *cf)
     amcf->client_grace = NGX_CONF_UNSET_MSEC;
     amcf->evict_idle = NGX_CONF_UNSET_MSEC;
     amcf->evict_awaiting = NGX_CONF_UNSET_MSEC;
+    amcf->evict_unused = NGX_CONF_UNSET_MSEC;
 
     return amcf;
 }
@@ -427,6 +435,7 @@ ngx_http_agent_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_msec_value(amcf->client_grace, 5000);
     ngx_conf_init_msec_value(amcf->evict_idle, 600000);
     ngx_conf_init_msec_value(amcf->evict_awaiting, 3600000);
+    ngx_conf_init_msec_value(amcf->evict_unused, 600000);
 
     return ngx_http_agent_conf_resolve(cf, amcf);
 }

@@ -20,6 +20,9 @@
 #include "ngx_http_agent_partial.h"
 
 
+static ngx_uint_t ngx_http_agent_conv_watched(ngx_http_agent_conv_t *conv);
+
+
 ngx_http_agent_conv_t *
 ngx_http_agent_conv_find_locked(ngx_http_agent_zone_t *z, ngx_str_t *id)
 {
@@ -99,6 +102,81 @@ ngx_http_agent_conv_create_locked(ngx_http_agent_zone_t *z, ngx_str_t *id)
 }
 
 
+/*
+ * A conversation agent_create made: until its first event it is in the
+ * zone's queue of those unused, oldest first, whose record is freed once
+ * no request has named it for agent_evict_unused.  Nothing of it is in
+ * the store: the id, which only its creator knows, is free again.
+ */
+
+void
+ngx_http_agent_conv_mint_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv)
+{
+    ngx_queue_insert_tail(&z->sh->unused, &conv->unused);
+    conv->unused_linked = 1;
+}
+
+
+#define NGX_HTTP_AGENT_UNUSED_ROUND  64
+
+ngx_uint_t
+ngx_http_agent_conv_unused_locked(ngx_http_agent_zone_t *z, ngx_msec_t limit)
+{
+    ngx_uint_t              i, n;
+    ngx_queue_t            *q, *next;
+    ngx_http_agent_conv_t  *conv;
+
+    n = 0;
+
+    for (q = ngx_queue_head(&z->sh->unused), i = 0;
+         q != ngx_queue_sentinel(&z->sh->unused)
+         && i < NGX_HTTP_AGENT_UNUSED_ROUND;
+         q = next, i++)
+    {
+        next = ngx_queue_next(q);
+        conv = ngx_queue_data(q, ngx_http_agent_conv_t, unused);
+
+        if (conv->seq) {
+            /* a message came: it is a conversation like any other */
+            ngx_queue_remove(q);
+            conv->unused_linked = 0;
+            continue;
+        }
+
+        /* in the order they were made: the rest are younger */
+
+        if ((ngx_msec_int_t) (ngx_current_msec - conv->updated)
+            < (ngx_msec_int_t) limit)
+        {
+            break;
+        }
+
+        if ((ngx_msec_int_t) (ngx_current_msec - conv->accessed)
+            < (ngx_msec_int_t) limit)
+        {
+            continue;
+        }
+
+        ngx_http_agent_conv_subs_reap_locked(z, conv);
+
+        if (conv->lease || ngx_http_agent_conv_watched(conv)) {
+            /* a subscriber waits for its first message */
+            continue;
+        }
+
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                       "agent conversation \"%*s\" was never used, freed",
+                       conv->id_len, conv->id);
+
+        ngx_http_agent_conv_delete_locked(z, conv);
+        n++;
+    }
+
+    return n;
+}
+
+
 /* a conversation that never took an event, as if it had not been made */
 
 void
@@ -111,6 +189,10 @@ ngx_http_agent_conv_delete_locked(ngx_http_agent_zone_t *z,
 
     if (conv->pending) {
         ngx_slab_free_locked(z->shpool, conv->pending);
+    }
+
+    if (conv->unused_linked) {
+        ngx_queue_remove(&conv->unused);
     }
 
     ngx_queue_remove(&conv->lru);
@@ -177,8 +259,6 @@ ngx_http_agent_conv_subs_reap_locked(ngx_http_agent_zone_t *z,
 ngx_int_t
 ngx_http_agent_conv_at_rest_locked(ngx_http_agent_conv_t *conv)
 {
-    ngx_uint_t  i;
-
     if (conv->lease || conv->nqueued || conv->cancel || conv->seq == 0) {
         return 0;
     }
@@ -191,13 +271,22 @@ ngx_http_agent_conv_at_rest_locked(ngx_http_agent_conv_t *conv)
         return 0;
     }
 
+    return !ngx_http_agent_conv_watched(conv);
+}
+
+
+static ngx_uint_t
+ngx_http_agent_conv_watched(ngx_http_agent_conv_t *conv)
+{
+    ngx_uint_t  i;
+
     for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
         if (conv->subs[i].count) {
-            return 0;
+            return 1;
         }
     }
 
-    return 1;
+    return 0;
 }
 
 

@@ -195,6 +195,9 @@ typedef struct {
     ngx_msec_t                    evict_idle;
     ngx_msec_t                    evict_awaiting;
 
+    /* unused this long, a conversation agent_create made is freed */
+    ngx_msec_t                    evict_unused;
+
     /* agent_budget_zone: ngx_http_agent_budget_zone_t *, or NULL */
     ngx_array_t                  *budgets;
 

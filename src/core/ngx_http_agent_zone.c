@@ -191,6 +191,7 @@ ngx_http_agent_zone_init(ngx_shm_zone_t *shm_zone, void *data)
     ngx_queue_init(&z->sh->waiting);
     ngx_queue_init(&z->sh->leased);
     ngx_queue_init(&z->sh->dirty);
+    ngx_queue_init(&z->sh->unused);
 
     len = sizeof(" in agent zone \"\"") + shm_zone->shm.name.len;
 

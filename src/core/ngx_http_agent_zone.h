@@ -167,6 +167,10 @@ typedef struct {
     ngx_pid_t                     flushing;
     unsigned                      dirty_linked:1;
 
+    /* made by agent_create, in the zone's queue of those with no event */
+    unsigned                      unused_linked:1;
+    ngx_queue_t                   unused;
+
     /* a cancel waits for that worker to take the turn down */
     unsigned                      cancel:1;
     uint64_t                      cancelled;  /* seq of the last cancel */
@@ -238,6 +242,8 @@ typedef struct {
     ngx_queue_t                   leased;     /* conversations with a turn
                                                  running, for recovery */
     ngx_queue_t                   dirty;      /* with events to write */
+    ngx_queue_t                   unused;     /* made by agent_create, no
+                                                 event yet, oldest first */
     ngx_uint_t                    count;
 
     /* the worker with a batch on its thread pool: one writes at a time */
@@ -361,6 +367,10 @@ ngx_http_agent_conv_t *ngx_http_agent_conv_find_locked(
     ngx_http_agent_zone_t *z, ngx_str_t *id);
 ngx_http_agent_conv_t *ngx_http_agent_conv_create_locked(
     ngx_http_agent_zone_t *z, ngx_str_t *id);
+void ngx_http_agent_conv_mint_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv);
+ngx_uint_t ngx_http_agent_conv_unused_locked(ngx_http_agent_zone_t *z,
+    ngx_msec_t limit);
 void ngx_http_agent_conv_delete_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
 ngx_int_t ngx_http_agent_conv_evictable_locked(ngx_http_agent_conv_t *conv);

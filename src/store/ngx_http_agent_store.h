@@ -65,6 +65,8 @@ typedef struct {
     ngx_str_t                     agent;
     ngx_str_t                     owner;
     uint64_t                      last_seq;
+    /* the highest queue id the conversation's user_msgs carried */
+    int64_t                       queue_id;
     ngx_array_t                  *events;     /* store_event_t */
     /* with after NGX_HTTP_AGENT_STORE_TAIL only, empty otherwise */
     ngx_array_t                  *sources;    /* store_source_t */

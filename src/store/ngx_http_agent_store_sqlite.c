@@ -85,7 +85,8 @@ static sqlite3  *ngx_http_agent_sqlite_checkpoint_db;
 #define NGX_HTTP_AGENT_SQLITE_DONE      9
 #define NGX_HTTP_AGENT_SQLITE_DEQUEUE   10
 #define NGX_HTTP_AGENT_SQLITE_STATE     11
-#define NGX_HTTP_AGENT_SQLITE_W_N       12
+#define NGX_HTTP_AGENT_SQLITE_TAKE      12
+#define NGX_HTTP_AGENT_SQLITE_W_N       13
 
 static sqlite3_stmt  *ngx_http_agent_sqlite_stmts[NGX_HTTP_AGENT_SQLITE_W_N];
 
@@ -124,7 +125,9 @@ static char  *ngx_http_agent_sqlite_stmts_sql[] = {
 
     /* ?2: its last event but a summary ended a turn */
 
-    NGX_HTTP_AGENT_SQLITE_STATED("?1", "?2")
+    NGX_HTTP_AGENT_SQLITE_STATED("?1", "?2"),
+
+    NGX_HTTP_AGENT_SQLITE_TAKEN("?1", "?2")
 };
 
 
@@ -395,6 +398,17 @@ ngx_http_agent_sqlite_derive(sqlite3_stmt **stmts,
         break;
 
     case NGX_HTTP_AGENT_EV_USER_MSG:
+        stmt = stmts[NGX_HTTP_AGENT_SQLITE_TAKE];
+
+        sqlite3_bind_text(stmt, 1, (char *) ev->conv.data, ev->conv.len,
+                          SQLITE_STATIC);
+        sqlite3_bind_text(stmt, 2, (char *) ev->data.data, ev->data.len,
+                          SQLITE_STATIC);
+
+        if (ngx_http_agent_sqlite_step(stmt) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
         stmt = stmts[NGX_HTTP_AGENT_SQLITE_DEQUEUE];
         break;
 

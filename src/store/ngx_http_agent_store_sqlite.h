@@ -59,6 +59,16 @@
     " WHERE conversation = " c " AND id = json_extract(" d ", '$.queue_id')"
 
 /*
+ * The highest queue id a user_msg of the conversation carried, so that a
+ * conversation that comes back to a zone never gives one again: a queued
+ * message named by an id its log already holds would not be written
+ */
+
+#define NGX_HTTP_AGENT_SQLITE_TAKEN(c, d)                                    \
+    "UPDATE conversations SET queue_id = json_extract(" d ", '$.queue_id')"  \
+    " WHERE id = " c " AND json_extract(" d ", '$.queue_id') > queue_id"
+
+/*
  * A conversation's state after its last event but a summary (which is
  * part of no turn), ends true when that event ended a turn: at rest
  * then; else running while a call runs or has its answer, waiting for

@@ -26,6 +26,8 @@ static ngx_int_t ngx_http_agent_sqlite_text(ngx_pool_t *pool,
     sqlite3_stmt *stmt, int col, ngx_str_t *s);
 static ngx_int_t ngx_http_agent_sqlite_summary(sqlite3_stmt *stmt,
     ngx_http_agent_store_read_t *rd);
+static ngx_int_t ngx_http_agent_sqlite_taken(sqlite3 *db,
+    ngx_http_agent_store_read_t *rd);
 
 
 /*
@@ -58,7 +60,8 @@ typedef struct {
 
 static char  *ngx_http_agent_sqlite_read_sql[] = {
     "BEGIN",
-    "SELECT agent, last_seq, owner FROM conversations WHERE id = ?",
+    "SELECT agent, last_seq, owner, queue_id FROM conversations"
+    " WHERE id = ?",
     "SELECT seq, type, data FROM events WHERE conversation = ?1"
     " AND seq >= coalesce((SELECT max(seq) FROM events"
     " WHERE conversation = ?1 AND type = 'user_msg'), 1)"
@@ -154,6 +157,7 @@ ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
     }
 
     rd->last_seq = sqlite3_column_int64(stmt, 1);
+    rd->queue_id = sqlite3_column_int64(stmt, 3);
 
     if (rd->after == NGX_HTTP_AGENT_STORE_TAIL) {
         stmt = stmts[NGX_HTTP_AGENT_SQLITE_R_TAIL];
@@ -426,15 +430,18 @@ failed:
 /*
  * A message that waits for its turn, unless its turn has already been
  * written (the user_msg names the queue id): the writer takes it out
- * when its user_msg is written.
+ * when its user_msg is written.  A queue id is never given twice in a
+ * conversation; should a user_msg with other fields carry it, nothing
+ * was written and the message is not acknowledged.
  */
 
 ngx_int_t
 ngx_http_agent_sqlite_enqueue(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
     ngx_log_t *log)
 {
-    int            rc;
+    int            rc, inserted;
     sqlite3       *db;
+    ngx_int_t      taken;
     sqlite3_stmt  *stmt;
 
     db = ngx_http_agent_sqlite_connect(path, log, NGX_LOG_ERR);
@@ -443,7 +450,7 @@ ngx_http_agent_sqlite_enqueue(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
     }
 
     rc = sqlite3_prepare_v2(db,
-             "INSERT OR REPLACE INTO queued (conversation, id, front, data)"
+             "INSERT INTO queued (conversation, id, front, data)"
              " SELECT ?1, ?2, ?3, ?4 WHERE NOT EXISTS (SELECT 1 FROM events"
              " WHERE conversation = ?1 AND type = 'user_msg'"
              " AND json_extract(data, '$.queue_id') = ?2)",
@@ -465,7 +472,25 @@ ngx_http_agent_sqlite_enqueue(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
         goto failed;
     }
 
+    inserted = sqlite3_changes(db);
+
     sqlite3_finalize(stmt);
+    stmt = NULL;
+
+    taken = inserted ? NGX_OK : ngx_http_agent_sqlite_taken(db, rd);
+
+    if (taken == NGX_ERROR) {
+        goto failed;
+    }
+
+    if (taken == NGX_DECLINED) {
+        ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\" cannot queue "
+                      "a message: queue id %L of \"%V\" is taken by another "
+                      "message", path, rd->queue.id, &rd->id);
+        sqlite3_close(db);
+        return NGX_ERROR;
+    }
+
     sqlite3_close(db);
 
     return NGX_OK;
@@ -479,6 +504,46 @@ failed:
     sqlite3_close(db);
 
     return NGX_ERROR;
+}
+
+
+/*
+ * The queued message's own user_msg is in the log (its turn came before
+ * the enqueue was written): NGX_OK; another's: NGX_DECLINED
+ */
+
+static ngx_int_t
+ngx_http_agent_sqlite_taken(sqlite3 *db, ngx_http_agent_store_read_t *rd)
+{
+    int            rc;
+    sqlite3_stmt  *stmt;
+
+    rc = sqlite3_prepare_v2(db,
+             "SELECT 1 FROM events WHERE conversation = ?1"
+             " AND type = 'user_msg' AND json_extract(data, '$.queue_id') = ?2"
+             " AND data = ?3", -1, &stmt, NULL);
+    if (rc != SQLITE_OK) {
+        return NGX_ERROR;
+    }
+
+    sqlite3_bind_text(stmt, 1, (char *) rd->id.data, rd->id.len,
+                      SQLITE_STATIC);
+    sqlite3_bind_int64(stmt, 2, rd->queue.id);
+    sqlite3_bind_text(stmt, 3, (char *) rd->queue.data.data,
+                      rd->queue.data.len, SQLITE_STATIC);
+
+    rc = sqlite3_step(stmt);
+
+    sqlite3_finalize(stmt);
+
+    switch (rc) {
+    case SQLITE_ROW:
+        return NGX_OK;
+    case SQLITE_DONE:
+        return NGX_DECLINED;
+    default:
+        return NGX_ERROR;
+    }
 }
 
 

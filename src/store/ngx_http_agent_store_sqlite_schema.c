@@ -17,7 +17,7 @@
  * the configuration, and the workers' connections to it.
  */
 
-#define NGX_HTTP_AGENT_SQLITE_VERSION  9
+#define NGX_HTTP_AGENT_SQLITE_VERSION  10
 
 
 static ngx_int_t ngx_http_agent_sqlite_version(sqlite3 *db);
@@ -29,7 +29,8 @@ static int ngx_http_agent_sqlite_busy(void *data, int count);
     "  id TEXT PRIMARY KEY, agent TEXT NOT NULL,"                            \
     "  last_seq INTEGER NOT NULL, updated INTEGER NOT NULL,"                 \
     "  state TEXT NOT NULL DEFAULT 'idle',"                                  \
-    "  owner TEXT NOT NULL DEFAULT '');"                                     \
+    "  owner TEXT NOT NULL DEFAULT '',"                                      \
+    "  queue_id INTEGER NOT NULL DEFAULT 0);"                                \
     "CREATE TABLE events ("                                                  \
     "  conversation TEXT NOT NULL, seq INTEGER NOT NULL,"                    \
     "  type TEXT NOT NULL, data TEXT NOT NULL,"                              \
@@ -81,7 +82,9 @@ static int ngx_http_agent_sqlite_busy(void *data, int count);
 #define NGX_HTTP_AGENT_SQLITE_TRIGGER_OTHERS                                 \
     "CREATE TRIGGER events_derive AFTER INSERT ON events"                    \
     "  WHEN new.derived = 0 BEGIN "                                          \
-    NGX_HTTP_AGENT_SQLITE_DERIVE "END;"
+    NGX_HTTP_AGENT_SQLITE_DERIVE                                             \
+    NGX_HTTP_AGENT_SQLITE_TAKEN("new.conversation", "new.data")              \
+    " AND new.type = 'user_msg'; END;"
 
 #define NGX_HTTP_AGENT_SQLITE_DERIVE                                         \
     NGX_HTTP_AGENT_SQLITE_CALLED("new.conversation", "new.seq", "new.data")  \
@@ -135,7 +138,7 @@ static int ngx_http_agent_sqlite_busy(void *data, int count);
 static char  ngx_http_agent_sqlite_create[] =
     "BEGIN IMMEDIATE;"
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-    "INSERT INTO meta VALUES ('schema_version', '9');"
+    "INSERT INTO meta VALUES ('schema_version', '10');"
     NGX_HTTP_AGENT_SQLITE_TABLES
     NGX_HTTP_AGENT_SQLITE_DERIVED
     NGX_HTTP_AGENT_SQLITE_TRIGGER_OTHERS
@@ -238,6 +241,24 @@ static char  ngx_http_agent_sqlite_migrate_8[] =
     "COMMIT;";
 
 
+/*
+ * version 9 kept no count of a conversation's queue ids: the highest its
+ * user_msgs carry, and the trigger keeps it for an older module's writes
+ */
+
+static char  ngx_http_agent_sqlite_migrate_9[] =
+    "BEGIN IMMEDIATE;"
+    "ALTER TABLE conversations ADD COLUMN queue_id INTEGER NOT NULL"
+    "  DEFAULT 0;"
+    "UPDATE conversations SET queue_id = coalesce((SELECT"
+    "  max(json_extract(data, '$.queue_id')) FROM events"
+    "  WHERE conversation = conversations.id AND type = 'user_msg'), 0);"
+    "DROP TRIGGER events_derive;"
+    NGX_HTTP_AGENT_SQLITE_TRIGGER_OTHERS
+    "UPDATE meta SET value = '10' WHERE key = 'schema_version';"
+    "COMMIT;";
+
+
 static char  *ngx_http_agent_sqlite_migrate[] = {
     ngx_http_agent_sqlite_migrate_1,
     ngx_http_agent_sqlite_migrate_2,
@@ -246,7 +267,8 @@ static char  *ngx_http_agent_sqlite_migrate[] = {
     ngx_http_agent_sqlite_migrate_5,
     ngx_http_agent_sqlite_migrate_6,
     ngx_http_agent_sqlite_migrate_7,
-    ngx_http_agent_sqlite_migrate_8
+    ngx_http_agent_sqlite_migrate_8,
+    ngx_http_agent_sqlite_migrate_9
 };
 
 
@@ -298,6 +320,7 @@ ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
     case 6:
     case 7:
     case 8:
+    case 9:
         ngx_log_error(NGX_LOG_NOTICE, log, 0,
                       "agent store \"%V\": migrating the schema from "
                       "version %i to %d", path, version,

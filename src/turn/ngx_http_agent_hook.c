@@ -33,6 +33,10 @@
 #include "ngx_http_agent_hook.h"
 
 
+/* any canonical event, for ngx_http_agent_hook_last_locked() */
+#define NGX_HTTP_AGENT_HOOK_CANONICAL  ((ngx_uint_t) -1)
+
+
 typedef struct {
     ngx_http_agent_sub_t          sub;        /* first: the filters' view */
 
@@ -55,6 +59,8 @@ static ngx_int_t ngx_http_agent_hook_run(ngx_http_agent_turn_t *t,
     ngx_http_agent_hook_t *hook, ngx_uint_t after);
 static ngx_int_t ngx_http_agent_hook_message(ngx_http_agent_turn_t *t,
     ngx_uint_t type, ngx_str_t *message);
+static ngx_http_agent_event_t *ngx_http_agent_hook_last_locked(
+    ngx_http_agent_turn_t *t, ngx_uint_t type);
 static ngx_int_t ngx_http_agent_hook_ended(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
 static void ngx_http_agent_hook_timeout(ngx_event_t *ev);
@@ -81,6 +87,63 @@ ngx_int_t
 ngx_http_agent_hook_after(ngx_http_agent_turn_t *t)
 {
     return ngx_http_agent_hook_run(t, t->agent->hook_after, 1);
+}
+
+
+/*
+ * The log ends in an injection when hook_before was asked for the model
+ * call to come and its answer logged: a worker that died after it, in
+ * that call or before, leaves it to the take-over (or a revival), which
+ * makes the call without asking again.  Asked again, the hook would
+ * inject its text a second time.
+ */
+
+ngx_uint_t
+ngx_http_agent_hook_injected(ngx_http_agent_turn_t *t)
+{
+    ngx_uint_t               injected;
+    ngx_http_agent_event_t  *ev;
+
+    ngx_http_agent_zone_lock(t->zone);
+
+    ev = ngx_http_agent_hook_last_locked(t, NGX_HTTP_AGENT_HOOK_CANONICAL);
+    injected = (ev && ev->type == NGX_HTTP_AGENT_EV_INJECTION);
+
+    ngx_http_agent_zone_unlock(t->zone);
+
+    return injected;
+}
+
+
+/*
+ * The last event of a type in the conversation's log in the zone, or
+ * with NGX_HTTP_AGENT_HOOK_CANONICAL the last canonical one; NULL if none
+ */
+
+static ngx_http_agent_event_t *
+ngx_http_agent_hook_last_locked(ngx_http_agent_turn_t *t, ngx_uint_t type)
+{
+    ngx_queue_t             *q;
+    ngx_http_agent_conv_t   *conv;
+    ngx_http_agent_event_t  *ev;
+
+    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+
+    for (q = conv ? ngx_queue_last(&conv->log) : NULL;
+         q && q != ngx_queue_sentinel(&conv->log);
+         q = ngx_queue_prev(q))
+    {
+        ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+        if (ev->type == type
+            || (type == NGX_HTTP_AGENT_HOOK_CANONICAL
+                && ngx_http_agent_event_canonical(ev->type)))
+        {
+            return ev;
+        }
+    }
+
+    return NULL;
 }
 
 
@@ -191,26 +254,15 @@ ngx_http_agent_hook_message(ngx_http_agent_turn_t *t, ngx_uint_t type,
     ngx_str_t *message)
 {
     ngx_uint_t               i;
-    ngx_queue_t             *q;
-    ngx_http_agent_conv_t   *conv;
     ngx_http_agent_event_t  *ev;
 
     ngx_str_null(message);
 
     ngx_http_agent_zone_lock(t->zone);
 
-    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+    ev = ngx_http_agent_hook_last_locked(t, type);
 
-    for (q = conv ? ngx_queue_last(&conv->log) : NULL;
-         q && q != ngx_queue_sentinel(&conv->log);
-         q = ngx_queue_prev(q))
-    {
-        ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
-
-        if (ev->type != type) {
-            continue;
-        }
-
+    if (ev) {
         message->data = ngx_pnalloc(t->pool, ev->len);
 
         if (message->data == NULL) {
@@ -220,8 +272,6 @@ ngx_http_agent_hook_message(ngx_http_agent_turn_t *t, ngx_uint_t type,
 
         ngx_memcpy(message->data, ev->data, ev->len);
         message->len = ev->len;
-
-        break;
     }
 
     ngx_http_agent_zone_unlock(t->zone);

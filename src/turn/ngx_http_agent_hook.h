@@ -28,6 +28,12 @@
 ngx_int_t ngx_http_agent_hook_before(ngx_http_agent_turn_t *t);
 ngx_int_t ngx_http_agent_hook_after(ngx_http_agent_turn_t *t);
 
+/*
+ * hook_before was asked for the model call to come: the log ends in its
+ * injection
+ */
+ngx_uint_t ngx_http_agent_hook_injected(ngx_http_agent_turn_t *t);
+
 /* the turn goes away: a hook that runs is aborted */
 void ngx_http_agent_hook_abort(ngx_http_agent_turn_t *t);
 

@@ -597,8 +597,12 @@ ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
         }
     }
 
-    /* messages that wait for their turn, in their order */
+    /*
+     * messages that wait for their turn, in their order; the next id is
+     * past those and every one given before, which the log holds
+     */
 
+    conv->queue_id = rd->queue_id;
     sq = rd->queued->elts;
 
     for (i = 0; i < rd->queued->nelts; i++) {

@@ -400,11 +400,14 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
     }
 
     /*
-     * hook_before, once for a model call (not for its retries): it makes
-     * the call, halts or fails the turn
+     * hook_before, once for a model call (not for its retries, nor for a
+     * call taken over after its injection): it makes the call, halts or
+     * fails the turn
      */
 
-    if (t->agent->hook_before && t->attempt == 0 && !t->hooked) {
+    if (t->agent->hook_before && t->attempt == 0 && !t->hooked
+        && !ngx_http_agent_hook_injected(t))
+    {
         if (ngx_http_agent_hook_before(t) != NGX_AGAIN) {
             goto failed;
         }
