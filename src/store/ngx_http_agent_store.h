@@ -67,6 +67,11 @@ typedef struct {
     uint64_t                      last_seq;
     /* the highest queue id the conversation's user_msgs carried */
     int64_t                       queue_id;
+    /*
+     * the times the turn at the log's end was taken over; for a
+     * take-over, the count with this one, where "after" is the log's end
+     */
+    ngx_uint_t                    takeovers;
     ngx_array_t                  *events;     /* store_event_t */
     /* with after NGX_HTTP_AGENT_STORE_TAIL only, empty otherwise */
     ngx_array_t                  *sources;    /* store_source_t */
@@ -141,6 +146,13 @@ typedef struct {
      */
     ngx_int_t                   (*checkpoint)(ngx_str_t *path,
                                               ngx_log_t *log);
+    /*
+     * on a thread of the pool: a take-over of rd->id's turn at seq
+     * rd->after counted, rd->takeovers the times it was taken over there
+     */
+    ngx_int_t                   (*takeover)(ngx_str_t *path,
+                                            ngx_http_agent_store_read_t *rd,
+                                            ngx_log_t *log);
     /* on a thread of the pool: a page of agent_list, into ls->pool */
     ngx_int_t                   (*list)(ngx_str_t *path,
                                         ngx_http_agent_store_list_t *ls,
@@ -216,6 +228,13 @@ ngx_int_t ngx_http_agent_store_busy_answer(ngx_http_request_t *r);
 ngx_int_t ngx_http_agent_store_enqueue(ngx_pool_t *owner, ngx_str_t *id,
     ngx_http_agent_store_queued_t *q, ngx_http_agent_store_read_pt handler,
     void *data);
+
+/*
+ * counts a take-over of the turn at seq on the pool, then the handler
+ * runs with rd->takeovers
+ */
+ngx_int_t ngx_http_agent_store_takeover(ngx_pool_t *owner, ngx_str_t *id,
+    uint64_t seq, ngx_http_agent_store_read_pt handler, void *data);
 
 /* a round of the expiry timer: at most one sweep a second in the zone */
 void ngx_http_agent_store_sweep(ngx_http_agent_zone_t *z, uint64_t now);

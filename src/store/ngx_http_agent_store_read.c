@@ -31,6 +31,7 @@ struct ngx_http_agent_store_reader_s {
     ngx_http_agent_store_read_pt  handler;
     void                         *data;
     ngx_uint_t                    gone;       /* the owner is */
+    ngx_uint_t                    takeover;   /* a count, not a read */
 
     /* a worker that is exiting waits for the task while this is set */
     ngx_event_t                   hold;
@@ -39,7 +40,7 @@ struct ngx_http_agent_store_reader_s {
 
 static ngx_int_t ngx_http_agent_store_task(ngx_pool_t *owner, ngx_str_t *id,
     uint64_t after, uint64_t upto, ngx_http_agent_store_queued_t *q,
-    ngx_http_agent_store_read_pt handler, void *data);
+    ngx_uint_t takeover, ngx_http_agent_store_read_pt handler, void *data);
 static void ngx_http_agent_store_read_thread(void *data, ngx_log_t *log);
 static void ngx_http_agent_store_read_done(ngx_event_t *ev);
 static void ngx_http_agent_store_read_cleanup(void *data);
@@ -51,7 +52,16 @@ ngx_http_agent_store_enqueue(ngx_pool_t *owner, ngx_str_t *id,
     ngx_http_agent_store_queued_t *q, ngx_http_agent_store_read_pt handler,
     void *data)
 {
-    return ngx_http_agent_store_task(owner, id, 0, 0, q, handler, data);
+    return ngx_http_agent_store_task(owner, id, 0, 0, q, 0, handler, data);
+}
+
+
+ngx_int_t
+ngx_http_agent_store_takeover(ngx_pool_t *owner, ngx_str_t *id, uint64_t seq,
+    ngx_http_agent_store_read_pt handler, void *data)
+{
+    return ngx_http_agent_store_task(owner, id, seq, 0, NULL, 1, handler,
+                                     data);
 }
 
 
@@ -59,14 +69,14 @@ ngx_int_t
 ngx_http_agent_store_read(ngx_pool_t *owner, ngx_str_t *id, uint64_t after,
     uint64_t upto, ngx_http_agent_store_read_pt handler, void *data)
 {
-    return ngx_http_agent_store_task(owner, id, after, upto, NULL, handler,
-                                     data);
+    return ngx_http_agent_store_task(owner, id, after, upto, NULL, 0,
+                                     handler, data);
 }
 
 
 static ngx_int_t
 ngx_http_agent_store_task(ngx_pool_t *owner, ngx_str_t *id, uint64_t after,
-    uint64_t upto, ngx_http_agent_store_queued_t *q,
+    uint64_t upto, ngx_http_agent_store_queued_t *q, ngx_uint_t takeover,
     ngx_http_agent_store_read_pt handler, void *data)
 {
     ngx_pool_t                   *pool;
@@ -94,6 +104,7 @@ ngx_http_agent_store_task(ngx_pool_t *owner, ngx_str_t *id, uint64_t after,
     rd->data = data;
     rd->rd.after = after;
     rd->rd.upto = upto;
+    rd->takeover = takeover;
 
     rd->rd.id.data = ngx_pstrdup(pool, id);
     rd->rd.id.len = id->len;
@@ -170,6 +181,11 @@ static void
 ngx_http_agent_store_read_thread(void *data, ngx_log_t *log)
 {
     ngx_http_agent_store_reader_t *rd = data;
+
+    if (rd->takeover) {
+        rd->rc = rd->conf->store->takeover(&rd->conf->path, &rd->rd, log);
+        return;
+    }
 
     if (rd->rd.queue.data.len) {
         rd->rc = rd->conf->store->enqueue(&rd->conf->path, &rd->rd, log);

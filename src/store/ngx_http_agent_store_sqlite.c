@@ -54,6 +54,7 @@ ngx_http_agent_store_t  ngx_http_agent_store_sqlite = {
     ngx_http_agent_sqlite_sweep,
     ngx_http_agent_sqlite_enqueue,
     ngx_http_agent_sqlite_checkpoint,
+    ngx_http_agent_sqlite_takeover,
     ngx_http_agent_sqlite_list,
     ngx_http_agent_sqlite_audit_page,
     ngx_http_agent_sqlite_close,

@@ -60,8 +60,8 @@ typedef struct {
 
 static char  *ngx_http_agent_sqlite_read_sql[] = {
     "BEGIN",
-    "SELECT agent, last_seq, owner, queue_id FROM conversations"
-    " WHERE id = ?",
+    "SELECT agent, last_seq, owner, queue_id, takeovers, takeover_seq"
+    " FROM conversations WHERE id = ?",
     "SELECT seq, type, data FROM events WHERE conversation = ?1"
     " AND seq >= coalesce((SELECT max(seq) FROM events"
     " WHERE conversation = ?1 AND type = 'user_msg'), 1)"
@@ -158,6 +158,11 @@ ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
 
     rd->last_seq = sqlite3_column_int64(stmt, 1);
     rd->queue_id = sqlite3_column_int64(stmt, 3);
+
+    /* counted at the log's end, or before events that were lost since */
+
+    rd->takeovers = ((uint64_t) sqlite3_column_int64(stmt, 5) >= rd->last_seq)
+                    ? (ngx_uint_t) sqlite3_column_int64(stmt, 4) : 0;
 
     if (rd->after == NGX_HTTP_AGENT_STORE_TAIL) {
         stmt = stmts[NGX_HTTP_AGENT_SQLITE_R_TAIL];
@@ -419,6 +424,71 @@ failed:
 
     ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\" cannot be "
                   "swept: %s", path, sqlite3_errmsg(db));
+
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+
+    return NGX_ERROR;
+}
+
+
+/*
+ * A take-over of the turn at seq (rd->after), counted with the
+ * conversation: a count taken at an earlier seq is of a turn that got
+ * on since, and starts again.  A conversation the store does not hold
+ * yet counts 0.
+ */
+
+ngx_int_t
+ngx_http_agent_sqlite_takeover(ngx_str_t *path,
+    ngx_http_agent_store_read_t *rd, ngx_log_t *log)
+{
+    int            rc;
+    sqlite3       *db;
+    sqlite3_stmt  *stmt;
+
+    rd->takeovers = 0;
+
+    db = ngx_http_agent_sqlite_connect(path, log, NGX_LOG_ERR);
+    if (db == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = sqlite3_prepare_v2(db,
+             "UPDATE conversations SET takeovers = CASE"
+             " WHEN takeover_seq >= ?2 THEN takeovers + 1 ELSE 1 END,"
+             " takeover_seq = max(takeover_seq, ?2)"
+             " WHERE id = ?1 RETURNING takeovers",
+             -1, &stmt, NULL);
+    if (rc != SQLITE_OK) {
+        goto failed;
+    }
+
+    sqlite3_bind_text(stmt, 1, (char *) rd->id.data, rd->id.len,
+                      SQLITE_STATIC);
+    sqlite3_bind_int64(stmt, 2, (sqlite3_int64) rd->after);
+
+    rc = sqlite3_step(stmt);
+
+    if (rc == SQLITE_ROW) {
+        rd->takeovers = (ngx_uint_t) sqlite3_column_int64(stmt, 0);
+        rc = sqlite3_step(stmt);
+    }
+
+    if (rc != SQLITE_DONE) {
+        goto failed;
+    }
+
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+
+    return NGX_OK;
+
+failed:
+
+    ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%V\" cannot count a "
+                  "take-over of \"%V\": %s", path, &rd->id,
+                  sqlite3_errmsg(db));
 
     sqlite3_finalize(stmt);
     sqlite3_close(db);

@@ -20,6 +20,8 @@ ngx_int_t ngx_http_agent_sqlite_read(ngx_str_t *path,
     ngx_http_agent_store_read_t *rd, ngx_pool_t *pool, ngx_log_t *log);
 ngx_int_t ngx_http_agent_sqlite_sweep(ngx_str_t *path, uint64_t now,
     ngx_array_t *ids, ngx_pool_t *pool, ngx_log_t *log);
+ngx_int_t ngx_http_agent_sqlite_takeover(ngx_str_t *path,
+    ngx_http_agent_store_read_t *rd, ngx_log_t *log);
 ngx_int_t ngx_http_agent_sqlite_enqueue(ngx_str_t *path,
     ngx_http_agent_store_read_t *rd, ngx_log_t *log);
 

@@ -17,7 +17,10 @@
  * the configuration, and the workers' connections to it.
  */
 
-#define NGX_HTTP_AGENT_SQLITE_VERSION  10
+#define NGX_HTTP_AGENT_SQLITE_VERSION  11
+
+#define ngx_http_agent_sqlite_str(n)   ngx_http_agent_sqlite_str_(n)
+#define ngx_http_agent_sqlite_str_(n)  #n
 
 
 static ngx_int_t ngx_http_agent_sqlite_version(sqlite3 *db);
@@ -30,7 +33,9 @@ static int ngx_http_agent_sqlite_busy(void *data, int count);
     "  last_seq INTEGER NOT NULL, updated INTEGER NOT NULL,"                 \
     "  state TEXT NOT NULL DEFAULT 'idle',"                                  \
     "  owner TEXT NOT NULL DEFAULT '',"                                      \
-    "  queue_id INTEGER NOT NULL DEFAULT 0);"                                \
+    "  queue_id INTEGER NOT NULL DEFAULT 0,"                                 \
+    "  takeovers INTEGER NOT NULL DEFAULT 0,"                                \
+    "  takeover_seq INTEGER NOT NULL DEFAULT 0);"                            \
     "CREATE TABLE events ("                                                  \
     "  conversation TEXT NOT NULL, seq INTEGER NOT NULL,"                    \
     "  type TEXT NOT NULL, data TEXT NOT NULL,"                              \
@@ -138,7 +143,8 @@ static int ngx_http_agent_sqlite_busy(void *data, int count);
 static char  ngx_http_agent_sqlite_create[] =
     "BEGIN IMMEDIATE;"
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-    "INSERT INTO meta VALUES ('schema_version', '10');"
+    "INSERT INTO meta VALUES ('schema_version', '"
+        ngx_http_agent_sqlite_str(NGX_HTTP_AGENT_SQLITE_VERSION) "');"
     NGX_HTTP_AGENT_SQLITE_TABLES
     NGX_HTTP_AGENT_SQLITE_DERIVED
     NGX_HTTP_AGENT_SQLITE_TRIGGER_OTHERS
@@ -259,6 +265,21 @@ static char  ngx_http_agent_sqlite_migrate_9[] =
     "COMMIT;";
 
 
+/*
+ * version 10 kept no count of the times a turn was taken over: a turn
+ * that killed its workers was taken over without bound across restarts
+ */
+
+static char  ngx_http_agent_sqlite_migrate_10[] =
+    "BEGIN IMMEDIATE;"
+    "ALTER TABLE conversations ADD COLUMN takeovers INTEGER NOT NULL"
+    "  DEFAULT 0;"
+    "ALTER TABLE conversations ADD COLUMN takeover_seq INTEGER NOT NULL"
+    "  DEFAULT 0;"
+    "UPDATE meta SET value = '11' WHERE key = 'schema_version';"
+    "COMMIT;";
+
+
 static char  *ngx_http_agent_sqlite_migrate[] = {
     ngx_http_agent_sqlite_migrate_1,
     ngx_http_agent_sqlite_migrate_2,
@@ -268,7 +289,8 @@ static char  *ngx_http_agent_sqlite_migrate[] = {
     ngx_http_agent_sqlite_migrate_6,
     ngx_http_agent_sqlite_migrate_7,
     ngx_http_agent_sqlite_migrate_8,
-    ngx_http_agent_sqlite_migrate_9
+    ngx_http_agent_sqlite_migrate_9,
+    ngx_http_agent_sqlite_migrate_10
 };
 
 
@@ -312,15 +334,26 @@ ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
         sql[0] = ngx_http_agent_sqlite_create;
         break;
 
-    case 1:
-    case 2:
-    case 3:
-    case 4:
-    case 5:
-    case 6:
-    case 7:
-    case 8:
-    case 9:
+    case NGX_HTTP_AGENT_SQLITE_VERSION:
+        break;
+
+    case NGX_ERROR:
+        ngx_log_error(NGX_LOG_EMERG, log, 0,
+                      "agent store \"%V\": %s", path, sqlite3_errmsg(db));
+        sqlite3_close(db);
+        return NGX_ERROR;
+
+    default:
+
+        if (version < 0 || version > NGX_HTTP_AGENT_SQLITE_VERSION) {
+            ngx_log_error(NGX_LOG_EMERG, log, 0,
+                          "agent store \"%V\" has schema version %i, "
+                          "newer than this module's %d", path, version,
+                          NGX_HTTP_AGENT_SQLITE_VERSION);
+            sqlite3_close(db);
+            return NGX_ERROR;
+        }
+
         ngx_log_error(NGX_LOG_NOTICE, log, 0,
                       "agent store \"%V\": migrating the schema from "
                       "version %i to %d", path, version,
@@ -333,23 +366,6 @@ ngx_http_agent_sqlite_open(ngx_str_t *path, ngx_log_t *log)
         }
 
         break;
-
-    case NGX_HTTP_AGENT_SQLITE_VERSION:
-        break;
-
-    case NGX_ERROR:
-        ngx_log_error(NGX_LOG_EMERG, log, 0,
-                      "agent store \"%V\": %s", path, sqlite3_errmsg(db));
-        sqlite3_close(db);
-        return NGX_ERROR;
-
-    default:
-        ngx_log_error(NGX_LOG_EMERG, log, 0,
-                      "agent store \"%V\" has schema version %i, newer than "
-                      "this module's %d", path, version,
-                      NGX_HTTP_AGENT_SQLITE_VERSION);
-        sqlite3_close(db);
-        return NGX_ERROR;
     }
 
     for (i = 0; i < NGX_HTTP_AGENT_SQLITE_VERSION && sql[i]; i++) {

@@ -156,6 +156,9 @@ struct ngx_http_agent_turn_s {
     /* taken over from a worker that died: its running calls run again */
     unsigned                      takeover:1;
 
+    /* the take-over was counted in the store */
+    unsigned                      counted:1;
+
     /* the tools of the agent's MCP servers, as this turn knows them */
     void                         *mcp;
 

@@ -14,6 +14,7 @@
 #include "ngx_http_agent_conf.h"
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_store.h"
 #include "ngx_http_agent_store_history.h"
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_tools.h"
@@ -38,6 +39,9 @@ static ngx_int_t ngx_http_agent_turn_lost(ngx_http_agent_turn_t *t,
     ngx_str_t *id, ngx_str_t *name);
 static void ngx_http_agent_turn_questions_locked(ngx_http_agent_turn_t *t,
     ngx_http_agent_conv_t *conv);
+static ngx_int_t ngx_http_agent_turn_count(ngx_http_agent_turn_t *t);
+static void ngx_http_agent_turn_counted(ngx_http_agent_store_read_t *rd,
+    ngx_int_t rc, void *data);
 
 
 /*
@@ -58,6 +62,12 @@ ngx_http_agent_turn_resume(ngx_event_t *ev)
     ngx_queue_t             *q;
     ngx_http_agent_conv_t   *conv;
     ngx_http_agent_event_t  *e;
+
+    if (t->takeover && !t->counted
+        && ngx_http_agent_turn_count(t) == NGX_AGAIN)
+    {
+        return;
+    }
 
     if (t->unrecorded) {
         ngx_log_error(NGX_LOG_ERR, &t->log, 0, "agent turn could not record "
@@ -214,6 +224,66 @@ ngx_http_agent_turn_questions_locked(ngx_http_agent_turn_t *t,
                                                 "the call's worker died");
         }
     }
+}
+
+
+/*
+ * A take-over is counted in the store before the turn goes on, so that
+ * a turn that kills its workers is given up after as many take-overs
+ * across restarts of nginx as within one: the zone's count starts again
+ * with it.  NGX_AGAIN: the count is on the pool, the turn resumes after.
+ */
+
+static ngx_int_t
+ngx_http_agent_turn_count(ngx_http_agent_turn_t *t)
+{
+    uint64_t                     seq;
+    ngx_int_t                    rc;
+    ngx_http_agent_conv_t       *conv;
+    ngx_http_agent_main_conf_t  *amcf;
+
+    t->counted = 1;
+
+    amcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_agent_module);
+    if (amcf->store == NULL) {
+        return NGX_OK;
+    }
+
+    ngx_http_agent_zone_lock(t->zone);
+
+    conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+    seq = conv ? conv->seq : 0;
+
+    ngx_http_agent_zone_unlock(t->zone);
+
+    if (conv == NULL) {
+        return NGX_OK;
+    }
+
+    rc = ngx_http_agent_store_takeover(t->request->pool, &t->id, seq,
+                                       ngx_http_agent_turn_counted, t);
+    if (rc != NGX_OK) {
+        ngx_log_error(NGX_LOG_WARN, &t->log, 0, "agent turn's take-over "
+                      "could not be counted in the store");
+        return NGX_OK;
+    }
+
+    return NGX_AGAIN;
+}
+
+
+static void
+ngx_http_agent_turn_counted(ngx_http_agent_store_read_t *rd, ngx_int_t rc,
+    void *data)
+{
+    ngx_http_agent_turn_t  *t = data;
+
+    ngx_http_agent_turn_post(t,
+                             (rc == NGX_OK
+                              && rd->takeovers > NGX_HTTP_AGENT_TAKEOVERS)
+                             ? ngx_http_agent_turn_give_up
+                             : ngx_http_agent_turn_resume);
 }
 
 
