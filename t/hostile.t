@@ -22,6 +22,7 @@ use Time::HiRes qw(time sleep);
 
 use Test::Agent;
 use Test::Agent::Engine;
+use Test::Agent::Hang;
 use Test::Agent::HTTP;
 use Test::Agent::MockProvider;
 
@@ -30,28 +31,10 @@ my $mock = Test::Agent::MockProvider->new;
 my $mport = $mock->port;
 my $dir = $t->testdir;
 
-# a backend that takes connections and never answers: a call that stays
-# in flight until its worker dies; each connection is a line in a file
+# a backend that never answers (Test::Agent::Hang)
 
-my $hang = IO::Socket::INET->new(Listen => 64, LocalAddr => '127.0.0.1',
-                                 LocalPort => 0, ReuseAddr => 1)
-    or die "listen: $!\n";
-my $hport = $hang->sockport;
-
-my $hpid = fork // die "fork: $!\n";
-
-if ($hpid == 0) {
-    my @held;
-    while (my $c = $hang->accept) {
-        push @held, $c;
-        open my $fh, '>>', "$dir/hang.log" or POSIX::_exit(1);
-        print $fh "call\n";
-        close $fh;
-    }
-    POSIX::_exit(0);
-}
-
-close $hang;
+my $hang = Test::Agent::Hang->new($dir);
+my $hport = $hang->port;
 
 my $deep200 = ('[' x 200) . (']' x 200);
 
@@ -402,10 +385,7 @@ $mock->script({ tool_calls => [{ id => 'call_hang', name => 'hang',
                                  arguments => '{}' }] },
               { text => 'never' });
 
-sub hang_calls {
-    my @l = split /\n/, $t->read_file('hang.log');
-    return scalar @l;
-}
+sub hang_calls { $hang->calls }
 
 send_message($t, 'd10', 'hang');
 
@@ -433,7 +413,6 @@ still_works('d10', 'take-overs');
 no_crash('the whole file');
 
 $t->allow_alert(qr/worker process \d+ exited on signal 9/);
-kill 'TERM', $hpid;
-waitpid $hpid, 0;
+undef $hang;
 $mock->stop;
 $t->done;

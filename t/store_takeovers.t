@@ -12,13 +12,12 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 
-use IO::Socket::INET;
-use POSIX ();
 use Test::More;
 use Time::HiRes qw(time sleep);
 
 use Test::Agent;
 use Test::Agent::Engine;
+use Test::Agent::Hang;
 use Test::Agent::MockProvider;
 use Test::Agent::Store;
 
@@ -29,30 +28,8 @@ my $mock = Test::Agent::MockProvider->new;
 my $dir = $t->testdir;
 my $store = Test::Agent::Store->new("$dir/agent.db");
 
-# a backend that takes connections and never answers: a call that stays
-# in flight until its worker dies; each connection is a line in a file
-
-my $hang = IO::Socket::INET->new(Listen => 64, LocalAddr => '127.0.0.1',
-                                 LocalPort => 0, ReuseAddr => 1)
-    or die "listen: $!\n";
-my $hport = $hang->sockport;
-
-my $hpid = fork // die "fork: $!\n";
-
-if ($hpid == 0) {
-    my @held;
-    while (my $c = $hang->accept) {
-        push @held, $c;
-        open my $fh, '>>', "$dir/hang.log" or POSIX::_exit(1);
-        print $fh "call\n";
-        close $fh;
-    }
-    POSIX::_exit(0);
-}
-
-close $hang;
-
-END { kill 'KILL', $hpid if $hpid }
+my $hang = Test::Agent::Hang->new($dir);
+my $hport = $hang->port;
 
 $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
     http => "agent_store $dir/agent.db;",
@@ -73,10 +50,7 @@ EOF
 $t->allow_alert(qr/worker process \d+ exited on signal 9/);
 $t->run;
 
-sub hang_calls {
-    my @l = split /\n/, $t->read_file('hang.log');
-    return scalar @l;
-}
+sub hang_calls { $hang->calls }
 
 # the whole server killed, as a machine's crash would, and started again
 
