@@ -24,6 +24,9 @@
 /* the largest tool list kept, and a server's answer read */
 #define NGX_HTTP_AGENT_MCP_LIST_MAX      (1024 * 1024)
 
+/* the tools taken of one server's list; more are left out */
+#define NGX_HTTP_AGENT_MCP_TOOLS_MAX     128
+
 
 /* an MCP server as "agent_mcp" declares it */
 
