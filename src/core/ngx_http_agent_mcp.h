@@ -47,6 +47,13 @@ typedef struct {
     /* how long a tool list is used before it is fetched again */
     ngx_msec_t                    refresh;
 
+    /*
+     * the whole time of one exchange with the server (a request, with
+     * the session's initialization and every page of a list), keep-alive
+     * comments or not; a person's answer to its question does not count
+     */
+    ngx_msec_t                    rpc_timeout;
+
     u_char                       *file;
     ngx_uint_t                    line;
 } ngx_http_agent_mcp_t;
