@@ -355,7 +355,8 @@ ok($expired && $expired->{expired} && $expired->{during_call},
 is(resolve($t, 'q3', 'q3', { result => { confirm => JSON::PP::true } })
    ->{status}, 409, 'an answer after it is stale');
 
-# a cancel while the server waits for the answer: notifications/cancelled
+# a cancel while the server waits for the answer: the answer cancel,
+# and notifications/cancelled
 
 ($qc, $qp) = ask_turn('q4', '/tmp/t', 4);
 ok($qp, 'waiting for the answer');
@@ -373,7 +374,16 @@ is_deeply($cn[0] && $cn[0]{message}{params},
           'notifications/cancelled for the call\'s request id');
 is($cn[0] && $cn[0]{session}, $asked->{session}, 'in its session');
 is($cn[0] && $cn[0]{version}, '2025-06-18', 'with its revision');
-ok(!answer_to(asked(4)), 'the question got no answer');
+
+# the server's question is answered too, as the specification asks: it
+# waits for that answer whatever becomes of the call
+
+my $ans4;
+my $deadline = time + 5;
+sleep 0.05 until ($ans4 = answer_to(asked(4))) || time > $deadline;
+is_deeply($ans4 && $ans4->{message}{result}, { action => 'cancel' },
+          'the question is answered: cancel');
+is($ans4 && $ans4->{session}, $asked->{session}, 'in its session');
 
 # a running call without a question is cancelled the same way
 
@@ -382,7 +392,7 @@ $mock->script({ tool_calls => [tool_call('x1', 'count', '{"n":30}')] },
               { text => 'Never.' });
 
 send_message($t, 'x1', 'count, cancel');
-my $deadline = time + 10;
+$deadline = time + 10;
 sleep 0.05 while time < $deadline
                  && !grep { ($_->{message}{id} // '') eq 'x1' }
                           $mcp->calls('tools/call');

@@ -53,6 +53,11 @@ my @cases = (
         error => 'agent_mcp "files": invalid parameter "timeout=soon"',
     },
     {
+        name => 'a bad rpc_timeout',
+        conf => "    agent_mcp files location=/mcp rpc_timeout=0;  #!\n",
+        error => 'agent_mcp "files": invalid parameter "rpc_timeout=0"',
+    },
+    {
         name => 'twice',
         conf => "    agent_mcp files location=/mcp;\n"
             . "    agent_mcp files location=/mcp2;  #!\n",
@@ -88,12 +93,40 @@ my $t = Test::Agent->new;
 
 $t->write_file_expand('nginx.conf', conf(
     "    agent_mcp files location=/mcp/files tools=read,write "
-    . "approval=write\n              timeout=30s refresh=1m;\n"
+    . "approval=write\n              timeout=30s refresh=1m "
+    . "rpc_timeout=20s;\n"
     . "    agent_mcp other location=/mcp/other;\n",
     'tools files other;'));
 
 my ($rc, $out) = $t->test_config;
 is($rc, 0, 'a legal declaration passes nginx -t') or diag($out);
+
+# each configuration of the README's "MCP servers", as it is there, with
+# what any nginx.conf has around it
+
+open my $fh, '<', "$FindBin::Bin/../README.md" or die "README.md: $!\n";
+my $readme = do { local $/; <$fh> };
+close $fh;
+
+my ($section) = $readme =~ /^## MCP servers\n(.*?)^## /ms;
+my @snippets = ($section // '') =~ /^```nginx\n(.*?)^```$/msg;
+
+ok(@snippets, 'the README shows MCP configurations');
+
+for my $i (0 .. $#snippets) {
+    my $r = Test::Agent->new;
+    my $conf = $snippets[$i];
+
+    $conf =~ s/^http \{$/http {\n    %%TEST_GLOBALS_HTTP%%/m;
+    $conf =~ s/\blisten 8080;/listen 127.0.0.1:%%PORT_8080%%;/;
+
+    $r->write_file_expand('nginx.conf',
+                          "%%TEST_GLOBALS%%\n\nevents {\n}\n\n$conf");
+
+    my ($rc, $out) = $r->test_config;
+    is($rc, 0, "the README's MCP configuration $i passes nginx -t")
+        or diag($out);
+}
 
 $t->done;
 

@@ -5,9 +5,10 @@
 # Streamable HTTP transport, which answers every request by an SSE
 # stream: discovery, a call, a call with progress, an error, a question
 # of the server during a call (elicitation) answered, declined and
-# expired, a cancel that aborts the server's handler
-# (notifications/cancelled), and the server restarted (its sessions
-# gone: the module initializes again).
+# expired, a cancel that ends the server's handler (the answer cancel
+# and notifications/cancelled), the server's own request timeout giving
+# the question up, and the server restarted (its sessions gone: the
+# module initializes again).
 
 use strict;
 use warnings;
@@ -176,13 +177,35 @@ my $deadline = time + 10;
 my $noted = '';
 while (time < $deadline) {
     $noted = -e $notes ? $t->read_file('sdk.notes') : '';
-    last if $noted =~ /aborted q4/;
+    last if $noted =~ /(aborted|answered) q4/;
     sleep 0.05;
 }
-like($noted, qr/^aborted q4: cancelled by the user$/m,
-     'the SDK server aborted the call, for our reason');
+
+# the question is answered "cancel" alongside notifications/cancelled:
+# the SDK's handler ends on whichever it reads first
+like($noted, qr/^(aborted q4: cancelled by the user|answered q4: cancel)$/m,
+     'the SDK server ended the call, for our cancel');
 $c = wait_state($t, 'e4', 'idle');
 is(tool_results($c)->{q4}{error}, '[cancelled]', 'with a cancelled result');
+
+# the SDK server gives its question up (its request timeout, 1 s here,
+# 60 s by default): it sends notifications/cancelled for it, and the
+# question ends as the server's, not as a cancel of the user
+
+$mock->reset;
+$mock->script({ tool_calls => [tool_call('q5', 'confirm',
+                                         '{"path":"/tmp/e","wait":1000}')] },
+              { text => 'Done.' });
+send_message($t, 'e5', 'remove /tmp/e, ask me');
+($qc, $qp) = wait_pending($t, 'e5', 'elicitation');
+ok($qp, 'asked, for a second');
+$c = wait_state($t, 'e5', 'idle', 15);
+my ($gone) = grep { $_->{type} eq 'resolution' } @{$c->{messages}};
+is($gone && $gone->{source}, 'server', 'the SDK server ended the question');
+like(tool_results($c)->{q5}{error} // '', qr/timed out/i,
+     'the call ended with the SDK\'s error');
+is(resolve($t, 'e5', 'q5', { result => { confirm => JSON::PP::true } })
+   ->{status}, 409, 'a late answer is stale');
 
 # the server restarted: the old session is unknown to it
 

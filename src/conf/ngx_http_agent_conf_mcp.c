@@ -6,9 +6,9 @@
 
 /*
  * "agent_mcp NAME location=URI [tools=all|A,B] [approval=none|all|A,B]
- * [timeout=TIME] [refresh=TIME];": an MCP server reached through an
- * nginx location.  An agent names the server in its "tools" as it names
- * a tool, and gets the server's tools.
+ * [timeout=TIME] [refresh=TIME] [rpc_timeout=TIME];": an MCP server
+ * reached through an nginx location.  An agent names the server in its
+ * "tools" as it names a tool, and gets the server's tools.
  */
 
 
@@ -63,6 +63,7 @@ ngx_http_agent_conf_mcp(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     mcp->name = value[1];
     mcp->timeout = NGX_CONF_UNSET_MSEC;
     mcp->refresh = 300000;
+    mcp->rpc_timeout = 300000;
     mcp->file = cf->conf_file->file.name.data;
     mcp->line = cf->conf_file->line;
 
@@ -182,7 +183,8 @@ ngx_http_agent_mcp_param(ngx_conf_t *cf, ngx_http_agent_mcp_t *mcp,
     }
 
     if ((key.len == 7 && ngx_strncmp(key.data, "timeout", 7) == 0)
-        || (key.len == 7 && ngx_strncmp(key.data, "refresh", 7) == 0))
+        || (key.len == 7 && ngx_strncmp(key.data, "refresh", 7) == 0)
+        || (key.len == 11 && ngx_strncmp(key.data, "rpc_timeout", 11) == 0))
     {
         n = ngx_parse_time(&v, 0);
 
@@ -193,8 +195,11 @@ ngx_http_agent_mcp_param(ngx_conf_t *cf, ngx_http_agent_mcp_t *mcp,
         if (key.data[0] == 't') {
             mcp->timeout = (ngx_msec_t) n;
 
-        } else {
+        } else if (key.data[0] == 'r' && key.len == 7) {
             mcp->refresh = (ngx_msec_t) n;
+
+        } else {
+            mcp->rpc_timeout = (ngx_msec_t) n;
         }
 
         return NGX_CONF_OK;

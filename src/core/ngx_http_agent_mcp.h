@@ -24,6 +24,9 @@
 /* the largest tool list kept, and a server's answer read */
 #define NGX_HTTP_AGENT_MCP_LIST_MAX      (1024 * 1024)
 
+/* the tools taken of one server's list; more are left out */
+#define NGX_HTTP_AGENT_MCP_TOOLS_MAX     128
+
 
 /* an MCP server as "agent_mcp" declares it */
 
@@ -43,6 +46,13 @@ typedef struct {
 
     /* how long a tool list is used before it is fetched again */
     ngx_msec_t                    refresh;
+
+    /*
+     * the whole time of one exchange with the server (a request, with
+     * the session's initialization and every page of a list), keep-alive
+     * comments or not; a person's answer to its question does not count
+     */
+    ngx_msec_t                    rpc_timeout;
 
     u_char                       *file;
     ngx_uint_t                    line;

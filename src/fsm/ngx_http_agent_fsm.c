@@ -748,6 +748,10 @@ ngx_http_agent_fsm_settle_locked(ngx_http_agent_zone_t *z,
         source = "\"cancelled\":true,\"source\":\"takeover\"";
         break;
 
+    case NGX_HTTP_AGENT_SETTLE_SERVER:
+        source = "\"cancelled\":true,\"source\":\"server\"";
+        break;
+
     default:
         source = "\"cancelled\":true,\"source\":\"cancel\"";
     }

@@ -74,6 +74,7 @@ typedef struct {
 #define NGX_HTTP_AGENT_SETTLE_EXPIRED     0
 #define NGX_HTTP_AGENT_SETTLE_CANCELLED   1
 #define NGX_HTTP_AGENT_SETTLE_LOST        2   /* its call's worker died */
+#define NGX_HTTP_AGENT_SETTLE_SERVER      3   /* its MCP server gave up */
 
 #define NGX_HTTP_AGENT_UNPAIRED                                              \
     "[failed] the turn ended before the call had a result"

@@ -37,7 +37,12 @@ static ngx_int_t ngx_http_agent_mcp_call_elicit(ngx_http_agent_mcp_rpc_t *rpc,
     yajl_val params);
 static ngx_int_t ngx_http_agent_mcp_call_answer(ngx_http_agent_mcp_rpc_t *rpc,
     ngx_str_t *id, yajl_val resolution, char *error);
-static void ngx_http_agent_mcp_call_settle(ngx_http_agent_mcp_rpc_t *rpc);
+static ngx_int_t ngx_http_agent_mcp_call_message(ngx_http_agent_mcp_rpc_t *rpc,
+    ngx_str_t *id, yajl_val resolution, char *error, ngx_str_t *message);
+static void ngx_http_agent_mcp_call_withdrawn(ngx_http_agent_mcp_rpc_t *rpc,
+    yajl_val params);
+static void ngx_http_agent_mcp_call_settle(ngx_http_agent_mcp_rpc_t *rpc,
+    char *reason);
 static char *ngx_http_agent_mcp_call_error(ngx_http_agent_call_t *call,
     yajl_val error);
 static ngx_int_t ngx_http_agent_mcp_call_content(ngx_http_agent_call_t *call,
@@ -142,6 +147,13 @@ ngx_http_agent_mcp_call_progress(ngx_http_agent_mcp_rpc_t *rpc, yajl_val msg)
     token = params ? ngx_http_agent_provider_get(params, "progressToken")
                    : NULL;
 
+    if (!call->done && rpc->eliciting
+        && ngx_strcmp(method->u.string, "notifications/cancelled") == 0)
+    {
+        ngx_http_agent_mcp_call_withdrawn(rpc, params);
+        return;
+    }
+
     if (call->done
         || ngx_strcmp(method->u.string, "notifications/progress") != 0
         || !YAJL_IS_STRING(token)
@@ -175,7 +187,7 @@ ngx_http_agent_mcp_call_done(ngx_http_agent_mcp_rpc_t *rpc)
 
     if (rpc->eliciting) {
         /* the server ended the call without the answer */
-        ngx_http_agent_mcp_call_settle(rpc);
+        ngx_http_agent_mcp_call_settle(rpc, "the server ended the call");
     }
 
     result = NULL;
@@ -499,6 +511,9 @@ ngx_http_agent_mcp_call_elicit(ngx_http_agent_mcp_rpc_t *rpc,
     rpc->eliciting = 1;
     t->elicitations++;
 
+    /* the server waits for a person, not the person for the server */
+    ngx_http_agent_mcp_rpc_clock(rpc, 0);
+
     ngx_http_agent_tools_state(t, NGX_HTTP_AGENT_FSM_SUSPEND);
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, &t->log, 0,
@@ -585,6 +600,8 @@ ngx_http_agent_mcp_call_answers(ngx_http_agent_turn_t *t)
         rpc->eliciting = 0;
         t->elicitations--;
 
+        ngx_http_agent_mcp_rpc_clock(rpc, 1);
+
         v = found.len ? ngx_http_agent_provider_parse_log(&t->log,
                                                           found.data,
                                                           found.len)
@@ -616,9 +633,29 @@ static ngx_int_t
 ngx_http_agent_mcp_call_answer(ngx_http_agent_mcp_rpc_t *rpc, ngx_str_t *id,
     yajl_val resolution, char *error)
 {
+    ngx_str_t  message;
+
+    if (ngx_http_agent_mcp_call_message(rpc, id, resolution, error, &message)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, &rpc->turn->log, 0,
+                   "agent mcp call \"%V\": answer %V",
+                   &rpc->call->id, &message);
+
+    return ngx_http_agent_mcp_rpc_reply(rpc, &message);
+}
+
+
+static ngx_int_t
+ngx_http_agent_mcp_call_message(ngx_http_agent_mcp_rpc_t *rpc, ngx_str_t *id,
+    yajl_val resolution, char *error, ngx_str_t *message)
+{
     yajl_gen    g;
     yajl_val    result;
-    ngx_str_t   message, s;
+    ngx_str_t   s;
     ngx_uint_t  failed;
 
     result = resolution ? ngx_http_agent_provider_get(resolution, "result")
@@ -675,22 +712,54 @@ ngx_http_agent_mcp_call_answer(ngx_http_agent_mcp_rpc_t *rpc, ngx_str_t *id,
 
     failed |= yajl_gen_map_close(g);
 
-    if (ngx_http_agent_json_result(g, failed, &message) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, &rpc->turn->log, 0,
-                   "agent mcp call \"%V\": answer %V",
-                   &rpc->call->id, &message);
-
-    return ngx_http_agent_mcp_rpc_reply(rpc, &message);
+    return ngx_http_agent_json_result(g, failed, message);
 }
 
 
-/* the call ended with its question waiting: the question goes too */
+/*
+ * notifications/cancelled of the server for its question: it gave up
+ * waiting (its own request timeout), and takes no answer any more; the
+ * question is settled as the server's, and the call goes on
+ */
 
 static void
-ngx_http_agent_mcp_call_settle(ngx_http_agent_mcp_rpc_t *rpc)
+ngx_http_agent_mcp_call_withdrawn(ngx_http_agent_mcp_rpc_t *rpc,
+    yajl_val params)
+{
+    yajl_gen   g;
+    ngx_str_t  id;
+
+    g = ngx_http_agent_json_gen(rpc->pool);
+
+    if (g == NULL
+        || !YAJL_IS_OBJECT(params)
+        || ngx_http_agent_json_result(g,
+               ngx_http_agent_provider_value(g,
+                   ngx_http_agent_provider_get(params, "requestId")), &id)
+           != NGX_OK
+        || id.len != rpc->elicit_id.len
+        || ngx_strncmp(id.data, rpc->elicit_id.data, id.len) != 0)
+    {
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, &rpc->turn->log, 0,
+                  "agent mcp \"%V\" gave up its question %V of call "
+                  "\"%V\"", &rpc->server->name, &id, &rpc->call->id);
+
+    ngx_http_agent_mcp_call_settle(rpc, "the server gave up its question");
+
+    ngx_http_agent_mcp_rpc_clock(rpc, 1);
+}
+
+
+/*
+ * The question is no longer the server's: the call ended with it
+ * waiting, or the server gave it up.  Settled as the server's doing.
+ */
+
+static void
+ngx_http_agent_mcp_call_settle(ngx_http_agent_mcp_rpc_t *rpc, char *reason)
 {
     ngx_http_agent_turn_t     *t;
     ngx_http_agent_conv_t     *conv;
@@ -709,8 +778,8 @@ ngx_http_agent_mcp_call_settle(ngx_http_agent_mcp_rpc_t *rpc)
 
     if (p && ngx_http_agent_pending_in_call(p)) {
         (void) ngx_http_agent_fsm_settle_locked(t->zone, conv, p,
-                                          NGX_HTTP_AGENT_SETTLE_CANCELLED,
-                                          "the call ended");
+                                          NGX_HTTP_AGENT_SETTLE_SERVER,
+                                          reason);
     }
 
     ngx_http_agent_zone_unlock(t->zone);
@@ -720,14 +789,34 @@ ngx_http_agent_mcp_call_settle(ngx_http_agent_mcp_rpc_t *rpc)
 
 
 /*
- * A cancel: notifications/cancelled for the call, and the answer being
- * sent, if any, goes with the call
+ * A cancel: a question of the server waiting is answered "cancel" (the
+ * server waits for that answer, whatever becomes of the call), then
+ * notifications/cancelled for the call, each on a request that outlives
+ * the turn; the answer being sent, if any, goes with the call
  */
 
 void
 ngx_http_agent_mcp_call_cancel(ngx_http_agent_call_t *call, char *reason)
 {
+    ngx_str_t                  message;
     ngx_http_agent_mcp_rpc_t  *rpc = call->mcp;
+
+    ngx_http_agent_mcp_rpc_clock(rpc, 0);
+
+    if (rpc->eliciting) {
+        rpc->eliciting = 0;
+        rpc->turn->elicitations--;
+
+        if (ngx_http_agent_mcp_call_message(rpc, &rpc->elicit_id, NULL, NULL,
+                                            &message)
+            != NGX_OK
+            || ngx_http_agent_mcp_rpc_post(rpc, &message) != NGX_OK)
+        {
+            ngx_log_error(NGX_LOG_WARN, &rpc->turn->log, 0,
+                          "agent mcp \"%V\": the answer \"cancel\" to its "
+                          "question could not be sent", &rpc->server->name);
+        }
+    }
 
     if (rpc->sub.sr) {
         ngx_http_agent_mcp_rpc_cancelled(rpc, reason);

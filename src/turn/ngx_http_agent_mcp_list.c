@@ -13,6 +13,9 @@
  * lists, a turn makes tools like declared ones (executor server, the
  * server's location) and the agent's tool list for the provider; a name
  * that two of the agent's tools share is prefixed with its server's name.
+ * A list keeps the first of the tools a server lists under one name, and
+ * at most NGX_HTTP_AGENT_MCP_TOOLS_MAX tools: what it leaves out is
+ * warned of once, as the list is fetched.
  */
 
 
@@ -45,6 +48,11 @@ typedef struct {
     yajl_gen                      list;
     ngx_http_agent_mcp_rpc_t     *rpc;
 
+    /* the names listed so far (ngx_str_node_t, data: warned of) */
+    ngx_rbtree_t                  names;
+    ngx_rbtree_node_t             sentinel;
+    unsigned                      capped:1;
+
     /* where the turn goes on once a list is in */
     ngx_event_handler_pt          then;
 } ngx_http_agent_mcp_turn_t;
@@ -53,6 +61,12 @@ typedef struct {
 static ngx_int_t ngx_http_agent_mcp_list_fetch(ngx_http_agent_turn_t *t,
     ngx_uint_t i);
 static void ngx_http_agent_mcp_list_page(ngx_http_agent_mcp_rpc_t *rpc);
+static ngx_int_t ngx_http_agent_mcp_list_keep(ngx_http_agent_turn_t *t,
+    ngx_http_agent_mcp_t *server, yajl_val v);
+static ngx_int_t ngx_http_agent_mcp_list_name(ngx_http_agent_mcp_t *server,
+    yajl_val v, ngx_str_t *name);
+static void ngx_http_agent_mcp_list_unique(ngx_pool_t *pool,
+    ngx_http_agent_t *agent, ngx_array_t *tools);
 static ngx_int_t ngx_http_agent_mcp_list_load(ngx_http_agent_turn_t *t);
 static ngx_int_t ngx_http_agent_mcp_list_make(ngx_pool_t *pool,
     ngx_http_agent_t *agent, ngx_str_t *lists, ngx_array_t *tools);
@@ -175,6 +189,9 @@ ngx_http_agent_mcp_list_fetch(ngx_http_agent_turn_t *t, ngx_uint_t i)
     tm->pages = 0;
     tm->listed = 0;
     tm->rpc = rpc;
+    tm->capped = 0;
+
+    ngx_rbtree_init(&tm->names, &tm->sentinel, ngx_str_rbtree_insert_value);
 
     ngx_str_set(&rpc->method, "tools/list");
     ngx_str_set(&rpc->id, "\"tools-list\"");
@@ -218,11 +235,22 @@ ngx_http_agent_mcp_list_page(ngx_http_agent_mcp_rpc_t *rpc)
     failed = 0;
 
     for (i = 0; i < tools->u.array.len; i++) {
-        failed |= ngx_http_agent_provider_value(tm->list,
-                                                tools->u.array.values[i]);
-    }
+        switch (ngx_http_agent_mcp_list_keep(t, rpc->server,
+                                             tools->u.array.values[i]))
+        {
+        case NGX_OK:
+            failed |= ngx_http_agent_provider_value(tm->list,
+                                                    tools->u.array.values[i]);
+            tm->listed++;
+            break;
 
-    tm->listed += tools->u.array.len;
+        case NGX_DECLINED:
+            break;
+
+        default:
+            failed = 1;
+        }
+    }
 
     cursor = ngx_http_agent_provider_get(result, "nextCursor");
 
@@ -282,6 +310,116 @@ next:
     /* the step that asked, from its start: other lists may be due too */
 
     ngx_http_agent_turn_post(t, tm->then);
+}
+
+
+/*
+ * Whether the list keeps a tool the server listed: one whose name a
+ * model can be given, the first of its name, within the most a list
+ * keeps.  What is left out is warned of once in the fetch.
+ */
+
+static ngx_int_t
+ngx_http_agent_mcp_list_keep(ngx_http_agent_turn_t *t,
+    ngx_http_agent_mcp_t *server, yajl_val v)
+{
+    uint32_t                    hash;
+    ngx_str_t                   name;
+    ngx_str_node_t             *node;
+    ngx_http_agent_mcp_turn_t  *tm;
+
+    tm = t->mcp;
+
+    if (ngx_http_agent_mcp_list_name(server, v, &name) != NGX_OK) {
+        if (name.len) {
+            ngx_log_error(NGX_LOG_WARN, &t->log, 0,
+                          "agent mcp \"%V\": tool \"%V\" is left out: its "
+                          "name is not 1 to %d letters, digits, \"_\" or "
+                          "\"-\" with the server's name", &server->name,
+                          &name, NGX_HTTP_AGENT_NAME_MAX);
+        }
+
+        return NGX_DECLINED;
+    }
+
+    hash = ngx_crc32_long(name.data, name.len);
+
+    node = ngx_str_rbtree_lookup(&tm->names, &name, hash);
+
+    if (node) {
+        if (node->node.data == 0) {
+            node->node.data = 1;
+
+            ngx_log_error(NGX_LOG_WARN, &t->log, 0,
+                          "agent mcp \"%V\" lists tool \"%V\" more than "
+                          "once: the first is kept", &server->name, &name);
+        }
+
+        return NGX_DECLINED;
+    }
+
+    if (tm->listed == NGX_HTTP_AGENT_MCP_TOOLS_MAX) {
+        if (!tm->capped) {
+            tm->capped = 1;
+
+            ngx_log_error(NGX_LOG_WARN, &t->log, 0,
+                          "agent mcp \"%V\" lists more than %d tools: "
+                          "\"%V\" and those after it are left out",
+                          &server->name, NGX_HTTP_AGENT_MCP_TOOLS_MAX,
+                          &name);
+        }
+
+        return NGX_DECLINED;
+    }
+
+    node = ngx_palloc(t->pool, sizeof(ngx_str_node_t));
+    if (node == NULL) {
+        return NGX_ERROR;
+    }
+
+    node->str.data = ngx_pstrdup(t->pool, &name);
+    if (node->str.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    node->str.len = name.len;
+    node->node.key = hash;
+    node->node.data = 0;
+
+    ngx_rbtree_insert(&tm->names, &node->node);
+
+    return NGX_OK;
+}
+
+
+/*
+ * A tool's name, if a model can be given it with the server's name
+ * before it; name->len is 0 for a tool without a string name
+ */
+
+static ngx_int_t
+ngx_http_agent_mcp_list_name(ngx_http_agent_mcp_t *server, yajl_val v,
+    ngx_str_t *name)
+{
+    yajl_val  n;
+
+    n = ngx_http_agent_provider_get(v, "name");
+
+    if (!YAJL_IS_STRING(n)) {
+        name->len = 0;
+        return NGX_DECLINED;
+    }
+
+    name->data = (u_char *) n->u.string;
+    name->len = ngx_strlen(n->u.string);
+
+    if (ngx_http_agent_conf_name(name) != NGX_OK
+        || name->len + server->name.len + 1 > NGX_HTTP_AGENT_NAME_MAX)
+    {
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
 }
 
 
@@ -540,7 +678,54 @@ ngx_http_agent_mcp_list_make(ngx_pool_t *pool, ngx_http_agent_t *agent,
                          - p;
     }
 
+    ngx_http_agent_mcp_list_unique(pool, agent, tools);
+
     return NGX_OK;
+}
+
+
+/*
+ * A name the model gets once: a tool whose name, prefixed or not, is a
+ * declared tool's or an earlier MCP tool's is left out, so that it never
+ * shadows one and the provider never gets two functions of one name
+ */
+
+static void
+ngx_http_agent_mcp_list_unique(ngx_pool_t *pool, ngx_http_agent_t *agent,
+    ngx_array_t *tools)
+{
+    ngx_uint_t               i, k, n;
+    ngx_http_agent_tool_t  **all;
+
+    all = tools->elts;
+    n = 0;
+
+    for (i = 0; i < tools->nelts; i++) {
+
+        for (k = 0; k < n; k++) {
+            if (all[k]->name.len == all[i]->name.len
+                && ngx_strncmp(all[k]->name.data, all[i]->name.data,
+                               all[i]->name.len)
+                   == 0)
+            {
+                break;
+            }
+        }
+
+        if (k < n || ngx_http_agent_tools_find(agent, &all[i]->name)) {
+            ngx_log_error(NGX_LOG_WARN, pool->log, 0,
+                          "agent mcp \"%V\": tool \"%V\" is left out: "
+                          "the agent has another tool named \"%V\"",
+                          &((ngx_http_agent_mcp_t *) all[i]->mcp)->name,
+                          &all[i]->mcp_name,
+                          &all[i]->name);
+            continue;
+        }
+
+        all[n++] = all[i];
+    }
+
+    tools->nelts = n;
 }
 
 
@@ -551,33 +736,18 @@ ngx_http_agent_mcp_list_add(ngx_pool_t *pool, ngx_http_agent_mcp_t *server,
     yajl_val v, ngx_array_t *tools)
 {
     yajl_gen                 g;
-    yajl_val                 name, description, schema;
+    yajl_val                 description, schema;
     ngx_str_t                s, json;
     ngx_http_agent_tool_t   *tool, **tp;
 
-    name = ngx_http_agent_provider_get(v, "name");
     description = ngx_http_agent_provider_get(v, "description");
     schema = ngx_http_agent_provider_get(v, "inputSchema");
 
-    if (!YAJL_IS_STRING(name)) {
-        return NGX_OK;
-    }
+    /* the list was made of names a model can be given, as it was fetched */
 
-    s.data = (u_char *) name->u.string;
-    s.len = ngx_strlen(s.data);
-
-    if (ngx_http_agent_conf_name(&s) != NGX_OK
-        || s.len + server->name.len + 1 > NGX_HTTP_AGENT_NAME_MAX)
+    if (ngx_http_agent_mcp_list_name(server, v, &s) != NGX_OK
+        || !ngx_http_agent_conf_mcp_allowed(server, &s))
     {
-        ngx_log_error(NGX_LOG_WARN, pool->log, 0,
-                      "agent mcp \"%V\": tool \"%V\" is left out: its name "
-                      "is not 1 to %d letters, digits, \"_\" or \"-\" "
-                      "with the server's name", &server->name, &s,
-                      NGX_HTTP_AGENT_NAME_MAX);
-        return NGX_OK;
-    }
-
-    if (!ngx_http_agent_conf_mcp_allowed(server, &s)) {
         return NGX_OK;
     }
 

@@ -25,6 +25,7 @@
 #include "ngx_http_agent_mcp_rpc.h"
 #include "ngx_http_agent_notify.h"
 #include "ngx_http_agent_detached.h"
+#include "ngx_http_agent_tools.h"
 
 
 #define NGX_HTTP_AGENT_MCP_INIT         0
@@ -36,6 +37,7 @@ static ngx_int_t ngx_http_agent_mcp_rpc_send(ngx_http_agent_mcp_rpc_t *rpc);
 static ngx_int_t ngx_http_agent_mcp_rpc_ended(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
 static void ngx_http_agent_mcp_rpc_next(ngx_event_t *ev);
+static void ngx_http_agent_mcp_rpc_expire(ngx_event_t *ev);
 static void ngx_http_agent_mcp_rpc_step(ngx_http_agent_mcp_rpc_t *rpc);
 static void ngx_http_agent_mcp_rpc_initialized(ngx_http_agent_mcp_rpc_t *rpc);
 static void ngx_http_agent_mcp_rpc_finish(ngx_http_agent_mcp_rpc_t *rpc,
@@ -84,6 +86,11 @@ ngx_http_agent_mcp_rpc_init(ngx_http_agent_mcp_rpc_t *rpc,
     rpc->event.data = rpc;
     rpc->event.log = &t->log;
 
+    rpc->deadline.handler = ngx_http_agent_mcp_rpc_expire;
+    rpc->deadline.data = rpc;
+    rpc->deadline.log = &t->log;
+    rpc->left = server->rpc_timeout;
+
     /* the pool goes with the turn: nothing of the request may outlive it */
 
     cln = ngx_pool_cleanup_add(pool, 0);
@@ -105,6 +112,10 @@ ngx_http_agent_mcp_rpc_cleanup(void *data)
 
     if (rpc->event.posted) {
         ngx_delete_posted_event(&rpc->event);
+    }
+
+    if (rpc->deadline.timer_set) {
+        ngx_del_timer(&rpc->deadline);
     }
 
     ngx_http_agent_mcp_rpc_free(rpc);
@@ -164,7 +175,90 @@ ngx_http_agent_mcp_rpc_start(ngx_http_agent_mcp_rpc_t *rpc)
 
     rpc->step = known ? NGX_HTTP_AGENT_MCP_REQUEST : NGX_HTTP_AGENT_MCP_INIT;
 
-    return ngx_http_agent_mcp_rpc_send(rpc);
+    /* a list's next page goes on with the time its first pages left */
+    ngx_http_agent_mcp_rpc_clock(rpc, 1);
+
+    if (ngx_http_agent_mcp_rpc_send(rpc) != NGX_OK) {
+        ngx_http_agent_mcp_rpc_clock(rpc, 0);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The time of an exchange runs while it waits for the server, and stops
+ * while the server waits for a person (its question)
+ */
+
+void
+ngx_http_agent_mcp_rpc_clock(ngx_http_agent_mcp_rpc_t *rpc, ngx_uint_t run)
+{
+    ngx_msec_t  spent;
+
+    if (run) {
+        if (!rpc->deadline.timer_set && !rpc->expired) {
+            rpc->since = ngx_current_msec;
+            ngx_add_timer(&rpc->deadline, rpc->left ? rpc->left : 1);
+        }
+
+        return;
+    }
+
+    if (rpc->deadline.timer_set) {
+        spent = ngx_current_msec - rpc->since;
+        rpc->left = (spent < rpc->left) ? rpc->left - spent : 1;
+        ngx_del_timer(&rpc->deadline);
+    }
+}
+
+
+/*
+ * Past rpc_timeout: a stream kept open by keep-alive comments, or one
+ * that never ends, is aborted (its connection closes) and the request
+ * ends as one the server did not answer, from the posted event
+ */
+
+static void
+ngx_http_agent_mcp_rpc_expire(ngx_event_t *ev)
+{
+    ngx_http_agent_mcp_rpc_t  *rpc = ev->data;
+
+    ngx_str_t  what;
+
+    if (rpc->call && rpc->call->done) {
+        return;
+    }
+
+    what = rpc->method;
+
+    if (what.len == 0) {
+        ngx_str_set(&what, "an answer");
+    }
+
+    ngx_log_error(NGX_LOG_ERR, &rpc->turn->log, 0,
+                  "agent mcp \"%V\": %V took longer than rpc_timeout "
+                  "(%M ms)", &rpc->server->name, &what,
+                  rpc->server->rpc_timeout);
+
+    rpc->expired = 1;
+    rpc->left = 0;
+
+    if (rpc->sub.sr == NULL) {
+        /* it ended meanwhile: its end, posted, finds it expired */
+        return;
+    }
+
+    ngx_http_agent_tools_abort(rpc->sub.sr);
+
+    rpc->sub.sr = NULL;
+
+    if (rpc->call) {
+        rpc->call->sub.sr = NULL;
+    }
+
+    ngx_post_event(&rpc->event, &ngx_posted_events);
 }
 
 
@@ -521,6 +615,11 @@ ngx_http_agent_mcp_rpc_ended(ngx_http_request_t *r, void *data, ngx_int_t rc)
 {
     ngx_http_agent_mcp_rpc_t  *rpc = data;
 
+    if (rpc->expired) {
+        /* aborted, or it ended after all: its end is posted already */
+        return ngx_http_agent_detached_rc(rc);
+    }
+
     if (rc >= NGX_HTTP_SPECIAL_RESPONSE && rpc->status == 0) {
         rpc->status = rc;
     }
@@ -568,6 +667,14 @@ ngx_http_agent_mcp_rpc_step(ngx_http_agent_mcp_rpc_t *rpc)
     u_char                    *p;
     ngx_http_agent_zone_t     *z;
     ngx_http_agent_mcp_sh_t   *m;
+
+    if (rpc->expired) {
+        /* it may still be working on it: it is told to stop */
+        ngx_http_agent_mcp_rpc_cancelled(rpc, "the request timed out");
+        ngx_http_agent_mcp_rpc_finish(rpc, "the MCP server took longer "
+                                           "than rpc_timeout");
+        return;
+    }
 
     if (!rpc->is_sse) {
         ngx_http_agent_mcp_rpc_json(rpc);
@@ -761,6 +868,8 @@ ngx_http_agent_mcp_rpc_finish(ngx_http_agent_mcp_rpc_t *rpc, char *failure)
     rpc->failure = failure;
     rpc->finished = 1;
 
+    ngx_http_agent_mcp_rpc_clock(rpc, 0);
+
     rpc->done(rpc);
 
     ngx_http_agent_mcp_rpc_free(rpc);
@@ -800,7 +909,10 @@ ngx_http_agent_mcp_rpc_reply(ngx_http_agent_mcp_rpc_t *rpc,
     /* a message of this session only: never a new one for it */
     reply->reinit = 1;
 
+    ngx_http_agent_mcp_rpc_clock(reply, 1);
+
     if (ngx_http_agent_mcp_rpc_send(reply) != NGX_OK) {
+        ngx_http_agent_mcp_rpc_clock(reply, 0);
         return NGX_ERROR;
     }
 
@@ -847,11 +959,9 @@ void
 ngx_http_agent_mcp_rpc_cancelled(ngx_http_agent_mcp_rpc_t *rpc,
     char *reason)
 {
-    u_char        *p;
-    size_t         len;
-    ngx_str_t      body;
-    ngx_uint_t     n;
-    ngx_keyval_t   headers[3];
+    u_char     *p;
+    size_t      len;
+    ngx_str_t   body;
 
     if (rpc->step != NGX_HTTP_AGENT_MCP_REQUEST || rpc->id.len == 0) {
         return;
@@ -873,18 +983,33 @@ ngx_http_agent_mcp_rpc_cancelled(ngx_http_agent_mcp_rpc_t *rpc,
                            &rpc->id, reason)
                - p;
 
-    n = ngx_http_agent_mcp_rpc_headers(rpc, headers);
-
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, &rpc->turn->log, 0,
                    "agent mcp \"%V\": request %V cancelled",
                    &rpc->server->name, &rpc->id);
 
-    if (ngx_http_agent_notify_post(rpc->turn->agent, &rpc->server->location,
-                                   &body, headers, n)
-        != NGX_OK)
-    {
+    if (ngx_http_agent_mcp_rpc_post(rpc, &body) != NGX_OK) {
         ngx_log_error(NGX_LOG_WARN, &rpc->turn->log, 0,
                       "agent mcp \"%V\": notifications/cancelled could not "
                       "be sent", &rpc->server->name);
     }
+}
+
+
+/*
+ * A message in the request's session on a detached request of its own,
+ * bounded by rpc_timeout as any exchange is; its answer goes nowhere
+ */
+
+ngx_int_t
+ngx_http_agent_mcp_rpc_post(ngx_http_agent_mcp_rpc_t *rpc,
+    ngx_str_t *message)
+{
+    ngx_uint_t    n;
+    ngx_keyval_t  headers[3];
+
+    n = ngx_http_agent_mcp_rpc_headers(rpc, headers);
+
+    return ngx_http_agent_notify_post(rpc->turn->agent,
+                                      &rpc->server->location, message,
+                                      headers, n, rpc->server->rpc_timeout);
 }

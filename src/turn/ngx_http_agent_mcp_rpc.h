@@ -88,6 +88,11 @@ struct ngx_http_agent_mcp_rpc_s {
 
     ngx_event_t                    event;
 
+    /* rpc_timeout: the time left of it, and since when it runs */
+    ngx_event_t                    deadline;
+    ngx_msec_t                     left;
+    ngx_msec_t                     since;
+
     unsigned                       is_sse:1;
     unsigned                       too_large:1;
     unsigned                       reinit:1;
@@ -96,6 +101,9 @@ struct ngx_http_agent_mcp_rpc_s {
 
     /* the answer's last buffer came: not cut off by a timeout */
     unsigned                       complete:1;
+
+    /* past rpc_timeout: its subrequest was aborted */
+    unsigned                       expired:1;
 };
 
 
@@ -112,6 +120,14 @@ ngx_int_t ngx_http_agent_mcp_rpc_reply(ngx_http_agent_mcp_rpc_t *rpc,
 /* notifications/cancelled for the request, if it was sent */
 void ngx_http_agent_mcp_rpc_cancelled(ngx_http_agent_mcp_rpc_t *rpc,
     char *reason);
+
+/* a message in the request's session, on a request that outlives it */
+ngx_int_t ngx_http_agent_mcp_rpc_post(ngx_http_agent_mcp_rpc_t *rpc,
+    ngx_str_t *message);
+
+/* rpc_timeout runs (1) or stops (0) for the request */
+void ngx_http_agent_mcp_rpc_clock(ngx_http_agent_mcp_rpc_t *rpc,
+    ngx_uint_t run);
 
 /* the output of an MCP subrequest, from the turn's filters */
 ngx_int_t ngx_http_agent_mcp_rpc_header(ngx_http_request_t *r,

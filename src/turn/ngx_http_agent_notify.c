@@ -76,6 +76,7 @@ typedef struct {
     ngx_uint_t                    finished;
     ngx_uint_t                    oneshot;    /* of no waiting call */
     ngx_event_t                   event;
+    ngx_event_t                   deadline;   /* a oneshot's, if any */
     ngx_log_t                     log;
     ngx_http_log_ctx_t            log_ctx;
     ngx_http_conf_ctx_t           conf_ctx;
@@ -119,6 +120,7 @@ static void ngx_http_agent_notify_log(ngx_http_agent_notify_t *n,
 static ngx_int_t ngx_http_agent_notify_done(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
 static void ngx_http_agent_notify_finish(ngx_event_t *ev);
+static void ngx_http_agent_notify_expire(ngx_event_t *ev);
 static void ngx_http_agent_notify_record(ngx_http_agent_notify_t *n,
     ngx_uint_t delivered);
 static ngx_int_t ngx_http_agent_notify_header_filter(ngx_http_request_t *r);
@@ -596,12 +598,14 @@ ngx_http_agent_notify_start(ngx_http_agent_notify_t *n, ngx_keyval_t *h,
 /*
  * A POST on a request of its own, sent once, whose answer goes nowhere:
  * a message that must reach a server after the turn that sends it is
- * gone (an MCP server's notifications/cancelled)
+ * gone (an MCP server's notifications/cancelled).  timeout, if not 0,
+ * bounds the whole exchange: an answer that never ends is cut there.
  */
 
 ngx_int_t
 ngx_http_agent_notify_post(ngx_http_agent_t *agent, ngx_str_t *uri,
-    ngx_str_t *body, ngx_keyval_t *headers, ngx_uint_t nheaders)
+    ngx_str_t *body, ngx_keyval_t *headers, ngx_uint_t nheaders,
+    ngx_msec_t timeout)
 {
     ngx_uint_t                i;
     ngx_pool_t               *pool;
@@ -661,6 +665,14 @@ ngx_http_agent_notify_post(ngx_http_agent_t *agent, ngx_str_t *uri,
         return NGX_ERROR;
     }
 
+    if (timeout && !n->finished) {
+        n->deadline.handler = ngx_http_agent_notify_expire;
+        n->deadline.data = n;
+        n->deadline.log = &n->log;
+
+        ngx_add_timer(&n->deadline, timeout);
+    }
+
     return NGX_OK;
 
 failed:
@@ -705,6 +717,10 @@ ngx_http_agent_notify_finish(ngx_event_t *ev)
 
     n->sub.sr = NULL;
 
+    if (n->deadline.timer_set) {
+        ngx_del_timer(&n->deadline);
+    }
+
     if (n->oneshot) {
         if (n->status < NGX_HTTP_OK
             || n->status >= NGX_HTTP_SPECIAL_RESPONSE)
@@ -719,6 +735,28 @@ ngx_http_agent_notify_finish(ngx_event_t *ev)
                                      && n->status
                                         < NGX_HTTP_SPECIAL_RESPONSE);
     }
+
+    ngx_http_agent_detached_close(n->request);
+}
+
+
+/* a oneshot past its timeout: its request, and the subrequest, closed */
+
+static void
+ngx_http_agent_notify_expire(ngx_event_t *ev)
+{
+    ngx_http_agent_notify_t  *n = ev->data;
+
+    if (n->finished) {
+        /* its end is posted */
+        return;
+    }
+
+    n->finished = 1;
+    n->sub.sr = NULL;
+
+    ngx_log_error(NGX_LOG_WARN, &n->log, 0,
+                  "agent: \"%V\" did not answer in time", &n->uri);
 
     ngx_http_agent_detached_close(n->request);
 }

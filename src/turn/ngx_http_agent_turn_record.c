@@ -18,6 +18,7 @@
 #include "ngx_http_agent_conf.h"
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_metrics.h"
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_turn_metrics.h"
 #include "ngx_http_agent_provider.h"
@@ -452,7 +453,11 @@ ngx_http_agent_turn_record(ngx_http_agent_turn_t *t, ngx_uint_t status)
 }
 
 
-/* a call's tool_call event, with its executor; marked if it is partial */
+/*
+ * A call's tool_call event, with its executor; marked if it is partial.
+ * A tool of an MCP server is counted by its name, as a declared one is,
+ * from its first call on.
+ */
 
 static ngx_int_t
 ngx_http_agent_turn_record_call(ngx_http_agent_turn_t *t,
@@ -460,35 +465,27 @@ ngx_http_agent_turn_record_call(ngx_http_agent_turn_t *t,
 {
     yajl_gen                    g;
     ngx_str_t                   fields, s, executor;
-    ngx_uint_t                  j, failed;
+    ngx_uint_t                  failed;
     ngx_http_agent_tool_t      *tool;
-    ngx_http_agent_tool_ref_t  *ref;
 
     ngx_str_set(&executor, "unknown");
 
     s.data = call->name.data;
     s.len = call->name.len;
 
-    ref = t->agent->tools.elts;
+    /* a declared tool, an MCP server's, or a frontend tool of the turn */
 
-    for (j = 0; j < t->agent->tools.nelts; j++) {
-        tool = ref[j].tool;
+    tool = ngx_http_agent_tools_lookup(t, &s);
 
-        if (tool->name.len == s.len
-            && ngx_strncmp(tool->name.data, s.data, s.len) == 0)
-        {
-            executor = ngx_http_agent_executors[tool->executor].name;
-            break;
-        }
+    if (tool) {
+        executor = ngx_http_agent_executors[tool->executor].name;
     }
 
-    /* a frontend tool of the turn's message */
-
-    tool = (j == t->agent->tools.nelts) ? ngx_http_agent_tools_lookup(t, &s)
-                                        : NULL;
-
-    if (tool && tool->executor == NGX_HTTP_AGENT_EXECUTOR_CLIENT) {
-        executor = ngx_http_agent_executors[tool->executor].name;
+    if (tool && tool->mcp) {
+        ngx_http_agent_zone_lock(t->zone);
+        (void) ngx_http_agent_metrics_tool_locked(t->zone, &tool->name,
+                                                  tool->executor);
+        ngx_http_agent_zone_unlock(t->zone);
     }
 
     g = ngx_http_agent_json_gen(t->pool);

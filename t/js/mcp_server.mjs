@@ -7,8 +7,9 @@
 // prints "listening" once it accepts.  Tools: add (a structured
 // result), count (progress notifications, then a result), fail
 // (isError), confirm (asks the client whether to remove path, by
-// elicitation on the call's stream, and says what it was answered; a
-// call cancelled meanwhile is noted, one line in the file NOTES).  A
+// elicitation on the call's stream, waiting wait ms for the answer, the
+// SDK's 60 s if none, and says what it was answered; the answer, or the
+// call cancelled meanwhile, is noted, one line in the file NOTES).  A
 // session it does not know gets 404, as the transport's specification
 // asks, so that a restarted server makes the client initialize again.
 
@@ -111,12 +112,15 @@ function makeServer() {
                         properties: { confirm: { type: 'boolean' } },
                         required: ['confirm'],
                     },
-                }, { relatedRequestId: extra.requestId, signal: extra.signal });
+                }, { relatedRequestId: extra.requestId, signal: extra.signal,
+                     timeout: args.wait });
             } catch (e) {
                 note(`aborted ${extra.requestId}: `
                      + `${extra.signal.aborted ? extra.signal.reason : e}`);
                 throw e;
             }
+
+            note(`answered ${extra.requestId}: ${answer.action}`);
 
             const text = answer.action === 'accept'
                 ? `confirmed: ${JSON.stringify(answer.content)}`

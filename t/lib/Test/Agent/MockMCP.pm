@@ -38,6 +38,19 @@ text saying what it got: C<confirmed: CONTENT> (accept), C<declined>,
 C<cancelled>, or C<stopped> once notifications/cancelled for the call
 came.  What the server sent is logged too, with C<http> C<SENT>.
 
+Hostile ones: C<stall> (or C<hush>) answers by an SSE stream of
+C<: keep-alive> comments every 0.5 s and never a result; C<giveup> asks as C<confirm>
+does, then gives its question up a second later as the SDK does when
+its request times out (notifications/cancelled for it, on the stream)
+and ends a second after that with C<gave up>; C<askend> asks and ends
+the call a second later with C<ended>, without waiting for the answer.
+
+Options of new: C<tools> (the list tools/list answers, in one page, in
+place of the tools above; a name may repeat), C<list =E<gt> 'stall'>
+(tools/list answered as C<stall> is), C<notes =E<gt> 'stall'>
+(notifications but notifications/initialized, and answers of the
+client, answered as C<stall> is).
+
 A location for nginx.conf that reaches a server on C<$port>:
 
     Test::Agent::MockMCP::location('/mcp/files', $port)
@@ -89,7 +102,7 @@ sub new {
     my ($class, %args) = @_;
 
     my $self = bless { owner => $$, dir => tempdir(CLEANUP => 1),
-                       port => $args{port} }, $class;
+                       port => $args{port}, opts => { %args } }, $class;
 
     $self->start;
 
@@ -143,7 +156,7 @@ sub start {
 
             if ($child == 0) {
                 close $listen;
-                eval { serve($self->{dir}, $c) };
+                eval { serve($self->{dir}, $c, $self->{opts}) };
                 POSIX::_exit(0);
             }
 
@@ -239,8 +252,24 @@ sub read_file {
     return <$fh>;
 }
 
+# an SSE stream that sends nothing but comments, for up to 60 s
+sub stall {
+    my ($c) = @_;
+
+    syswrite($c, "HTTP/1.1 200 OK\r\nConnection: close\r\n"
+                 . "Content-Type: text/event-stream\r\n\r\n");
+
+    for (1 .. 120) {
+        syswrite($c, ": keep-alive\n\n") or return;
+        sleep 0.5;
+        POSIX::_exit(0) if getppid() == 1;
+    }
+}
+
 sub serve {
-    my ($dir, $c) = @_;
+    my ($dir, $c, $opts) = @_;
+
+    $opts //= {};
 
     my ($head, $body) = ('', '');
 
@@ -312,11 +341,17 @@ sub serve {
     return $reply->(400, undef, '')
         unless ($h{'mcp-protocol-version'} // '') eq '2025-06-18';
 
+    my $note = ($opts->{notes} // '') eq 'stall'
+               && $rpc ne 'notifications/initialized'
+               ? sub { $entry->{status} = 200; record($dir, $entry);
+                       stall($c) }
+               : sub { $reply->(202, undef, '') };
+
     if (!exists $msg->{method} && exists $msg->{id}) {
         # an answer of the client to a request of ours
         write_file("$dir/answers/" . unpack('H*', $msg->{id}),
                    $JSON->encode($msg));
-        return $reply->(202, undef, '');
+        return $note->();
     }
 
     if ($rpc eq 'notifications/cancelled') {
@@ -324,11 +359,22 @@ sub serve {
                    . unpack('H*', $msg->{params}{requestId} // ''), '');
     }
 
-    return $reply->(202, undef, '') unless exists $msg->{id};
+    return $note->() unless exists $msg->{id};
 
     my $result = sub {
         $JSON->encode({ jsonrpc => '2.0', id => $msg->{id}, result => $_[0] });
     };
+
+    if ($rpc eq 'tools/list' && ($opts->{list} // '') eq 'stall') {
+        $entry->{status} = 200;
+        record($dir, $entry);
+        return stall($c);
+    }
+
+    if ($rpc eq 'tools/list' && $opts->{tools}) {
+        return $reply->(200, 'application/json',
+                        $result->({ tools => $opts->{tools} }));
+    }
 
     if ($rpc eq 'tools/list') {
         my $cursor = $msg->{params}{cursor};
@@ -383,6 +429,47 @@ sub serve {
     if ($name eq 'remove') {
         return $reply->(200, 'application/json',
                         $result->($text->("removed $args->{path}")));
+    }
+
+    if ($name eq 'stall' || $name eq 'hush') {
+        $entry->{status} = 200;
+        record($dir, $entry);
+        return stall($c);
+    }
+
+    if ($name eq 'giveup' || $name eq 'askend') {
+        $entry->{status} = 200;
+        record($dir, $entry);
+
+        syswrite($c, "HTTP/1.1 200 OK\r\nConnection: close\r\n"
+                     . "Content-Type: text/event-stream\r\n\r\n");
+
+        my $send = sub {
+            record($dir, { http => 'SENT', session => $sid,
+                           message => $_[0] });
+            syswrite($c, "event: message\ndata: " . $JSON->encode($_[0])
+                         . "\n\n");
+        };
+
+        $send->({ jsonrpc => '2.0', id => "el-$$",
+                  method => 'elicitation/create',
+                  params => { message => 'Go on?',
+                              requestedSchema => {
+                                  type => 'object',
+                                  properties => {
+                                      go => { type => 'boolean' } } } } });
+        sleep 1;
+
+        if ($name eq 'giveup') {
+            $send->({ jsonrpc => '2.0', method => 'notifications/cancelled',
+                      params => { requestId => "el-$$",
+                                  reason => 'Request timed out' } });
+            sleep 1;
+        }
+
+        $send->(decode_json($result->($text->(
+            $name eq 'giveup' ? 'gave up' : 'ended'))));
+        return;
     }
 
     if ($name eq 'confirm') {
