@@ -806,8 +806,9 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
     /* the reply's last pieces go out before anything is logged */
     ngx_http_agent_turn_delta_flush(t);
 
-    ngx_http_agent_budget_charge(&t->id, t->reply->input_tokens
-                                         + t->reply->output_tokens);
+    ngx_http_agent_budget_charge(&t->id,
+                                 (uint64_t) t->reply->input_tokens
+                                 + t->reply->output_tokens);
 
     outcome = ngx_http_agent_turn_outcome(t, &reason);
     ngx_http_agent_turn_call_end(t, outcome, &reason);

@@ -1,0 +1,126 @@
+#!/usr/bin/perl
+
+# Numbers a provider reports: each adapter takes a token count of the
+# usage as a non-negative number up to 2147483647 (2^31 - 1).  A larger
+# one (a 64-bit maximum, two that would wrap when summed, a number no
+# integer holds) counts as that maximum, a fraction is rounded down, a
+# negative count or a string counts as none; each with a warning.  So a
+# broken or hostile provider cannot wrap a token budget into credit: the
+# next message is refused 429, the logged usage and the token metrics
+# hold the bounded counts, and the exposition stays valid.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use Time::HiRes qw(sleep);
+
+use Test::Agent;
+use Test::Agent::Engine;
+use Test::Agent::HTTP;
+use Test::Agent::MockProvider;
+
+my $MAX = 2147483647;
+
+my $promtool = promtool();
+
+my $http = <<'EOF';
+    agent_budget_zone key=$http_x_user zone=budget:1m tokens=1000/d;
+EOF
+
+my $server = <<"EOF";
+        agent_budget zone=budget;
+$METRICS_LOCATION
+EOF
+
+sub usage {
+    my ($in, $out) = @_;
+    return { prompt_tokens => $in, completion_tokens => $out };
+}
+
+for my $adapter (qw(openai_chat anthropic_messages openai_responses)) {
+    my $mock = Test::Agent::MockProvider->new;
+    my $t = Test::Agent->new;
+
+    $t->write_file_expand('nginx.conf', engine_conf($mock,
+        adapter => $adapter, http => $http, server => $server));
+    $t->run;
+
+    my $msg = sub {
+        my ($user, $text) = @_;
+        return send_message($t, $user, $text,
+                            headers => { 'X-User' => $user });
+    };
+
+    # user => [usage, the usage logged, the next message's status]
+    my @cases = (
+        [ 'max', usage('9223372036854775807', '9223372036854775807'),
+          [ $MAX, $MAX ], 429 ],
+        [ 'near', usage('4611686018427387904', '4611686018427387904'),
+          [ $MAX, $MAX ], 429 ],
+        [ 'big', usage({ raw => '1e400' }, { raw => '12.9' }),
+          [ $MAX, 12 ], 429 ],
+        [ 'wide', usage({ raw => '18446744073709551616' }, 3),
+          [ $MAX, 3 ], 429 ],
+        [ 'bad', usage({ raw => '-5' }, { raw => '"700"' }),
+          [ 0, undef ], 202 ],
+    );
+
+    for my $c (@cases) {
+        my ($user, $usage, $logged, $next) = @$c;
+
+        $mock->script({ text => 'ok', usage => $usage });
+
+        is($msg->($user, 'hi')->{status}, 202,
+           "$adapter: $user: the first message is taken");
+
+        my $conv = wait_state($t, $user, 'idle');
+        my ($a) = grep { $_->{type} eq 'assistant_msg' }
+                  @{$conv->{messages}};
+
+        is($a->{usage}{input_tokens}, $logged->[0],
+           "$adapter: $user: input_tokens logged as $logged->[0]");
+        is($a->{usage}{output_tokens}, $logged->[1],
+           "$adapter: $user: output_tokens logged as $logged->[1]")
+            if defined $logged->[1];
+
+        $mock->script({ text => 'again', usage => usage(1, 1) })
+            if $next == 202;
+
+        my $r = $msg->($user, 'more');
+        is($r->{status}, $next, "$adapter: $user: the next message: $next");
+        is($r->{json}{error}{code}, 'budget_exceeded',
+           "$adapter: $user: budget_exceeded") if $next == 429;
+        wait_state($t, $user, 'idle');
+    }
+
+    like($t->read_file('error.log'),
+         qr/\[warn\].*(?:input|prompt)_tokens.*9223372036854775807
+            .*2147483647/x,
+         "$adapter: the error log warns of the count it bounded");
+    like($t->read_file('error.log'),
+         qr/\[warn\].*(?:input|prompt)_tokens.*not a count/,
+         "$adapter: and of one it did not take");
+
+    # four calls of the maximum input tokens and one of 1: the
+    # histogram's sum is theirs, not 64-bit counts wrapped
+
+    my $r = http_get('/metrics', port => $t->port(8080));
+    my ($sum) = $r->{body} =~ /^gen_ai_client_token_usage_sum\{[^}]*
+                               gen_ai_token_type="input"\}\ (\d+)$/xm;
+    is($sum, 4 * $MAX + 1,
+       "$adapter: input tokens' sum: 4 times the maximum, and 1");
+
+    SKIP: {
+        skip 'promtool is not installed', 1 unless $promtool;
+        my ($ok, $out) = promtool_ok($r->{body});
+        ok($ok, "$adapter: promtool check metrics passes") or diag $out;
+    }
+
+    $t->done(more => 1);
+}
+
+done_testing();
