@@ -7,7 +7,8 @@
 # negative count or a string counts as none; each with a warning.  So a
 # broken or hostile provider cannot wrap a token budget into credit: the
 # next message is refused 429, the logged usage and the token metrics
-# hold the bounded counts, and the exposition stays valid.
+# hold the bounded counts, and the exposition stays valid.  And a
+# Retry-After too large to be a delay is taken as "as long as the cap".
 
 use strict;
 use warnings;
@@ -123,4 +124,31 @@ for my $adapter (qw(openai_chat anthropic_messages openai_responses)) {
     $t->done(more => 1);
 }
 
-done_testing();
+# Retry-After: 2^61 seconds, whose milliseconds wrap a 64-bit count to 0,
+# still means "wait": the retry comes after the cap, not at once
+
+{
+    my $mock = Test::Agent::MockProvider->new;
+    my $t = Test::Agent->new;
+
+    my $conf = engine_conf($mock);
+    $conf =~ s/retry attempts=3 base=50ms cap=200ms;/retry attempts=2 base=10ms cap=1s;/
+        or die 'no retry line to change';
+
+    $t->write_file_expand('nginx.conf', $conf);
+    $t->run;
+
+    $mock->script({ status => 429, retry_after => '2305843009213693952' },
+                  { text => 'ok' });
+
+    is(send_message($t, 'ra', 'hi')->{status}, 202, 'a message is taken');
+    is(log_types(wait_state($t, 'ra', 'idle')), 'user_msg assistant_msg '
+       . 'turn_completed', 'the turn completes after the retry');
+
+    my $reqs = $mock->requests;
+    my $gap = $reqs->[1]{received_at} - $reqs->[0]{received_at};
+    cmp_ok($gap, '>=', 0.9,
+           sprintf('the retry waited for the cap (%.3f s)', $gap));
+
+    $t->done;
+}
