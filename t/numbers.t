@@ -1,14 +1,17 @@
 #!/usr/bin/perl
 
-# Numbers a provider reports: each adapter takes a token count of the
+# Numbers from outside, bounded where they enter.  Those a provider
+# reports: each adapter takes a token count of the
 # usage as a non-negative number up to 2147483647 (2^31 - 1).  A larger
 # one (a 64-bit maximum, two that would wrap when summed, a number no
 # integer holds) counts as that maximum, a fraction is rounded down, a
 # negative count or a string counts as none; each with a warning.  So a
 # broken or hostile provider cannot wrap a token budget into credit: the
 # next message is refused 429, the logged usage and the token metrics
-# hold the bounded counts, and the exposition stays valid.  And a
+# hold the bounded counts, and the exposition stays valid.  A
 # Retry-After too large to be a delay is taken as "as long as the cap".
+# A client's cursor (Last-Event-ID, ?after=) past the log's end is taken
+# as its end, so the events that come later are not skipped.
 
 use strict;
 use warnings;
@@ -23,6 +26,7 @@ use Test::Agent;
 use Test::Agent::Engine;
 use Test::Agent::HTTP;
 use Test::Agent::MockProvider;
+use Test::Agent::SSE;
 
 my $MAX = 2147483647;
 
@@ -149,6 +153,48 @@ for my $adapter (qw(openai_chat anthropic_messages openai_responses)) {
     my $gap = $reqs->[1]{received_at} - $reqs->[0]{received_at};
     cmp_ok($gap, '>=', 0.9,
            sprintf('the retry waited for the cap (%.3f s)', $gap));
+
+    $t->done(more => 1);
+}
+
+# cursors past the log's end: a subscriber gets the events that follow,
+# an inspect's next page starts at the end
+
+{
+    my $mock = Test::Agent::MockProvider->new;
+    my $t = Test::Agent->new;
+
+    $t->write_file_expand('nginx.conf', engine_conf($mock));
+    $t->run;
+
+    $mock->script({ text => 'one' }, { text => 'two' });
+
+    is(send_message($t, 'cur', 'hi')->{status}, 202, 'a message is taken');
+    is(wait_state($t, 'cur', 'idle')->{last_seq}, 3, 'its turn: seq 1 to 3');
+
+    my $c = inspect($t, 'cur', 'after=1000')->{json};
+    is_deeply($c->{messages}, [], 'inspect after 1000: no messages');
+    is($c->{next_after}, 3, 'and the next page after 3, the last seq');
+
+    my $sse = Test::Agent::SSE->new(http_stream(
+        "GET /c/cur/events HTTP/1.1\r\nHost: localhost\r\n"
+        . "Last-Event-ID: 1000\r\n\r\n", port => $t->port(8080)));
+
+    # the stream is open (its heartbeat or nothing) before the message
+    $sse->next_event(0.5);
+
+    is(send_message($t, 'cur', 'more')->{status}, 202,
+       'another message is taken');
+
+    my @got = $sse->events_until(sub { ($_[0]{event} // '') eq
+                                       'turn_completed' }, 5);
+    is(join(' ', map { $_->{id} } grep { defined $_->{id} } @got), '4 5 6',
+       'a subscriber resuming after 1000 gets seq 4 to 6');
+
+    my $r = http_get('/c/cur/events?after=99999999999999999999',
+                     port => $t->port(8080));
+    is($r->{status}, 400, 'a cursor no integer holds: 400');
+    like($r->{body}, qr/"invalid_argument"/, 'invalid_argument');
 
     $t->done;
 }
