@@ -586,6 +586,7 @@ void
 ngx_http_agent_budget_charge(ngx_str_t *id, uint64_t tokens)
 {
     time_t                          now;
+    uint64_t                        step;
     ngx_uint_t                      i;
     ngx_http_agent_budget_node_t   *bn;
     ngx_http_agent_budget_zone_t  **bzp;
@@ -600,6 +601,7 @@ ngx_http_agent_budget_charge(ngx_str_t *id, uint64_t tokens)
 
     now = ngx_time();
     bzp = amcf->budgets->elts;
+    step = ngx_min(tokens, NGX_HTTP_AGENT_BUDGET_STEP);
 
     for (i = 0; i < amcf->budgets->nelts; i++) {
         ngx_shmtx_lock(&bzp[i]->shpool->mutex);
@@ -609,7 +611,7 @@ ngx_http_agent_budget_charge(ngx_str_t *id, uint64_t tokens)
         if (bn) {
             ngx_http_agent_budget_add(bzp[i], bn,
                                       NGX_HTTP_AGENT_BUDGET_TOKENS, now,
-                                      (int64_t) ngx_min(tokens, NGX_HTTP_AGENT_BUDGET_STEP));
+                                      (int64_t) step);
         }
 
         ngx_shmtx_unlock(&bzp[i]->shpool->mutex);
