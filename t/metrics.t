@@ -13,15 +13,13 @@ use lib "$FindBin::Bin/lib";
 
 use Test::More;
 use Time::HiRes qw(sleep);
-use File::Temp qw(tempfile);
 
 use Test::Agent;
 use Test::Agent::HTTP;
 use Test::Agent::Engine;
 use Test::Agent::MockProvider;
 
-my $promtool = `sh -c 'command -v promtool' 2>/dev/null`;
-chomp $promtool;
+my $promtool = promtool();
 
 if (!$promtool && !$ENV{CI}) {
     plan skip_all => 'promtool is not installed (Debian package '
@@ -94,15 +92,6 @@ sub value {
     }
 
     return $n ? $sum : undef;
-}
-
-sub promtool_ok {
-    my ($body) = @_;
-    my ($fh, $file) = tempfile(UNLINK => 1);
-    print $fh $body;
-    close $fh;
-    my $out = `'$promtool' check metrics < '$file' 2>&1`;
-    return ($? == 0, $out);
 }
 
 my %chat = (gen_ai_agent_name => 'chat');

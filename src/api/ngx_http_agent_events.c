@@ -214,6 +214,13 @@ ngx_http_agent_events_stream(ngx_http_request_t *r, ngx_str_t *id,
         sub->seq = after;
     }
 
+    /* a cursor past the log's end is its end: no later event is skipped */
+
+    if (conv && after > conv->seq) {
+        after = conv->seq;
+        sub->seq = after;
+    }
+
     if (conv == NULL) {
         rc = NGX_HTTP_NOT_FOUND;
 

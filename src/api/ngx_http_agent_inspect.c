@@ -107,6 +107,12 @@ ngx_http_agent_inspect_handler(ngx_http_request_t *r)
         return rc;
     }
 
+    /* a cursor past the log's end is its end: no later event is skipped */
+
+    if ((uint64_t) after > conv->seq) {
+        after = conv->seq;
+    }
+
     if (ngx_http_agent_inspect_pending_locked(r, conv, &pending) != NGX_OK
         || ngx_http_agent_inspect_running_locked(r, conv, &running)
            != NGX_OK)

@@ -37,6 +37,9 @@
 #define NGX_HTTP_AGENT_PENDING_ELICITATION   2
 #define NGX_HTTP_AGENT_PENDING_CLIENT_EXEC   3
 
+/* the most tokens one count of a model call's usage is taken as: 2^31 - 1 */
+#define NGX_HTTP_AGENT_TOKENS_MAX            2147483647
+
 
 typedef struct ngx_http_agent_provider_s  ngx_http_agent_provider_t;
 

@@ -910,29 +910,13 @@ ngx_http_agent_anthropic_piece(ngx_http_agent_anthropic_ctx_t *ctx,
 static void
 ngx_http_agent_anthropic_usage(ngx_http_agent_reply_t *reply, yajl_val usage)
 {
-    yajl_val  v;
-
-    v = ngx_http_agent_provider_get(usage, "input_tokens");
-
-    if (YAJL_IS_INTEGER(v) && YAJL_GET_INTEGER(v) >= 0) {
-        reply->input_tokens = (ngx_uint_t) YAJL_GET_INTEGER(v);
-    }
-
-    v = ngx_http_agent_provider_get(usage, "output_tokens");
-
-    if (YAJL_IS_INTEGER(v) && YAJL_GET_INTEGER(v) >= 0) {
-        reply->output_tokens = (ngx_uint_t) YAJL_GET_INTEGER(v);
-    }
-
-    v = ngx_http_agent_provider_get(usage, "cache_read_input_tokens");
-
-    if (YAJL_IS_INTEGER(v) && YAJL_GET_INTEGER(v) >= 0) {
-        reply->cached_tokens = (ngx_uint_t) YAJL_GET_INTEGER(v);
-    }
-
-    v = ngx_http_agent_provider_get(usage, "cache_creation_input_tokens");
-
-    if (YAJL_IS_INTEGER(v) && YAJL_GET_INTEGER(v) >= 0) {
-        reply->cache_creation_tokens = (ngx_uint_t) YAJL_GET_INTEGER(v);
-    }
+    ngx_http_agent_provider_tokens(reply, usage, "input_tokens",
+                                   &reply->input_tokens);
+    ngx_http_agent_provider_tokens(reply, usage, "output_tokens",
+                                   &reply->output_tokens);
+    ngx_http_agent_provider_tokens(reply, usage, "cache_read_input_tokens",
+                                   &reply->cached_tokens);
+    ngx_http_agent_provider_tokens(reply, usage,
+                                   "cache_creation_input_tokens",
+                                   &reply->cache_creation_tokens);
 }

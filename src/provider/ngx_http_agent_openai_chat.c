@@ -79,7 +79,6 @@ static ngx_http_agent_reply_call_t *ngx_http_agent_openai_chat_call(
 static ngx_int_t ngx_http_agent_openai_chat_piece(
     ngx_http_agent_reply_t *reply, ngx_http_agent_bytes_t *b,
     ngx_uint_t kind, ngx_uint_t index, yajl_val v);
-static void ngx_http_agent_openai_chat_count(yajl_val v, ngx_uint_t *n);
 static ngx_int_t ngx_http_agent_openai_chat_error(
     ngx_http_agent_openai_chat_ctx_t *ctx, yajl_val err);
 
@@ -517,16 +516,9 @@ ngx_http_agent_openai_chat_chunk(ngx_http_agent_openai_chat_ctx_t *ctx,
     /* null in every chunk but the last, which has "choices":[] */
     v = ngx_http_agent_provider_get(chunk, "usage");
 
-    ngx_http_agent_openai_chat_count(
-        ngx_http_agent_provider_get(v, "prompt_tokens"), &reply->input_tokens);
-    ngx_http_agent_openai_chat_count(
-        ngx_http_agent_provider_get(v, "completion_tokens"),
-        &reply->output_tokens);
-    ngx_http_agent_openai_chat_count(
-        ngx_http_agent_provider_get(
-            ngx_http_agent_provider_get(v, "prompt_tokens_details"),
-            "cached_tokens"),
-        &reply->cached_tokens);
+    ngx_http_agent_provider_usage(reply, v, "prompt_tokens",
+                                  "completion_tokens",
+                                  "prompt_tokens_details");
 
     return NGX_OK;
 }
@@ -738,15 +730,6 @@ ngx_http_agent_openai_chat_piece(ngx_http_agent_reply_t *reply,
     }
 
     return NGX_OK;
-}
-
-
-static void
-ngx_http_agent_openai_chat_count(yajl_val v, ngx_uint_t *n)
-{
-    if (YAJL_IS_INTEGER(v) && YAJL_GET_INTEGER(v) >= 0) {
-        *n = (ngx_uint_t) YAJL_GET_INTEGER(v);
-    }
 }
 
 

@@ -687,7 +687,6 @@ ngx_http_agent_openai_responses_completed(
     ngx_http_agent_openai_responses_ctx_t *ctx, yajl_val ev)
 {
     yajl_val                 resp, usage, reason;
-    ngx_int_t                n;
     ngx_http_agent_reply_t  *reply;
 
     reply = ctx->reply;
@@ -695,28 +694,8 @@ ngx_http_agent_openai_responses_completed(
     resp = ngx_http_agent_provider_get(ev, "response");
     usage = ngx_http_agent_provider_get(resp, "usage");
 
-    n = ngx_http_agent_openai_responses_index(
-            ngx_http_agent_provider_get(usage, "input_tokens"));
-
-    if (n != -1) {
-        reply->input_tokens = n;
-    }
-
-    n = ngx_http_agent_openai_responses_index(
-            ngx_http_agent_provider_get(usage, "output_tokens"));
-
-    if (n != -1) {
-        reply->output_tokens = n;
-    }
-
-    n = ngx_http_agent_openai_responses_index(
-            ngx_http_agent_provider_get(
-                ngx_http_agent_provider_get(usage, "input_tokens_details"),
-                "cached_tokens"));
-
-    if (n != -1) {
-        reply->cached_tokens = n;
-    }
+    ngx_http_agent_provider_usage(reply, usage, "input_tokens",
+                                  "output_tokens", "input_tokens_details");
 
     reason = ngx_http_agent_provider_get(
                  ngx_http_agent_provider_get(resp, "incomplete_details"),

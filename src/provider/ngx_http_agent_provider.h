@@ -97,6 +97,7 @@ struct ngx_http_agent_reply_s {
     ngx_http_agent_bytes_t        finish_reason;
     ngx_http_agent_bytes_t        response_id;
 
+    /* at most NGX_HTTP_AGENT_TOKENS_MAX each */
     ngx_uint_t                    input_tokens;
     ngx_uint_t                    output_tokens;
     ngx_uint_t                    cached_tokens;  /* read from a cache */
@@ -225,6 +226,14 @@ ngx_uint_t ngx_http_agent_provider_options(yajl_gen g,
     ngx_http_agent_t *agent);
 ngx_uint_t ngx_http_agent_provider_option(ngx_http_agent_t *agent,
     char *key);
+
+/* member name of usage, a token count, into *n if it is one */
+void ngx_http_agent_provider_tokens(ngx_http_agent_reply_t *reply,
+    yajl_val usage, char *name, ngx_uint_t *n);
+
+/* OpenAI's usage: input, output, and details' cached_tokens */
+void ngx_http_agent_provider_usage(ngx_http_agent_reply_t *reply,
+    yajl_val usage, char *input, char *output, char *details);
 
 
 extern ngx_http_agent_provider_t   ngx_http_agent_openai_chat;

@@ -27,6 +27,9 @@
 
 #define NGX_HTTP_AGENT_BUDGET_KEY_MAX    256
 
+/* the largest step of a counter, which is signed: a refund is negative */
+#define NGX_HTTP_AGENT_BUDGET_STEP       0x7fffffffffffffffULL
+
 #define NGX_HTTP_AGENT_BUDGET_KEY        0
 #define NGX_HTTP_AGENT_BUDGET_BINDING    1
 
@@ -274,12 +277,18 @@ ngx_http_agent_budget_add(ngx_http_agent_budget_zone_t *bz,
         c->used = 0;
     }
 
-    if (n < 0 && c->used < (uint64_t) -n) {
-        c->used = 0;
+    /* a count saturates: it never wraps into credit */
+
+    if (n < 0) {
+        c->used = (c->used > (uint64_t) -(n + 1)) ? c->used + n : 0;
         return;
     }
 
     c->used += n;
+
+    if (c->used < (uint64_t) n) {
+        c->used = (uint64_t) -1;
+    }
 }
 
 
@@ -574,9 +583,10 @@ ngx_http_agent_budget_spend(ngx_str_t *id, ngx_pool_t *pool,
 
 
 void
-ngx_http_agent_budget_charge(ngx_str_t *id, ngx_uint_t tokens)
+ngx_http_agent_budget_charge(ngx_str_t *id, uint64_t tokens)
 {
     time_t                          now;
+    uint64_t                        step;
     ngx_uint_t                      i;
     ngx_http_agent_budget_node_t   *bn;
     ngx_http_agent_budget_zone_t  **bzp;
@@ -591,6 +601,7 @@ ngx_http_agent_budget_charge(ngx_str_t *id, ngx_uint_t tokens)
 
     now = ngx_time();
     bzp = amcf->budgets->elts;
+    step = ngx_min(tokens, NGX_HTTP_AGENT_BUDGET_STEP);
 
     for (i = 0; i < amcf->budgets->nelts; i++) {
         ngx_shmtx_lock(&bzp[i]->shpool->mutex);
@@ -600,7 +611,7 @@ ngx_http_agent_budget_charge(ngx_str_t *id, ngx_uint_t tokens)
         if (bn) {
             ngx_http_agent_budget_add(bzp[i], bn,
                                       NGX_HTTP_AGENT_BUDGET_TOKENS, now,
-                                      (int64_t) tokens);
+                                      (int64_t) step);
         }
 
         ngx_shmtx_unlock(&bzp[i]->shpool->mutex);

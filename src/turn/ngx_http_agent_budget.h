@@ -90,7 +90,7 @@ ngx_int_t ngx_http_agent_budget_spend(ngx_str_t *id, ngx_pool_t *pool,
     ngx_str_t *fields);
 
 /* after a model call: the tokens the provider reported */
-void ngx_http_agent_budget_charge(ngx_str_t *id, ngx_uint_t tokens);
+void ngx_http_agent_budget_charge(ngx_str_t *id, uint64_t tokens);
 
 
 #endif /* _NGX_HTTP_AGENT_BUDGET_H_INCLUDED_ */

@@ -119,7 +119,7 @@ ngx_http_agent_summary_init_filters(ngx_conf_t *cf)
 ngx_uint_t
 ngx_http_agent_summary_due(ngx_http_agent_turn_t *t)
 {
-    size_t                   tokens;
+    uint64_t                 tokens;
     ngx_http_agent_reply_t  *reply;
 
     if (t->agent->context_budget <= 0 || t->reply == NULL) {
@@ -129,7 +129,7 @@ ngx_http_agent_summary_due(ngx_http_agent_turn_t *t)
     reply = t->reply;
 
     if (reply->input_tokens) {
-        tokens = reply->input_tokens + reply->output_tokens;
+        tokens = (uint64_t) reply->input_tokens + reply->output_tokens;
 
     } else {
         tokens = (t->context_len + reply->text.len)
@@ -137,10 +137,10 @@ ngx_http_agent_summary_due(ngx_http_agent_turn_t *t)
     }
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, &t->log, 0,
-                   "agent turn \"%V\": context of %uz tokens, budget %i",
+                   "agent turn \"%V\": context of %uL tokens, budget %i",
                    &t->id, tokens, t->agent->context_budget);
 
-    return tokens > (size_t) t->agent->context_budget;
+    return tokens > (uint64_t) t->agent->context_budget;
 }
 
 
@@ -603,7 +603,7 @@ ngx_http_agent_summary_finish(ngx_event_t *ev)
         failed = "the reply has no text";
     }
 
-    ngx_http_agent_budget_charge(&s->id, reply->input_tokens
+    ngx_http_agent_budget_charge(&s->id, (uint64_t) reply->input_tokens
                                          + reply->output_tokens);
 
     if (failed == NULL && ngx_http_agent_summary_record(s) != NGX_OK) {

@@ -52,6 +52,12 @@ static u_char *ngx_http_agent_turn_log_error(ngx_log_t *log, u_char *buf,
 #define NGX_HTTP_AGENT_TURN_BUSY_WAIT   50
 #define NGX_HTTP_AGENT_TURN_BUSY_TRIES  100
 
+/*
+ * A provider's Retry-After, seconds, is taken up to a day: the retry's
+ * cap bounds the wait anyway, and the delay in ms must not wrap
+ */
+#define NGX_HTTP_AGENT_RETRY_AFTER_MAX  86400
+
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
 static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
@@ -142,7 +148,7 @@ ngx_http_agent_turn_header_filter(ngx_http_request_t *r)
         ra = ngx_atotm(h[i].value.data, h[i].value.len);
 
         if (ra != NGX_ERROR) {
-            t->retry_after = ra;
+            t->retry_after = ngx_min(ra, NGX_HTTP_AGENT_RETRY_AFTER_MAX);
         }
     }
 
@@ -809,8 +815,9 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
     /* the reply's last pieces go out before anything is logged */
     ngx_http_agent_turn_delta_flush(t);
 
-    ngx_http_agent_budget_charge(&t->id, t->reply->input_tokens
-                                         + t->reply->output_tokens);
+    ngx_http_agent_budget_charge(&t->id,
+                                 (uint64_t) t->reply->input_tokens
+                                 + t->reply->output_tokens);
 
     outcome = ngx_http_agent_turn_outcome(t, &reason);
     ngx_http_agent_turn_call_end(t, outcome, &reason);

@@ -198,7 +198,9 @@ ngx_http_agent_turn_call_count(ngx_http_agent_turn_t *t, ngx_uint_t status,
 
     /* a call the provider reported no usage for is not a call of none */
 
-    if (reply == NULL || reply->input_tokens + reply->output_tokens == 0) {
+    if (reply == NULL
+        || (reply->input_tokens == 0 && reply->output_tokens == 0))
+    {
         return;
     }
 

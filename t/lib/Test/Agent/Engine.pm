@@ -14,6 +14,7 @@ use strict;
 use warnings;
 
 use Exporter qw(import);
+use File::Temp qw(tempfile);
 use IO::Select;
 use JSON::PP;
 use Test::More ();
@@ -27,7 +28,8 @@ our @EXPORT = qw(engine_conf send_message send_message_later inspect
                  wait_state wait_pending
                  log_types events_request resolve cancel owner_request
                  metric echo_calls held_calls store_engine store_backlog
-                 store_stop worker_pids worker_connection
+                 store_stop worker_pids worker_connection promtool
+                 promtool_ok
                  $ECHO_TOOL $ECHO_LOCATION $METRICS_LOCATION
                  $WORKERS_SERVER);
 
@@ -336,6 +338,27 @@ sub metric {
     $sum += $_ for @v;
 
     return @v ? $sum : -1;
+}
+
+# promtool's path, or '' if it is not installed
+
+sub promtool {
+    my $promtool = `sh -c 'command -v promtool' 2>/dev/null`;
+    chomp $promtool;
+    return $promtool;
+}
+
+# promtool check metrics on an exposition: (it passed, what it said)
+
+sub promtool_ok {
+    my ($body) = @_;
+
+    my $promtool = promtool();
+    my ($fh, $file) = tempfile(UNLINK => 1);
+    print $fh $body;
+    close $fh;
+    my $out = `'$promtool' check metrics < '$file' 2>&1`;
+    return ($? == 0, $out);
 }
 
 # nginx run with one worker, an agent with the echo tool, agent_metrics

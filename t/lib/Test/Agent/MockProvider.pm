@@ -91,7 +91,8 @@ not know included, streamed as the API streams them.
 
 C<< usage => { prompt_tokens => 42, completion_tokens => 7 } >> (defaults
 10 and 5; C<total_tokens> defaults to the sum; C<cached_tokens>,
-C<reasoning_tokens> optional).  As on OpenAI, the usage chunk
+C<reasoning_tokens> optional; any count may be C<< { raw => TEXT } >>,
+the JSON text sent in its place).  As on OpenAI, the usage chunk
 (C<"choices":[]>) is sent only when the request has
 C<stream_options.include_usage>; C<< include_usage => 1 | 0 >> forces it.
 

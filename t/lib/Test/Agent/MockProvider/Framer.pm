@@ -15,13 +15,15 @@ package Test::Agent::MockProvider::Framer;
 # Output is built with obj()/arr() rather than JSON::PP objects: byte-exact
 # tests need the provider's key order, and JSON::PP can only sort keys.
 # Numbers must be passed through num(): Perl scalars do not say reliably
-# whether they are numbers or strings.
+# whether they are numbers or strings.  A script gives any JSON text in
+# a number's place as { raw => '1e999' } (a string, a fraction, a value
+# out of range: what a broken provider might send).
 
 use v5.36;
 use Exporter qw(import);
 use JSON::PP;
 
-our @EXPORT_OK = qw(raw num true false obj arr json sse split_text
+our @EXPORT_OK = qw(raw num total true false obj arr json sse split_text
                     random_id);
 
 my $STR = JSON::PP->new->utf8->allow_nonref;
@@ -29,7 +31,19 @@ my $CANON = JSON::PP->new->utf8->canonical->allow_nonref;
 
 sub raw ($json) { return bless \$json, 'Test::Agent::MockProvider::Raw' }
 
-sub num ($n) { return raw(0 + $n) }
+sub num ($n) { return ref $n eq 'HASH' ? raw($n->{raw}) : raw(0 + $n) }
+
+# the sum of counts for a total, 0 if one is given as raw JSON text
+sub total (@n) {
+    my $sum = 0;
+
+    for my $n (@n) {
+        return 0 if ref $n;
+        $sum += $n;
+    }
+
+    return $sum;
+}
 
 sub true  { return raw('true') }
 sub false { return raw('false') }

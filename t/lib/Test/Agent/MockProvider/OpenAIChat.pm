@@ -10,8 +10,8 @@ package Test::Agent::MockProvider::OpenAIChat;
 use v5.36;
 use parent -norequire, 'Test::Agent::MockProvider::Framer';
 
-use Test::Agent::MockProvider::Framer qw(obj arr num json sse split_text
-                                         random_id);
+use Test::Agent::MockProvider::Framer qw(obj arr num total json sse
+                                         split_text random_id);
 
 use constant FINGERPRINT => 'fp_mock';
 
@@ -44,7 +44,7 @@ sub _usage ($reply) {
 
     return obj(prompt_tokens => num($p),
                completion_tokens => num($c),
-               total_tokens => num($u->{total_tokens} // $p + $c),
+               total_tokens => num($u->{total_tokens} // total($p, $c)),
                prompt_tokens_details => obj(
                    cached_tokens => num($u->{cached_tokens} // 0),
                    audio_tokens => num(0)),

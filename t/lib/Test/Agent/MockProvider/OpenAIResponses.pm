@@ -34,8 +34,8 @@ package Test::Agent::MockProvider::OpenAIResponses;
 use v5.36;
 use parent -norequire, 'Test::Agent::MockProvider::Framer';
 
-use Test::Agent::MockProvider::Framer qw(raw obj arr num true false json
-                                         sse split_text random_id);
+use Test::Agent::MockProvider::Framer qw(raw obj arr num total true false
+                                         json sse split_text random_id);
 
 sub name ($class) { return 'openai_responses' }
 
@@ -74,7 +74,7 @@ sub _usage ($reply) {
                output_tokens => num($out),
                output_tokens_details => obj(
                    reasoning_tokens => num($u->{reasoning_tokens} // 0)),
-               total_tokens => num($u->{total_tokens} // $in + $out));
+               total_tokens => num($u->{total_tokens} // total($in, $out)));
 }
 
 # What every response object of one reply shares, from the request.
