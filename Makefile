@@ -138,11 +138,12 @@ FUZZ_TARGETS ?=	sse openai_chat anthropic openai_responses json message \
 # gcc, which the module is built with, does not
 FUZZ_CFLAGS :=	-g -O1 -fno-omit-frame-pointer -DNGX_DEBUG_PALLOC=1 \
 		-fsanitize=fuzzer-no-link,address,undefined -Wno-error
-FUZZ_LIBS :=	-lyajl -lsqlite3 -lpthread
+FUZZ_LIBS :=	-lyajl -lsqlite3 -lpq -lpthread
 FUZZ_INCS :=	$(addprefix -I $(FUZZ_NGINX)/, src/core src/event \
 		  src/event/modules src/os/unix src/http src/http/modules \
 		  objs) \
-		$(addprefix -I src/, core provider conf fsm store turn api) -I fuzz
+		$(addprefix -I src/, core provider conf fsm store turn api) -I fuzz \
+		-I /usr/include/postgresql
 FUZZ_COMMON :=	fuzz/ngx_http_agent_fuzz.h fuzz/ngx_http_agent_fuzz.c \
 		fuzz/ngx_http_agent_fuzz_provider.c
 

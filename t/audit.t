@@ -23,13 +23,13 @@ use Test::Agent::Engine;
 use Test::Agent::MockProvider;
 use Test::Agent::Store;
 
-plan(skip_all => 'no sqlite3 command') unless Test::Agent::Store->available;
+plan(skip_all => Test::Agent::Store->missing) if Test::Agent::Store->missing;
 
 my $t = Test::Agent->new;
 my $mock = Test::Agent::MockProvider->new;
 
-my $db = $t->testdir . '/agent.db';
-my $store = Test::Agent::Store->new($db);
+my $store = Test::Agent::Store->for_test($t);
+my $db = $store->directive;
 
 $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
     http => "agent_store $db;",
@@ -128,7 +128,8 @@ is(wait_sql("SELECT call, status FROM model_calls WHERE conversation = 'b1'",
 
 my $events = sql("SELECT count(*) FROM events WHERE conversation = 'b1'"
                  . " OR (conversation = 'a1'"
-                 . " AND json_extract(data, '\$.turn') = 4)");
+                 . " AND CAST(json_extract(data, '\$.turn') AS INTEGER)"
+                 . " = 4)");
 is($events, 6, 'six events since the start');
 is(metric($t, 'agent_store_batch_events_sum'), $events,
    'the batches wrote them, once');
@@ -203,6 +204,10 @@ is(wait_sql("SELECT call, turn, status FROM model_calls"
 
 sql("ALTER TABLE model_calls RENAME TO model_calls_away");
 
+# SQLite's words, or PostgreSQL's
+my $gone = 'no such table: model_calls'
+           . '|relation "model_calls" does not exist';
+
 $mock->script({ text => 'not audited' });
 send_message($t, 'u1', 'no table');
 wait_state($t, 'u1', 'idle');
@@ -211,7 +216,7 @@ is(wait_sql("SELECT type FROM events WHERE conversation = 'u1'"
             . " ORDER BY seq DESC LIMIT 1", qr/turn_completed/),
    'turn_completed', 'no audit table: the turn is written');
 like($t->read_file('error.log'),
-     qr/could not write \d+ model call rows: no such table: model_calls/,
+     qr/could not write \d+ model call rows: (?:$gone)/,
      'the rows that could not be written are logged');
 
 sql("ALTER TABLE model_calls_away RENAME TO model_calls");

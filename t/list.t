@@ -21,15 +21,17 @@ use Test::Agent;
 use Test::Agent::Engine;
 use Test::Agent::HTTP;
 use Test::Agent::MockProvider;
+use Test::Agent::Store;
 
-plan(skip_all => 'no sqlite3 command') unless `sqlite3 -version 2>&1` =~ /^3/;
+plan(skip_all => Test::Agent::Store->missing) if Test::Agent::Store->missing;
 
 my $mock = Test::Agent::MockProvider->new(default => sub {
     return { text => 'a reply' };
 });
 
 my $t = Test::Agent->new;
-my $db = $t->testdir . '/agent.db';
+my $store = Test::Agent::Store->for_test($t);
+my $db = $store->directive;
 
 my $tools = <<'EOF';
     agent_tool ask_user {

@@ -24,16 +24,18 @@ use Test::Agent::Engine;
 use Test::Agent::HTTP;
 use Test::Agent::SSE;
 use Test::Agent::MockProvider;
+use Test::Agent::Store;
 use JSON::PP;
 
-plan(skip_all => 'no sqlite3 command') unless `sqlite3 -version 2>&1` =~ /^3/;
+plan(skip_all => Test::Agent::Store->missing) if Test::Agent::Store->missing;
 
 my $t = Test::Agent->new;
 my $mock = Test::Agent::MockProvider->new(default => sub {
     return { text => 'default reply', chunks => 2 };
 });
 
-my $db = $t->testdir . '/agent.db';
+my $store = Test::Agent::Store->for_test($t);
+my $db = $store->directive;
 
 my $tools = <<'EOF';
     agent_tool ask_user {
@@ -64,26 +66,11 @@ sub conf {
 $t->write_file_expand('nginx.conf', conf(''));
 $t->run;
 
-sub sql {
-    my ($q) = @_;
-    my $r = `sqlite3 -cmd '.timeout 5000' -separator '|' '$db' "$q" 2>&1`;
-    chomp $r;
-    return $r;
-}
+sub sql { $store->sql(@_) }
 
 # polls the database (not nginx: a request would revive the conversation)
 
-sub wait_sql {
-    my ($q, $want, $timeout) = @_;
-    my $deadline = time + ($timeout // 10);
-    my $got;
-    while (time < $deadline) {
-        $got = sql($q);
-        return $got if $got =~ $want;
-        sleep 0.1;
-    }
-    return $got;
-}
+sub wait_sql { $store->wait_sql(@_) }
 
 sub zone {
     my $r = http_get('/zone', port => $t->port(8080));
@@ -279,7 +266,7 @@ $t->run;
 
 like(wait_sql("SELECT group_concat(type, ' ') FROM"
               . " (SELECT type FROM events WHERE conversation = 'm1'"
-              . " ORDER BY seq)", qr/turn_completed.*turn_completed/),
+              . " ORDER BY seq) e", qr/turn_completed.*turn_completed/),
      qr/^(user_msg assistant_msg turn_completed ?){2}$/,
      'the cut-off turn ran again after the start, without a request, then'
      . ' the queued message');

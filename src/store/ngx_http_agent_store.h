@@ -250,6 +250,7 @@ void ngx_http_agent_store_checkpoint(ngx_http_agent_store_conf_t *scf);
 
 
 extern ngx_http_agent_store_t  ngx_http_agent_store_sqlite;
+extern ngx_http_agent_store_t  ngx_http_agent_store_pg;
 
 /* the revival of a conversation from the store: the turn's, set at init */
 extern ngx_int_t  (*ngx_http_agent_store_revive)(ngx_http_request_t *r,

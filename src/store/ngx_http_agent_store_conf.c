@@ -10,6 +10,7 @@
 
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_store.h"
+#include "ngx_http_agent_store_pg.h"
 
 
 /*
@@ -18,6 +19,8 @@
  */
 
 
+static char *ngx_http_agent_store_where(ngx_conf_t *cf,
+    ngx_http_agent_store_conf_t *scf, ngx_str_t *value);
 static ngx_int_t ngx_http_agent_store_dir_check(ngx_cycle_t *cycle,
     ngx_core_conf_t *ccf, ngx_str_t *path);
 
@@ -27,8 +30,9 @@ static ngx_int_t ngx_http_agent_store_dir_check(ngx_cycle_t *cycle,
 
 
 /*
- * agent_store path [thread_pool=name] [flush=time] [commit_delay=time]
- *                  [history=size] [sync=full|normal];
+ * agent_store path | postgresql://... | postgres:conninfo
+ *             [thread_pool=name] [flush=time] [commit_delay=time]
+ *             [history=size] [sync=full|normal];
  */
 
 char *
@@ -37,7 +41,7 @@ ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 {
     ngx_http_agent_main_conf_t *amcf = conf;
 
-    u_char                       *p;
+    char                         *rv;
     ngx_str_t                    *value, name, s;
     ssize_t                       size;
     ngx_uint_t                    i, flush, delay;
@@ -54,23 +58,10 @@ ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
         return NGX_CONF_ERROR;
     }
 
-    scf->store = &ngx_http_agent_store_sqlite;
-    scf->path = value[1];
-
-    if (ngx_conf_full_name(cf->cycle, &scf->path, 0) != NGX_OK) {
-        return NGX_CONF_ERROR;
+    rv = ngx_http_agent_store_where(cf, scf, &value[1]);
+    if (rv != NGX_CONF_OK) {
+        return rv;
     }
-
-    /* NUL-terminated for the store's open */
-
-    p = ngx_pnalloc(cf->pool, scf->path.len + 1);
-    if (p == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
-    ngx_memcpy(p, scf->path.data, scf->path.len);
-    p[scf->path.len] = '\0';
-    scf->path.data = p;
 
     ngx_str_null(&name);
     flush = 0;
@@ -188,6 +179,80 @@ ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 
 
 /*
+ * PostgreSQL's connection string, a URI (postgresql:// or postgres://)
+ * or "postgres:" and a libpq conninfo (key=value ...); anything else is
+ * SQLite's file, relative to the prefix.  Either NUL-terminated for the
+ * store.
+ */
+
+static char *
+ngx_http_agent_store_where(ngx_conf_t *cf, ngx_http_agent_store_conf_t *scf,
+    ngx_str_t *value)
+{
+    u_char            *p;
+    char              *err;
+    PQconninfoOption  *opts;
+
+    scf->store = &ngx_http_agent_store_sqlite;
+    scf->path = *value;
+
+    if (ngx_strncmp(value->data, "postgresql://", 13) == 0
+        || ngx_strncmp(value->data, "postgres://", 11) == 0)
+    {
+        scf->store = &ngx_http_agent_store_pg;
+
+    } else if (ngx_strncmp(value->data, "postgres:", 9) == 0) {
+        scf->store = &ngx_http_agent_store_pg;
+        scf->path.data += 9;
+        scf->path.len -= 9;
+
+        if (scf->path.len == 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"postgres:\" needs a connection string, "
+                               "e.g. \"postgres:host=/run/postgresql "
+                               "dbname=agent\"");
+            return NGX_CONF_ERROR;
+        }
+
+    } else if (ngx_conf_full_name(cf->cycle, &scf->path, 0) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    p = ngx_pnalloc(cf->pool, scf->path.len + 1);
+    if (p == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memcpy(p, scf->path.data, scf->path.len);
+    p[scf->path.len] = '\0';
+    scf->path.data = p;
+
+    if (scf->store != &ngx_http_agent_store_pg) {
+        return NGX_CONF_OK;
+    }
+
+    /* a string libpq cannot read is said by nginx -t */
+
+    err = NULL;
+    opts = PQconninfoParse((char *) p, &err);
+
+    if (opts == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid PostgreSQL connection string: %s",
+                           err ? err : "out of memory");
+        PQfreemem(err);
+        return NGX_CONF_ERROR;
+    }
+
+    PQconninfoFree(opts);
+
+    ngx_http_agent_pg_set_name(&scf->path);
+
+    return NGX_CONF_OK;
+}
+
+
+/*
  * In the master, as the configuration is loaded: the schema is created
  * or checked here, where blocking is allowed, and the file given to the
  * workers' user.
@@ -210,6 +275,12 @@ ngx_http_agent_store_init_module(ngx_cycle_t *cycle)
 
     if (scf->store->open(&scf->path, cycle->log) != NGX_OK) {
         return NGX_ERROR;
+    }
+
+    /* a server's database has no file here */
+
+    if (scf->store != &ngx_http_agent_store_sqlite) {
+        return NGX_OK;
     }
 
     ccf = (ngx_core_conf_t *) ngx_get_conf(cycle->conf_ctx, ngx_core_module);

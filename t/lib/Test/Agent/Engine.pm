@@ -208,7 +208,8 @@ sub send_message {
 
     my $r = http_post("/c/$cid/messages", $body, port => $t->port(8080),
                       headers => { 'Content-Type' => 'application/json',
-                                   %{$opts{headers} || {}} });
+                                   %{$opts{headers} || {}} },
+                      $opts{timeout} ? (timeout => $opts{timeout}) : ());
 
     $r->{json} = eval { decode_json($r->{body}) } if $r;
     return $r;

@@ -4,6 +4,17 @@ package Test::Agent::Store;
 # through nginx: a request would revive a conversation).
 #
 #   my $db = Test::Agent::Store->new($t->testdir . '/agent.db');
+#
+# Or the store of a test that runs against either backend: SQLite's file
+# in the test's directory, or with TEST_AGENT_STORE=pg a PostgreSQL
+# server of the test's own (Test::Agent::Postgres, which answers the
+# same methods but lock):
+#
+#   plan(skip_all => Test::Agent::Store->missing)
+#       if Test::Agent::Store->missing;
+#   my $store = Test::Agent::Store->for_test($t);
+#   "agent_store " . $store->directive . ";"
+#
 #   $db->sql("SELECT ...");                   # rows as "a|b\nc|d"
 #   $db->wait_sql("SELECT ...", qr/.../, 10); # until it matches, or the last
 #   $db->lock; ... $db->unlock;               # another process's write lock
@@ -21,6 +32,36 @@ sub new {
 
 sub available { `sqlite3 -version 2>&1` =~ /^3/ }
 
+sub pg { ($ENV{TEST_AGENT_STORE} // '') eq 'pg' }
+
+# why the test cannot run with the store asked for, or undef
+
+sub missing {
+    my ($class) = @_;
+
+    if ($class->pg) {
+        require Test::Agent::Postgres;
+        return Test::Agent::Postgres->missing;
+    }
+
+    return $class->available ? undef : 'no sqlite3 command';
+}
+
+sub for_test {
+    my ($class, $t) = @_;
+
+    if ($class->pg) {
+        require Test::Agent::Postgres;
+        return Test::Agent::Postgres->new;
+    }
+
+    return $class->new($t->testdir . '/agent.db');
+}
+
+# agent_store's first argument
+sub directive { $_[0]{path} }
+sub backend { 'sqlite' }
+
 sub sql {
     my ($self, $q) = @_;
     my $db = $self->{path};
@@ -33,9 +74,9 @@ sub sql {
 
 sub whole_logs {
     my ($self) = @_;
-    return $self->sql('SELECT count(*) FROM (SELECT conversation,'
-                      . ' count(*) AS n, max(seq) AS m FROM events'
-                      . ' GROUP BY conversation HAVING n = m)');
+    return $self->sql('SELECT count(*) FROM (SELECT conversation'
+                      . ' FROM events GROUP BY conversation'
+                      . ' HAVING count(*) = max(seq)) w');
 }
 
 sub wait_sql {
@@ -60,14 +101,24 @@ sub wait_sql {
 sub lock {
     my ($self) = @_;
 
-    my $held = "$self->{path}.held";
+    return $self->hold("sqlite3 '$self->{path}'",
+                       ".bail on\n.timeout 10000\nBEGIN IMMEDIATE;\n"
+                       . "INSERT INTO meta VALUES ('lock', 'held');\n"
+                       . "SELECT 'held';\n");
+}
+
+# a client that runs script and says "held", kept until unlock()
+
+sub hold {
+    my ($self, $client, $script) = @_;
+
+    my $held = $self->held_file;
     unlink $held;
 
-    open my $lock, '|-', "sqlite3 '$self->{path}' > '$held'"
-        or die "sqlite3: $!\n";
+    open my $lock, '|-', "$client > '$held' 2>&1"
+        or die "$client: $!\n";
     $lock->autoflush(1);
-    print $lock ".bail on\n.timeout 10000\nBEGIN IMMEDIATE;\n"
-        . "INSERT INTO meta VALUES ('lock', 'held');\nSELECT 'held';\n";
+    print $lock $script;
     $self->{lock} = $lock;
 
     for (1 .. 300) {
@@ -81,6 +132,8 @@ sub lock {
 
     return $out eq "held\n";
 }
+
+sub held_file { "$_[0]{path}.held" }
 
 sub unlock {
     my ($self) = @_;

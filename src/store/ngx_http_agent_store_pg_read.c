@@ -1,0 +1,731 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_agent_module.h"
+#include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_bytes.h"
+#include "ngx_http_agent_store.h"
+#include "ngx_http_agent_store_pg.h"
+
+
+/*
+ * PostgreSQL's reads, on the pool's threads, each on a connection kept
+ * for the next (ngx_http_agent_pg_get): a conversation and its events,
+ * the sweep, a queued message written, a page of agent_list, a page of
+ * the audit.  Parameters and results go as text: numbers are few, and
+ * an event's data comes back as the bytes written.
+ */
+
+
+static ngx_int_t ngx_http_agent_pg_read_tx(PGconn *conn,
+    ngx_http_agent_store_read_t *rd, ngx_pool_t *pool, ngx_log_t *log);
+static ngx_int_t ngx_http_agent_pg_events(PGresult *res,
+    ngx_http_agent_store_read_t *rd, ngx_pool_t *pool, ngx_log_t *log);
+static ngx_int_t ngx_http_agent_pg_tail(PGconn *conn,
+    ngx_http_agent_store_read_t *rd, ngx_pool_t *pool, ngx_log_t *log);
+static ngx_int_t ngx_http_agent_pg_copy(ngx_pool_t *pool, PGresult *res,
+    int row, int col, ngx_str_t *s);
+static int64_t ngx_http_agent_pg_int(PGresult *res, int row, int col);
+static ngx_int_t ngx_http_agent_pg_audit_json(ngx_pool_t *pool,
+    ngx_http_agent_bytes_t *b, PGresult *res, int row);
+
+
+/*
+ * Parameters: a string goes as text's binary form, its bytes with their
+ * length (text parameters would be read up to a NUL); a number as text
+ */
+
+#define NGX_HTTP_AGENT_PG_STR  25
+
+static const Oid  ngx_http_agent_pg_s[] = { NGX_HTTP_AGENT_PG_STR };
+static const int  ngx_http_agent_pg_b[] = { 1 };
+
+static const Oid  ngx_http_agent_pg_snn[] = { NGX_HTTP_AGENT_PG_STR, 0, 0 };
+static const int  ngx_http_agent_pg_bnn[] = { 1, 0, 0 };
+
+
+#define NGX_HTTP_AGENT_PG_R_CONV                                             \
+    "SELECT agent, last_seq, owner FROM conversations WHERE id = $1"
+
+#define NGX_HTTP_AGENT_PG_R_TAIL                                             \
+    "SELECT seq, type, data FROM events WHERE conversation = $1"             \
+    " AND seq >= coalesce((SELECT max(seq) FROM events"                      \
+    " WHERE conversation = $1 AND type = 'user_msg'), 1)"                    \
+    " ORDER BY seq"
+
+#define NGX_HTTP_AGENT_PG_R_RANGE                                            \
+    "SELECT seq, type, data FROM events WHERE conversation = $1"             \
+    " AND seq > $2::bigint AND ($3::bigint = 0 OR seq <= $3::bigint)"        \
+    " ORDER BY seq"
+
+#define NGX_HTTP_AGENT_PG_R_SUMMARY                                          \
+    "SELECT (data::json->>'to_seq')::bigint FROM events"                     \
+    " WHERE conversation = $1 AND type = 'summary'"                          \
+    " ORDER BY seq DESC LIMIT 1"
+
+/* a source id that is not a string is none, as in SQLite's read */
+#define NGX_HTTP_AGENT_PG_R_SOURCES                                          \
+    "SELECT seq, (j->>'turn')::bigint, CASE WHEN"                            \
+    " json_typeof(j->'source_id') = 'string' THEN j->>'source_id' END"       \
+    " FROM (SELECT seq, data::json AS j FROM events"                         \
+    " WHERE conversation = $1 AND type = 'user_msg'"                         \
+    " ORDER BY seq DESC LIMIT 16) s ORDER BY seq DESC"
+
+#define NGX_HTTP_AGENT_PG_R_QUEUED                                           \
+    "SELECT id, data FROM queued WHERE conversation = $1"                    \
+    " ORDER BY front DESC, CASE front WHEN 1 THEN -id ELSE id END"
+
+#define NGX_HTTP_AGENT_PG_SWEEP_N  64
+
+#define NGX_HTTP_AGENT_PG_SWEEP                                              \
+    "SELECT conversation FROM (SELECT DISTINCT conversation"                 \
+    " FROM tool_calls WHERE status = 'suspended' AND deadline <= $1::bigint" \
+    " LIMIT $2::bigint) a"                                                   \
+    " UNION SELECT id FROM (SELECT id FROM conversations"                    \
+    " WHERE state = 'running' LIMIT $2::bigint) b"                           \
+    " UNION SELECT conversation FROM (SELECT DISTINCT conversation"          \
+    " FROM queued LIMIT $2::bigint) c"
+
+/*
+ * A message that waits for its turn, unless its turn has already been
+ * written (the user_msg names the queue id): the writer takes it out
+ * when its user_msg is written
+ */
+#define NGX_HTTP_AGENT_PG_ENQUEUE                                            \
+    "INSERT INTO queued (conversation, id, front, data)"                     \
+    " SELECT $1, $2::bigint, $3::integer, $4"                                \
+    " WHERE NOT EXISTS (SELECT 1 FROM events"                                \
+    " WHERE conversation = $1 AND type = 'user_msg'"                         \
+    " AND (data::json->>'queue_id')::bigint = $2::bigint)"                   \
+    " ON CONFLICT (conversation, id) DO UPDATE"                              \
+    " SET front = excluded.front, data = excluded.data"
+
+#define NGX_HTTP_AGENT_PG_LIST                                               \
+    "SELECT id, state, updated, (SELECT count(*) FROM tool_calls t"          \
+    "  WHERE t.conversation = c.id AND t.status = 'suspended')"              \
+    " FROM conversations c"                                                  \
+    " WHERE agent = $1 AND ($2::boolean OR owner = $3) AND id > $4"          \
+    " ORDER BY id LIMIT $5::bigint"
+
+#define NGX_HTTP_AGENT_PG_AUDIT_PAGE                                         \
+    "SELECT call, turn, attempt, adapter, model, status, error,"             \
+    " input_tokens, output_tokens, cached_tokens,"                           \
+    " time_to_first_token_ms, duration_ms, started, worker"                  \
+    " FROM model_calls WHERE conversation = $1 AND call > $2::bigint"        \
+    " ORDER BY call LIMIT $3::bigint"
+
+
+/*
+ * The conversation's row and its events, in one transaction that sees
+ * one snapshot: the row and the events agree.  A revival's read
+ * (NGX_HTTP_AGENT_STORE_TAIL) takes the source ids of the last messages
+ * and the queued messages too.
+ */
+
+ngx_int_t
+ngx_http_agent_pg_read(ngx_str_t *conninfo, ngx_http_agent_store_read_t *rd,
+    ngx_pool_t *pool, ngx_log_t *log)
+{
+    PGconn     *conn;
+    ngx_int_t   rc;
+    PGresult   *res;
+
+    rd->events = ngx_array_create(pool, 16,
+                                  sizeof(ngx_http_agent_store_event_t));
+    rd->sources = ngx_array_create(pool, 4,
+                                   sizeof(ngx_http_agent_store_source_t));
+    rd->queued = ngx_array_create(pool, 1,
+                                  sizeof(ngx_http_agent_store_queued_t));
+    if (rd->events == NULL || rd->sources == NULL || rd->queued == NULL) {
+        return NGX_ERROR;
+    }
+
+    conn = ngx_http_agent_pg_get(conninfo, log);
+    if (conn == NULL) {
+        return NGX_ERROR;
+    }
+
+    res = ngx_http_agent_pg_exec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ"
+                                 " READ ONLY", 0, NULL, NULL, NULL, NULL,
+                                 "read", log);
+    if (res == NULL) {
+        ngx_http_agent_pg_put(conn, 0);
+        return NGX_ERROR;
+    }
+
+    PQclear(res);
+
+    rc = ngx_http_agent_pg_read_tx(conn, rd, pool, log);
+
+    res = ngx_http_agent_pg_exec(conn, "COMMIT", 0, NULL, NULL, NULL, NULL,
+                                 "read", log);
+
+    if (res == NULL) {
+        rc = NGX_ERROR;
+    }
+
+    PQclear(res);
+
+    if (rc != NGX_OK) {
+        ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%s\" cannot read "
+                      "\"%V\"", ngx_http_agent_pg_name, &rd->id);
+    }
+
+    ngx_http_agent_pg_put(conn, rc == NGX_OK);
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_agent_pg_read_tx(PGconn *conn, ngx_http_agent_store_read_t *rd,
+    ngx_pool_t *pool, ngx_log_t *log)
+{
+    int          lengths[3];
+    u_char       after[NGX_INT64_LEN + 1], upto[NGX_INT64_LEN + 1];
+    int64_t      to;
+    ngx_int_t    rc;
+    PGresult    *res;
+    const char  *values[3];
+
+    values[0] = (char *) rd->id.data;
+    lengths[0] = rd->id.len;
+
+    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_R_CONV, 1,
+                                 ngx_http_agent_pg_s, values, lengths,
+                                 ngx_http_agent_pg_b, "read", log);
+    if (res == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        rd->last_seq = 0;
+        return NGX_OK;
+    }
+
+    if (ngx_http_agent_pg_copy(pool, res, 0, 0, &rd->agent) != NGX_OK
+        || ngx_http_agent_pg_copy(pool, res, 0, 2, &rd->owner) != NGX_OK)
+    {
+        PQclear(res);
+        return NGX_ERROR;
+    }
+
+    rd->last_seq = ngx_http_agent_pg_int(res, 0, 1);
+    PQclear(res);
+
+    if (rd->after == NGX_HTTP_AGENT_STORE_TAIL) {
+        return ngx_http_agent_pg_tail(conn, rd, pool, log);
+    }
+
+    if (rd->after == NGX_HTTP_AGENT_STORE_SUMMARY) {
+
+        /*
+         * the context starts after the range of the newest summary;
+         * nothing is read if the zone holds the events after it
+         */
+
+        res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_R_SUMMARY, 1,
+                                     ngx_http_agent_pg_s, values, lengths,
+                                     ngx_http_agent_pg_b, "read", log);
+        if (res == NULL) {
+            return NGX_ERROR;
+        }
+
+        to = PQntuples(res) ? ngx_http_agent_pg_int(res, 0, 0) : 0;
+        PQclear(res);
+
+        if (to < 0 || (rd->upto && (uint64_t) to > rd->upto)) {
+            to = rd->upto;
+        }
+
+        rd->after = to;
+    }
+
+    values[1] = (char *) after;
+    *ngx_sprintf(after, "%uL", rd->after) = '\0';
+    values[2] = (char *) upto;
+    *ngx_sprintf(upto, "%uL", rd->upto) = '\0';
+
+    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_R_RANGE, 3,
+                                 ngx_http_agent_pg_snn, values, lengths,
+                                 ngx_http_agent_pg_bnn, "read", log);
+    if (res == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = ngx_http_agent_pg_events(res, rd, pool, log);
+    PQclear(res);
+
+    return rc;
+}
+
+
+/* a revival's: the tail of the log, the last source ids, the queue */
+
+static ngx_int_t
+ngx_http_agent_pg_tail(PGconn *conn, ngx_http_agent_store_read_t *rd,
+    ngx_pool_t *pool, ngx_log_t *log)
+{
+    int                             i, n, lengths[1];
+    ngx_int_t                       rc;
+    PGresult                       *res;
+    const char                     *values[1];
+    ngx_http_agent_store_queued_t  *q;
+    ngx_http_agent_store_source_t  *src;
+
+    values[0] = (char *) rd->id.data;
+    lengths[0] = rd->id.len;
+
+    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_R_TAIL, 1,
+                                 ngx_http_agent_pg_s, values, lengths,
+                                 ngx_http_agent_pg_b, "read", log);
+    if (res == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = ngx_http_agent_pg_events(res, rd, pool, log);
+    PQclear(res);
+
+    if (rc != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_R_SOURCES, 1,
+                                 ngx_http_agent_pg_s, values, lengths,
+                                 ngx_http_agent_pg_b, "read", log);
+    if (res == NULL) {
+        return NGX_ERROR;
+    }
+
+    n = PQntuples(res);
+
+    for (i = 0; i < n; i++) {
+        if (PQgetisnull(res, i, 2)) {
+            continue;
+        }
+
+        src = ngx_array_push(rd->sources);
+        if (src == NULL
+            || ngx_http_agent_pg_copy(pool, res, i, 2, &src->source_id)
+               != NGX_OK)
+        {
+            PQclear(res);
+            return NGX_ERROR;
+        }
+
+        src->seq = ngx_http_agent_pg_int(res, i, 0);
+        src->turn = ngx_http_agent_pg_int(res, i, 1);
+    }
+
+    PQclear(res);
+
+    /* messages waiting for their turn, in the order they will run */
+
+    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_R_QUEUED, 1,
+                                 ngx_http_agent_pg_s, values, lengths,
+                                 ngx_http_agent_pg_b, "read", log);
+    if (res == NULL) {
+        return NGX_ERROR;
+    }
+
+    n = PQntuples(res);
+
+    for (i = 0; i < n; i++) {
+        q = ngx_array_push(rd->queued);
+        if (q == NULL
+            || ngx_http_agent_pg_copy(pool, res, i, 1, &q->data) != NGX_OK)
+        {
+            PQclear(res);
+            return NGX_ERROR;
+        }
+
+        q->id = ngx_http_agent_pg_int(res, i, 0);
+        q->front = 0;
+    }
+
+    PQclear(res);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_agent_pg_events(PGresult *res, ngx_http_agent_store_read_t *rd,
+    ngx_pool_t *pool, ngx_log_t *log)
+{
+    int                            i, n;
+    ngx_int_t                      type;
+    ngx_http_agent_store_event_t  *ev;
+
+    n = PQntuples(res);
+
+    for (i = 0; i < n; i++) {
+        ev = ngx_array_push(rd->events);
+        if (ev == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memzero(ev, sizeof(ngx_http_agent_store_event_t));
+
+        ev->seq = ngx_http_agent_pg_int(res, i, 0);
+        ev->conv = rd->id;
+        ev->agent = rd->agent;
+
+        type = ngx_http_agent_log_type((u_char *) PQgetvalue(res, i, 1),
+                                       PQgetlength(res, i, 1));
+
+        if (type == NGX_ERROR
+            || ngx_http_agent_pg_copy(pool, res, i, 2, &ev->data) != NGX_OK)
+        {
+            ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%s\": event "
+                          "%uL of \"%V\" cannot be read",
+                          ngx_http_agent_pg_name, ev->seq, &rd->id);
+            return NGX_ERROR;
+        }
+
+        ev->type = type;
+    }
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_agent_pg_sweep(ngx_str_t *conninfo, uint64_t now, ngx_array_t *ids,
+    ngx_pool_t *pool, ngx_log_t *log)
+{
+    int          i, n, lengths[2];
+    u_char       when[NGX_INT64_LEN + 1];
+    PGconn      *conn;
+    ngx_str_t   *id;
+    PGresult    *res;
+    const char  *values[2];
+
+    conn = ngx_http_agent_pg_get(conninfo, log);
+    if (conn == NULL) {
+        return NGX_ERROR;
+    }
+
+    *ngx_sprintf(when, "%uL", now) = '\0';
+
+    values[0] = (char *) when;
+    values[1] = ngx_value(NGX_HTTP_AGENT_PG_SWEEP_N);
+    lengths[0] = 0;
+    lengths[1] = 0;
+
+    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_SWEEP, 2, NULL,
+                                 values, lengths, NULL, "sweep", log);
+    if (res == NULL) {
+        ngx_http_agent_pg_put(conn, 0);
+        return NGX_ERROR;
+    }
+
+    n = PQntuples(res);
+
+    for (i = 0; i < n; i++) {
+        id = ngx_array_push(ids);
+        if (id == NULL
+            || ngx_http_agent_pg_copy(pool, res, i, 0, id) != NGX_OK)
+        {
+            break;
+        }
+    }
+
+    PQclear(res);
+    ngx_http_agent_pg_put(conn, 1);
+
+    return (i == n) ? NGX_OK : NGX_ERROR;
+}
+
+
+ngx_int_t
+ngx_http_agent_pg_enqueue(ngx_str_t *conninfo,
+    ngx_http_agent_store_read_t *rd, ngx_log_t *log)
+{
+    int          lengths[4];
+    u_char       id[NGX_INT64_LEN + 2];
+
+    static const Oid  types[] = { NGX_HTTP_AGENT_PG_STR, 0, 0,
+                                  NGX_HTTP_AGENT_PG_STR };
+    static const int  formats[] = { 1, 0, 0, 1 };
+
+    PGconn      *conn;
+    PGresult    *res;
+    const char  *values[4];
+
+    conn = ngx_http_agent_pg_get(conninfo, log);
+    if (conn == NULL) {
+        return NGX_ERROR;
+    }
+
+    *ngx_sprintf(id, "%L", rd->queue.id) = '\0';
+
+    values[0] = (char *) rd->id.data;
+    lengths[0] = rd->id.len;
+    values[1] = (char *) id;
+    lengths[1] = 0;
+    values[2] = rd->queue.front ? "1" : "0";
+    lengths[2] = 0;
+    values[3] = (char *) rd->queue.data.data;
+    lengths[3] = rd->queue.data.len;
+
+    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_ENQUEUE, 4, types,
+                                 values, lengths, formats, "queue", log);
+    if (res == NULL) {
+        ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%s\" cannot queue "
+                      "a message of \"%V\"", ngx_http_agent_pg_name, &rd->id);
+        ngx_http_agent_pg_put(conn, 0);
+        return NGX_ERROR;
+    }
+
+    PQclear(res);
+    ngx_http_agent_pg_put(conn, 1);
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_agent_pg_list(ngx_str_t *conninfo, ngx_http_agent_store_list_t *ls,
+    ngx_log_t *log)
+{
+    int                           i, n, lengths[5];
+    u_char                        limit[NGX_INT64_LEN + 1];
+    PGconn                       *conn;
+    PGresult                     *res;
+    const char                   *values[5];
+    ngx_http_agent_store_conv_t  *c;
+
+    static const Oid  types[] = { NGX_HTTP_AGENT_PG_STR, 0,
+                                  NGX_HTTP_AGENT_PG_STR,
+                                  NGX_HTTP_AGENT_PG_STR, 0 };
+    static const int  formats[] = { 1, 0, 1, 1, 0 };
+
+    conn = ngx_http_agent_pg_get(conninfo, log);
+    if (conn == NULL) {
+        return NGX_ERROR;
+    }
+
+    *ngx_sprintf(limit, "%ui", ls->limit + 1) = '\0';
+
+    values[0] = (char *) ls->agent.data;
+    lengths[0] = ls->agent.len;
+    values[1] = ls->any_owner ? "t" : "f";
+    lengths[1] = 1;
+    values[2] = ls->owner.data ? (char *) ls->owner.data : "";
+    lengths[2] = ls->owner.len;
+    values[3] = ls->after.data ? (char *) ls->after.data : "";
+    lengths[3] = ls->after.len;
+    values[4] = (char *) limit;
+    lengths[4] = 0;
+
+    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_LIST, 5, types,
+                                 values, lengths, formats, "list", log);
+    if (res == NULL) {
+        ngx_http_agent_pg_put(conn, 0);
+        return NGX_ERROR;
+    }
+
+    n = PQntuples(res);
+
+    for (i = 0; i < n; i++) {
+        c = ngx_array_push(ls->convs);
+        if (c == NULL
+            || ngx_http_agent_pg_copy(ls->pool, res, i, 0, &c->id) != NGX_OK
+            || ngx_http_agent_pg_copy(ls->pool, res, i, 1, &c->state)
+               != NGX_OK)
+        {
+            break;
+        }
+
+        c->updated = (uint64_t) ngx_http_agent_pg_int(res, i, 2) * 1000;
+        c->pending = (ngx_uint_t) ngx_http_agent_pg_int(res, i, 3);
+    }
+
+    PQclear(res);
+    ngx_http_agent_pg_put(conn, 1);
+
+    return (i == n) ? NGX_OK : NGX_ERROR;
+}
+
+
+ngx_int_t
+ngx_http_agent_pg_audit_page(ngx_str_t *conninfo,
+    ngx_http_agent_audit_page_t *page, ngx_pool_t *pool, ngx_log_t *log)
+{
+    int                     i, n, lengths[3];
+    u_char                  after[NGX_INT64_LEN + 1];
+    u_char                  limit[NGX_INT64_LEN + 1];
+    PGconn                 *conn;
+    PGresult               *res;
+    const char             *values[3];
+    ngx_http_agent_bytes_t  b;
+
+    ngx_memzero(&b, sizeof(ngx_http_agent_bytes_t));
+
+    conn = ngx_http_agent_pg_get(conninfo, log);
+    if (conn == NULL) {
+        return NGX_ERROR;
+    }
+
+    *ngx_sprintf(after, "%uL", page->after) = '\0';
+    *ngx_sprintf(limit, "%ui", page->limit + 1) = '\0';
+
+    values[0] = (char *) page->conv.data;
+    lengths[0] = page->conv.len;
+    values[1] = (char *) after;
+    lengths[1] = 0;
+    values[2] = (char *) limit;
+    lengths[2] = 0;
+
+    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_AUDIT_PAGE, 3,
+                                 ngx_http_agent_pg_snn, values, lengths,
+                                 ngx_http_agent_pg_bnn, "audit", log);
+    if (res == NULL) {
+        ngx_http_agent_pg_put(conn, 0);
+        return NGX_ERROR;
+    }
+
+    n = PQntuples(res);
+
+    if (ngx_http_agent_bytes_append(pool, &b, (u_char *) "[", 1) != NGX_OK) {
+        goto failed;
+    }
+
+    for (i = 0; i < n; i++) {
+
+        if ((ngx_uint_t) i == page->limit) {
+            page->more = 1;
+            break;
+        }
+
+        if ((i && ngx_http_agent_bytes_append(pool, &b, (u_char *) ",", 1)
+                  != NGX_OK)
+            || ngx_http_agent_pg_audit_json(pool, &b, res, i) != NGX_OK)
+        {
+            goto failed;
+        }
+
+        page->last = ngx_http_agent_pg_int(res, i, 0);
+    }
+
+    if (ngx_http_agent_bytes_append(pool, &b, (u_char *) "]", 1) != NGX_OK) {
+        goto failed;
+    }
+
+    page->json.data = b.data;
+    page->json.len = b.len;
+
+    PQclear(res);
+    ngx_http_agent_pg_put(conn, 1);
+
+    return NGX_OK;
+
+failed:
+
+    PQclear(res);
+    ngx_http_agent_pg_put(conn, 1);
+
+    return NGX_ERROR;
+}
+
+
+/*
+ * A row as JSON: numbers as they are, the texts escaped, the error (a
+ * turn_failed reason the module wrote) as the JSON object it is
+ */
+
+static ngx_int_t
+ngx_http_agent_pg_audit_json(ngx_pool_t *pool, ngx_http_agent_bytes_t *b,
+    PGresult *res, int row)
+{
+    int      i, len;
+    u_char  *p, *last, *v;
+    size_t   size;
+
+    static char  *keys[] = {
+        "call", "turn", "attempt", "adapter", "model", "status", "error",
+        "input_tokens", "output_tokens", "cached_tokens",
+        "time_to_first_token_ms", "duration_ms", "started", "worker"
+    };
+
+    size = 2;
+
+    for (i = 0; i < 14; i++) {
+        size += ngx_strlen(keys[i]) + 8 + 6 * PQgetlength(res, row, i);
+    }
+
+    p = ngx_pnalloc(pool, size);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    last = p;
+    *last++ = '{';
+
+    for (i = 0; i < 14; i++) {
+        last = ngx_sprintf(last, "%s\"%s\":", i ? "," : "", keys[i]);
+
+        if (PQgetisnull(res, row, i)) {
+            last = ngx_cpymem(last, "null", 4);
+            continue;
+        }
+
+        v = (u_char *) PQgetvalue(res, row, i);
+        len = PQgetlength(res, row, i);
+
+        /* the texts: adapter, model, status; the error is JSON */
+
+        if (i >= 3 && i <= 5) {
+            *last++ = '"';
+            last = (u_char *) ngx_escape_json(last, v, len);
+            *last++ = '"';
+            continue;
+        }
+
+        last = ngx_cpymem(last, v, len);
+    }
+
+    *last++ = '}';
+
+    return ngx_http_agent_bytes_append(pool, b, p, last - p);
+}
+
+
+static ngx_int_t
+ngx_http_agent_pg_copy(ngx_pool_t *pool, PGresult *res, int row, int col,
+    ngx_str_t *s)
+{
+    s->len = PQgetlength(res, row, col);
+    s->data = ngx_pnalloc(pool, s->len + 1);
+
+    if (s->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(s->data, PQgetvalue(res, row, col), s->len);
+    s->data[s->len] = '\0';
+
+    return NGX_OK;
+}
+
+
+/* a bigint column in text, 0 if NULL */
+
+static int64_t
+ngx_http_agent_pg_int(PGresult *res, int row, int col)
+{
+    if (PQgetisnull(res, row, col)) {
+        return 0;
+    }
+
+    return (int64_t) strtoll(PQgetvalue(res, row, col), NULL, 10);
+}

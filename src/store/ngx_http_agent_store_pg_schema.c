@@ -1,0 +1,372 @@
+
+/*
+ * Copyright (C) The nginx agent module authors
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+
+#include "ngx_http_agent_store_pg.h"
+
+
+/*
+ * PostgreSQL's schema, made or migrated when the master loads the
+ * configuration.  Several nginx may share one database, each master
+ * migrating as it starts: the masters take an advisory lock first, so
+ * one migrates and the others find it done.  Each version is a
+ * migration of its own, in its own transaction, recorded in
+ * schema_version.
+ *
+ * The tables are SQLite's (ngx_http_agent_store_sqlite_schema.c), with
+ * what ownership by a node will need: the nodes, each conversation's
+ * node and epoch (the fence a node's writes will check), the take-overs
+ * a conversation had (a turn that kills its nodes ends), and the queue's
+ * counter.  Ids sort as bytes ("C"), as SQLite sorts them: a list's
+ * pages follow the same order whatever the database's locale.  Event
+ * data is text, never jsonb: subscribers and the model's prompt cache
+ * need the bytes that were written.
+ */
+
+
+#define NGX_HTTP_AGENT_PG_VERSION  1
+
+/* the advisory lock of the migrations: "ngin", "xage" */
+#define NGX_HTTP_AGENT_PG_LOCK  "1852270446, 2019649381"
+
+
+static ngx_int_t ngx_http_agent_pg_simple(PGconn *conn, const char *sql,
+    const char *what, ngx_log_t *log, PGresult **out);
+
+
+#define NGX_HTTP_AGENT_PG_TABLES                                             \
+    "CREATE TABLE nodes ("                                                   \
+    "  id text COLLATE \"C\" PRIMARY KEY, addr text,"                        \
+    "  started timestamptz NOT NULL DEFAULT now(),"                          \
+    "  heartbeat timestamptz NOT NULL DEFAULT now());"                       \
+    "CREATE TABLE conversations ("                                           \
+    "  id text COLLATE \"C\" PRIMARY KEY, agent text NOT NULL,"              \
+    "  last_seq bigint NOT NULL, updated bigint NOT NULL,"                   \
+    "  state text NOT NULL DEFAULT 'idle',"                                  \
+    "  owner text NOT NULL DEFAULT '',"                                      \
+    "  node text COLLATE \"C\", epoch bigint NOT NULL DEFAULT 0,"            \
+    "  takeovers integer NOT NULL DEFAULT 0,"                                \
+    "  queue_seq bigint NOT NULL DEFAULT 0);"                                \
+    "CREATE INDEX conversations_state ON conversations (state)"              \
+    "  WHERE state = 'running';"                                             \
+    "CREATE INDEX conversations_node ON conversations (node)"                \
+    "  WHERE node IS NOT NULL;"                                              \
+    "CREATE TABLE events ("                                                  \
+    "  conversation text COLLATE \"C\" NOT NULL, seq bigint NOT NULL,"       \
+    "  type text NOT NULL, data text NOT NULL,"                              \
+    "  epoch bigint NOT NULL DEFAULT 0,"                                     \
+    "  PRIMARY KEY (conversation, seq));"                                    \
+    "CREATE TABLE tool_calls ("                                              \
+    "  conversation text COLLATE \"C\" NOT NULL, id text NOT NULL,"          \
+    "  name text NOT NULL, seq bigint NOT NULL, executor text,"              \
+    "  kind text, status text NOT NULL, deadline bigint,"                    \
+    "  ok integer, result text,"                                             \
+    "  PRIMARY KEY (conversation, id));"                                     \
+    "CREATE INDEX tool_calls_due ON tool_calls (deadline)"                   \
+    "  WHERE status = 'suspended';"                                          \
+    "CREATE TABLE queued ("                                                  \
+    "  conversation text COLLATE \"C\" NOT NULL, id bigint NOT NULL,"        \
+    "  front integer NOT NULL, data text NOT NULL,"                          \
+    "  PRIMARY KEY (conversation, id));"                                     \
+    "CREATE TABLE model_calls ("                                             \
+    "  conversation text COLLATE \"C\" NOT NULL, call bigint NOT NULL,"      \
+    "  turn bigint NOT NULL, attempt bigint NOT NULL,"                       \
+    "  adapter text NOT NULL, model text NOT NULL,"                          \
+    "  status text NOT NULL, error text,"                                    \
+    "  input_tokens bigint, output_tokens bigint, cached_tokens bigint,"     \
+    "  time_to_first_token_ms bigint, duration_ms bigint,"                   \
+    "  started bigint NOT NULL, worker bigint NOT NULL,"                     \
+    "  node text NOT NULL DEFAULT '',"                                       \
+    "  PRIMARY KEY (conversation, call));"                                   \
+    "CREATE INDEX model_calls_start ON model_calls"                          \
+    "  (conversation, started, worker);"                                     \
+    "CREATE INDEX model_calls_running ON model_calls"                        \
+    "  (conversation, started, worker) WHERE status = 'running';"
+
+
+/*
+ * A batch's events, in one call (ngx_http_agent_store_pg.c), in order:
+ * each conversation's run of events is followed by its row (its last
+ * seq, kept if a batch written before went further) and, if an event
+ * of the run was new and not a summary, its state.  p_e: 0 a summary,
+ * 1 an event inside a turn, 2 one that ends a turn.  An event the table
+ * had already (a batch written again) derives nothing, as in SQLite.
+ */
+
+#define NGX_HTTP_AGENT_PG_WRITE                                              \
+    "CREATE OR REPLACE FUNCTION agent_write(p_c text[], p_a text[],"         \
+    "  p_o text[], p_s bigint[], p_t text[], p_e bigint[], p_d text[])"      \
+    " RETURNS integer LANGUAGE plpgsql AS $f$"                               \
+    " DECLARE"                                                               \
+    "  n integer := coalesce(array_length(p_s, 1), 0);"                      \
+    "  ends bigint := 0; j json; st text;"                                   \
+    " BEGIN"                                                                 \
+    "  FOR i IN 1 .. n LOOP"                                                 \
+    "   INSERT INTO events (conversation, seq, type, data)"                  \
+    "    VALUES (p_c[i], p_s[i], p_t[i], p_d[i]) ON CONFLICT DO NOTHING;"    \
+    "   IF FOUND THEN"                                                       \
+    "    IF p_t[i] IN ('tool_call', 'suspension', 'resolution',"             \
+    "                  'tool_result', 'user_msg') THEN"                      \
+    "     j := p_d[i]::json;"                                                \
+    "    END IF;"                                                            \
+    "    CASE p_t[i]"                                                        \
+    "    WHEN 'tool_call' THEN"                                              \
+    "     INSERT INTO tool_calls"                                            \
+    "      (conversation, id, name, seq, executor, status)"                  \
+    "      VALUES (p_c[i], j->>'tool_call_id', coalesce(j->>'name', ''),"    \
+    "              p_s[i], j->>'executor', 'called')"                        \
+    "      ON CONFLICT DO NOTHING;"                                          \
+    "    WHEN 'suspension' THEN"                                             \
+    "     UPDATE tool_calls SET status = 'suspended', kind = j->>'kind',"    \
+    "      executor = j->>'executor',"                                       \
+    "      deadline = (j->>'deadline')::bigint"                              \
+    "      WHERE conversation = p_c[i] AND id = j->>'tool_call_id';"         \
+    "    WHEN 'resolution' THEN"                                             \
+    "     UPDATE tool_calls SET status = 'resolved'"                         \
+    "      WHERE conversation = p_c[i] AND id = j->>'tool_call_id'"          \
+    "      AND status = 'suspended';"                                        \
+    "    WHEN 'tool_result' THEN"                                            \
+    "     UPDATE tool_calls SET status = 'done',"                            \
+    "      ok = (j->>'ok')::boolean::integer,"                               \
+    "      result = coalesce(j->>'result', j->>'error')"                     \
+    "      WHERE conversation = p_c[i] AND id = j->>'tool_call_id';"         \
+    "    WHEN 'user_msg' THEN"                                               \
+    "     DELETE FROM queued WHERE conversation = p_c[i]"                    \
+    "      AND id = (j->>'queue_id')::bigint;"                               \
+    "    ELSE NULL;"                                                         \
+    "    END CASE;"                                                          \
+    "    IF p_e[i] > 0 THEN ends := p_e[i]; END IF;"                         \
+    "   END IF;"                                                             \
+    "   IF i = n OR p_c[i + 1] <> p_c[i] THEN"                               \
+    "    INSERT INTO conversations AS v (id, agent, owner, last_seq,"        \
+    "     updated) VALUES (p_c[i], p_a[i], p_o[i], p_s[i],"                  \
+    "     extract(epoch FROM now())::bigint)"                                \
+    "     ON CONFLICT (id) DO UPDATE SET"                                    \
+    "     last_seq = greatest(v.last_seq, excluded.last_seq),"               \
+    "     updated = excluded.updated;"                                       \
+    "    IF ends > 0 THEN"                                                   \
+    "     st := CASE WHEN ends = 2 THEN 'idle'"                              \
+    "      WHEN EXISTS (SELECT 1 FROM tool_calls WHERE conversation = p_c[i]"\
+    "       AND (status = 'called' OR status = 'resolved')) THEN 'running'"  \
+    "      WHEN EXISTS (SELECT 1 FROM tool_calls WHERE conversation = p_c[i]"\
+    "       AND status = 'suspended') THEN 'awaiting_input'"                 \
+    "      ELSE 'running' END;"                                              \
+    "     UPDATE conversations SET state = st"                               \
+    "      WHERE id = p_c[i] AND state <> st;"                               \
+    "    END IF;"                                                            \
+    "    ends := 0;"                                                         \
+    "   END IF;"                                                             \
+    "  END LOOP;"                                                            \
+    "  RETURN n;"                                                            \
+    " END $f$;"
+
+
+/*
+ * The audit's rows of a batch (see ngx_http_agent_store_sqlite_audit.c
+ * for the numbering): p_e 0 a call's start, 1 its end.  Rows that
+ * cannot be written are undone and the error returned: the batch's
+ * events are committed all the same.
+ */
+
+#define NGX_HTTP_AGENT_PG_AUDIT                                              \
+    "CREATE OR REPLACE FUNCTION agent_audit(p_c text[], p_st bigint[],"      \
+    "  p_w bigint[], p_e bigint[], p_turn bigint[], p_att bigint[],"         \
+    "  p_ad text[], p_mo text[], p_stat text[], p_err text[],"               \
+    "  p_in bigint[], p_out bigint[], p_ca bigint[], p_first bigint[],"      \
+    "  p_dur bigint[])"                                                      \
+    " RETURNS text LANGUAGE plpgsql AS $f$"                                  \
+    " DECLARE moved integer;"                                                \
+    " BEGIN"                                                                 \
+    "  FOR i IN 1 .. coalesce(array_length(p_c, 1), 0) LOOP"                 \
+    "   IF p_e[i] = 0 THEN"                                                  \
+    "    UPDATE model_calls SET status = 'lost' WHERE conversation = p_c[i]" \
+    "     AND (started, worker) < (p_st[i], p_w[i])"                         \
+    "     AND status = 'running';"                                           \
+    "    UPDATE model_calls SET call = -call - 1"                            \
+    "     WHERE conversation = p_c[i]"                                       \
+    "     AND (started, worker) > (p_st[i], p_w[i]);"                        \
+    "    GET DIAGNOSTICS moved = ROW_COUNT;"                                 \
+    "    IF moved > 0 THEN"                                                  \
+    "     UPDATE model_calls SET call = -call"                               \
+    "      WHERE conversation = p_c[i] AND call < 0;"                        \
+    "    END IF;"                                                            \
+    "    INSERT INTO model_calls (conversation, call, started, worker,"      \
+    "     turn, attempt, adapter, model, status)"                            \
+    "     VALUES (p_c[i], coalesce((SELECT m.call FROM model_calls m"        \
+    "      WHERE m.conversation = p_c[i]"                                    \
+    "      AND (m.started, m.worker) < (p_st[i], p_w[i])"                    \
+    "      ORDER BY m.started DESC, m.worker DESC LIMIT 1), 0) + 1,"         \
+    "      p_st[i], p_w[i], p_turn[i], p_att[i], p_ad[i], p_mo[i],"          \
+    "      'running');"                                                      \
+    "   ELSE"                                                                \
+    "    UPDATE model_calls SET status = p_stat[i],"                         \
+    "     error = nullif(p_err[i], ''), input_tokens = p_in[i],"             \
+    "     output_tokens = p_out[i], cached_tokens = p_ca[i],"                \
+    "     time_to_first_token_ms = CASE WHEN p_first[i] < 0 THEN NULL"       \
+    "      ELSE p_first[i] END, duration_ms = p_dur[i]"                      \
+    "     WHERE conversation = p_c[i] AND started = p_st[i]"                 \
+    "     AND worker = p_w[i];"                                              \
+    "   END IF;"                                                             \
+    "  END LOOP;"                                                            \
+    "  RETURN NULL;"                                                         \
+    " EXCEPTION WHEN OTHERS THEN"                                            \
+    "  RETURN SQLERRM;"                                                      \
+    " END $f$;"
+
+
+static char  *ngx_http_agent_pg_migrations[NGX_HTTP_AGENT_PG_VERSION] = {
+    NGX_HTTP_AGENT_PG_TABLES
+    NGX_HTTP_AGENT_PG_WRITE
+    NGX_HTTP_AGENT_PG_AUDIT
+};
+
+
+ngx_int_t
+ngx_http_agent_pg_open(ngx_str_t *conninfo, ngx_log_t *log)
+{
+    u_char     *p, sql[96];
+    PGconn     *conn;
+    PGresult   *res;
+    ngx_int_t   version, v;
+
+    conn = ngx_http_agent_pg_connect(conninfo, NGX_HTTP_AGENT_PG_OPEN_TIMEOUT,
+                                     NGX_LOG_EMERG, log);
+    if (conn == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_agent_pg_simple(conn,
+                       "SELECT pg_advisory_lock(" NGX_HTTP_AGENT_PG_LOCK ");"
+                       "CREATE TABLE IF NOT EXISTS schema_version ("
+                       "  version integer PRIMARY KEY,"
+                       "  applied timestamptz NOT NULL DEFAULT now());"
+                       "SELECT coalesce(max(version), 0) FROM schema_version",
+                       "schema", log, &res)
+        != NGX_OK)
+    {
+        goto failed;
+    }
+
+    version = ngx_atoi((u_char *) PQgetvalue(res, 0, 0),
+                       PQgetlength(res, 0, 0));
+    PQclear(res);
+
+    if (version == NGX_ERROR || version > NGX_HTTP_AGENT_PG_VERSION) {
+        ngx_log_error(NGX_LOG_EMERG, log, 0,
+                      "agent store \"%s\" has schema version %i, newer than "
+                      "this module's %d", ngx_http_agent_pg_name, version,
+                      NGX_HTTP_AGENT_PG_VERSION);
+        goto failed;
+    }
+
+    for (v = version; v < NGX_HTTP_AGENT_PG_VERSION; v++) {
+
+        if (v) {
+            ngx_log_error(NGX_LOG_NOTICE, log, 0,
+                          "agent store \"%s\": migrating the schema from "
+                          "version %i to %i", ngx_http_agent_pg_name,
+                          v, v + 1);
+        }
+
+        if (ngx_http_agent_pg_simple(conn, "BEGIN", "schema", log, NULL)
+            != NGX_OK
+            || ngx_http_agent_pg_simple(conn, ngx_http_agent_pg_migrations[v],
+                                        "schema", log, NULL)
+               != NGX_OK)
+        {
+            goto failed;
+        }
+
+        p = ngx_snprintf(sql, sizeof(sql) - 1,
+                         "INSERT INTO schema_version (version) VALUES (%i);"
+                         "COMMIT", v + 1);
+        *p = '\0';
+
+        if (ngx_http_agent_pg_simple(conn, (char *) sql, "schema", log, NULL)
+            != NGX_OK)
+        {
+            goto failed;
+        }
+    }
+
+    /* the lock goes with the session too: closed on an error above */
+
+    (void) ngx_http_agent_pg_simple(conn,
+                       "SELECT pg_advisory_unlock(" NGX_HTTP_AGENT_PG_LOCK ")",
+                       "schema", log, NULL);
+
+    PQfinish(conn);
+
+    return NGX_OK;
+
+failed:
+
+    PQfinish(conn);
+
+    return NGX_ERROR;
+}
+
+
+/*
+ * Statements in one string, through the simple protocol, each result
+ * checked; the last's kept in *out if asked
+ */
+
+static ngx_int_t
+ngx_http_agent_pg_simple(PGconn *conn, const char *sql, const char *what,
+    ngx_log_t *log, PGresult **out)
+{
+    ngx_int_t       rc, ok;
+    PGresult       *res, *last;
+    ngx_msec_t      deadline;
+    ExecStatusType  st;
+
+    if (!PQsendQuery(conn, sql)) {
+        ngx_http_agent_pg_log(NGX_LOG_EMERG, log, conn, NULL, what);
+        return NGX_ERROR;
+    }
+
+    deadline = ngx_http_agent_pg_msec() + NGX_HTTP_AGENT_PG_OPEN_TIMEOUT
+               + 1000;
+    ok = NGX_OK;
+    last = NULL;
+
+    while ((res = ngx_http_agent_pg_result(conn, deadline, &rc, log))) {
+        st = PQresultStatus(res);
+
+        if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+            if (ok == NGX_OK) {
+                ngx_http_agent_pg_log(NGX_LOG_EMERG, log, conn, res, what);
+            }
+
+            ok = NGX_ERROR;
+        }
+
+        PQclear(last);
+        last = res;
+    }
+
+    if (rc != NGX_OK) {
+        if (rc == NGX_ERROR) {
+            ngx_http_agent_pg_log(NGX_LOG_EMERG, log, conn, NULL, what);
+        }
+
+        ok = NGX_ERROR;
+    }
+
+    if (ok != NGX_OK || out == NULL || last == NULL
+        || PQresultStatus(last) != PGRES_TUPLES_OK || PQntuples(last) == 0)
+    {
+        PQclear(last);
+        return (ok == NGX_OK && out) ? NGX_ERROR : ok;
+    }
+
+    *out = last;
+
+    return NGX_OK;
+}
