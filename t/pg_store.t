@@ -87,8 +87,10 @@ is($ok, 3, 'three masters at once: each starts');
     is($pg->sql("SELECT string_agg(column_name, ' ' ORDER BY column_name)"
                 . " FROM information_schema.columns"
                 . " WHERE table_name = 'conversations' AND column_name IN"
-                . " ('node', 'epoch', 'takeovers', 'queue_seq')"),
-       'epoch node queue_seq takeovers', 'conversations ready for owners');
+                . " ('node', 'epoch', 'takeovers', 'takeover_seq',"
+                . " 'queue_id')"),
+       'epoch node queue_id takeover_seq takeovers',
+       'conversations ready for owners');
 }
 
 # the log, written as logged
@@ -204,7 +206,7 @@ unlike($t->read_file('error.log'), qr/password/, 'and no password');
 
 $pg->start;
 
-is($pg->wait_sql(types('s3'), qr/^(\Q$turns\E ?){3}$/, 15),
+is($pg->wait_sql(types('s3'), qr/^(\Q$turns\E ?){3}$/, 30),
    "$turns $turns $turns", 'the server back: the backlog is written');
 
 # the server stops answering (its processes paused): a write waits for

@@ -6,7 +6,9 @@
 # deadline passed while nginx was stopped, a turn cut off by a crash of
 # the whole server, queued messages (revival.t); agent_list's pages
 # (list.t); the audit's rows and pages, rows that cannot be written, a
-# batch behind another session's lock (audit.t).  SQLite's own (WAL,
+# batch behind another session's lock (audit.t); queue ids given once
+# (store_queue_ids.t); take-overs counted across restarts
+# (store_takeovers.t).  SQLite's own (WAL,
 # VFS, sync, schema files) stay SQLite's.
 
 use strict;
@@ -23,7 +25,8 @@ plan(skip_all => Test::Agent::Postgres->missing)
 
 local $ENV{TEST_AGENT_STORE} = 'pg';
 
-for my $file (qw(revival.t list.t audit.t)) {
+for my $file (qw(revival.t list.t audit.t store_queue_ids.t
+                 store_takeovers.t)) {
     my $out = `$^X $FindBin::Bin/$file 2>&1`;
     my $rc = $? >> 8;
     my @failed = $out =~ /^(not ok \d+ .*)$/mg;

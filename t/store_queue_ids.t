@@ -36,8 +36,8 @@ my $mock = Test::Agent::MockProvider->new(default => sub {
 });
 
 my $t = Test::Agent->new;
-my $path = $t->testdir . '/agent.db';
-my $db = Test::Agent::Store->new($path);
+my $db = Test::Agent::Store->for_test($t);
+my $path = $db->directive;
 
 $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
     http => "agent_store $path; agent_busy queue; agent_evict_idle 1s;",
@@ -55,16 +55,16 @@ sub zone_count {
 
 sub types {
     my ($cid) = @_;
-    return $db->sql("SELECT group_concat(type, ' ') FROM (SELECT type"
-                    . " FROM events WHERE conversation = '$cid'"
-                    . " ORDER BY seq)");
+    return join ' ', split /\n/, $db->sql("SELECT type FROM events"
+                                          . " WHERE conversation = '$cid'"
+                                          . " ORDER BY seq");
 }
 
 sub user_msgs {
     my ($cid, $content) = @_;
     return $db->sql("SELECT count(*) FROM events WHERE conversation ="
                     . " '$cid' AND type = 'user_msg' AND"
-                    . " json_extract(data, '\$.content') = '$content'");
+                    . " data LIKE '%:_${content}_%'");
 }
 
 # a turn held in its model call, and a message queued behind it

@@ -26,13 +26,14 @@ plan skip_all => 'sqlite3 is not installed' unless Test::Agent::Store->available
 my $t = Test::Agent->new;
 my $mock = Test::Agent::MockProvider->new;
 my $dir = $t->testdir;
-my $store = Test::Agent::Store->new("$dir/agent.db");
+my $store = Test::Agent::Store->for_test($t);
+my $db = $store->directive;
 
 my $hang = Test::Agent::Hang->new($dir);
 my $hport = $hang->port;
 
 $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
-    http => "agent_store $dir/agent.db;",
+    http => "agent_store $db;",
     tools => <<'EOF',
     agent_tool hang {
         location /tools/hang;

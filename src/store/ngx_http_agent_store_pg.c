@@ -80,6 +80,7 @@ ngx_http_agent_store_t  ngx_http_agent_store_pg = {
     ngx_http_agent_pg_sweep,
     ngx_http_agent_pg_enqueue,
     NULL,
+    ngx_http_agent_pg_takeover,
     ngx_http_agent_pg_list,
     ngx_http_agent_pg_audit_page,
     ngx_http_agent_pg_close,

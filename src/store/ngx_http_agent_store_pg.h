@@ -87,6 +87,8 @@ ngx_int_t ngx_http_agent_pg_read(ngx_str_t *conninfo,
     ngx_http_agent_store_read_t *rd, ngx_pool_t *pool, ngx_log_t *log);
 ngx_int_t ngx_http_agent_pg_sweep(ngx_str_t *conninfo, uint64_t now,
     ngx_array_t *ids, ngx_pool_t *pool, ngx_log_t *log);
+ngx_int_t ngx_http_agent_pg_takeover(ngx_str_t *conninfo,
+    ngx_http_agent_store_read_t *rd, ngx_log_t *log);
 ngx_int_t ngx_http_agent_pg_enqueue(ngx_str_t *conninfo,
     ngx_http_agent_store_read_t *rd, ngx_log_t *log);
 ngx_int_t ngx_http_agent_pg_list(ngx_str_t *conninfo,

@@ -52,7 +52,8 @@ static const int  ngx_http_agent_pg_bnn[] = { 1, 0, 0 };
 
 
 #define NGX_HTTP_AGENT_PG_R_CONV                                             \
-    "SELECT agent, last_seq, owner FROM conversations WHERE id = $1"
+    "SELECT agent, last_seq, owner, queue_id, takeovers, takeover_seq"       \
+    " FROM conversations WHERE id = $1"
 
 #define NGX_HTTP_AGENT_PG_R_TAIL                                             \
     "SELECT seq, type, data FROM events WHERE conversation = $1"             \
@@ -96,16 +97,31 @@ static const int  ngx_http_agent_pg_bnn[] = { 1, 0, 0 };
 /*
  * A message that waits for its turn, unless its turn has already been
  * written (the user_msg names the queue id): the writer takes it out
- * when its user_msg is written
+ * when its user_msg is written.  A queue id is never given twice in a
+ * conversation: a row that is not inserted is acknowledged only if the
+ * user_msg that carries the id is this very message (its turn came
+ * first), as in SQLite.
  */
 #define NGX_HTTP_AGENT_PG_ENQUEUE                                            \
-    "INSERT INTO queued (conversation, id, front, data)"                     \
+    "WITH i AS (INSERT INTO queued (conversation, id, front, data)"          \
     " SELECT $1, $2::bigint, $3::integer, $4"                                \
     " WHERE NOT EXISTS (SELECT 1 FROM events"                                \
     " WHERE conversation = $1 AND type = 'user_msg'"                         \
     " AND (data::json->>'queue_id')::bigint = $2::bigint)"                   \
-    " ON CONFLICT (conversation, id) DO UPDATE"                              \
-    " SET front = excluded.front, data = excluded.data"
+    " ON CONFLICT (conversation, id) DO NOTHING RETURNING 1)"                \
+    " SELECT EXISTS (SELECT 1 FROM i) OR EXISTS (SELECT 1 FROM events"       \
+    " WHERE conversation = $1 AND type = 'user_msg'"                         \
+    " AND (data::json->>'queue_id')::bigint = $2::bigint AND data = $4)"
+
+/*
+ * A take-over of the turn at seq $2 counted: a count taken at an earlier
+ * seq is of a turn that got on since, and starts again
+ */
+#define NGX_HTTP_AGENT_PG_TAKEOVER                                           \
+    "UPDATE conversations SET takeovers = CASE"                              \
+    " WHEN takeover_seq >= $2::bigint THEN takeovers + 1 ELSE 1 END,"        \
+    " takeover_seq = greatest(takeover_seq, $2::bigint)"                     \
+    " WHERE id = $1 RETURNING takeovers"
 
 #define NGX_HTTP_AGENT_PG_LIST                                               \
     "SELECT id, state, updated, (SELECT count(*) FROM tool_calls t"          \
@@ -219,6 +235,13 @@ ngx_http_agent_pg_read_tx(PGconn *conn, ngx_http_agent_store_read_t *rd,
     }
 
     rd->last_seq = ngx_http_agent_pg_int(res, 0, 1);
+    rd->queue_id = ngx_http_agent_pg_int(res, 0, 3);
+
+    /* counted at the log's end, or before events that were lost since */
+
+    rd->takeovers = ((uint64_t) ngx_http_agent_pg_int(res, 0, 5)
+                     >= rd->last_seq)
+                    ? (ngx_uint_t) ngx_http_agent_pg_int(res, 0, 4) : 0;
     PQclear(res);
 
     if (rd->after == NGX_HTTP_AGENT_STORE_TAIL) {
@@ -452,6 +475,7 @@ ngx_http_agent_pg_enqueue(ngx_str_t *conninfo,
 {
     int          lengths[4];
     u_char       id[NGX_INT64_LEN + 2];
+    ngx_uint_t   taken;
 
     static const Oid  types[] = { NGX_HTTP_AGENT_PG_STR, 0, 0,
                                   NGX_HTTP_AGENT_PG_STR };
@@ -484,6 +508,62 @@ ngx_http_agent_pg_enqueue(ngx_str_t *conninfo,
                       "a message of \"%V\"", ngx_http_agent_pg_name, &rd->id);
         ngx_http_agent_pg_put(conn, 0);
         return NGX_ERROR;
+    }
+
+    taken = (PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't');
+
+    PQclear(res);
+    ngx_http_agent_pg_put(conn, 1);
+
+    if (!taken) {
+        ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%s\" cannot queue "
+                      "a message: queue id %L of \"%V\" is taken by another "
+                      "message", ngx_http_agent_pg_name, rd->queue.id,
+                      &rd->id);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_agent_pg_takeover(ngx_str_t *conninfo,
+    ngx_http_agent_store_read_t *rd, ngx_log_t *log)
+{
+    int          lengths[2];
+    u_char       seq[NGX_INT64_LEN + 2];
+    PGconn      *conn;
+    PGresult    *res;
+    const char  *values[2];
+
+    static const Oid  types[] = { NGX_HTTP_AGENT_PG_STR, 0 };
+    static const int  formats[] = { 1, 0 };
+
+    rd->takeovers = 0;
+
+    conn = ngx_http_agent_pg_get(conninfo, log);
+    if (conn == NULL) {
+        return NGX_ERROR;
+    }
+
+    *ngx_sprintf(seq, "%uL", rd->after) = '\0';
+
+    values[0] = (char *) rd->id.data;
+    lengths[0] = rd->id.len;
+    values[1] = (char *) seq;
+    lengths[1] = 0;
+
+    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_TAKEOVER, 2, types,
+                                 values, lengths, formats, "count a take-over",
+                                 log);
+    if (res == NULL) {
+        ngx_http_agent_pg_put(conn, 0);
+        return NGX_ERROR;
+    }
+
+    if (PQntuples(res) == 1) {
+        rd->takeovers = (ngx_uint_t) ngx_http_agent_pg_int(res, 0, 0);
     }
 
     PQclear(res);

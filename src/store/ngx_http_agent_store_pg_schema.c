@@ -51,7 +51,8 @@ static ngx_int_t ngx_http_agent_pg_simple(PGconn *conn, const char *sql,
     "  owner text NOT NULL DEFAULT '',"                                      \
     "  node text COLLATE \"C\", epoch bigint NOT NULL DEFAULT 0,"            \
     "  takeovers integer NOT NULL DEFAULT 0,"                                \
-    "  queue_seq bigint NOT NULL DEFAULT 0);"                                \
+    "  takeover_seq bigint NOT NULL DEFAULT 0,"                              \
+    "  queue_id bigint NOT NULL DEFAULT 0);"                                 \
     "CREATE INDEX conversations_state ON conversations (state)"              \
     "  WHERE state = 'running';"                                             \
     "CREATE INDEX conversations_node ON conversations (node)"                \
@@ -104,7 +105,7 @@ static ngx_int_t ngx_http_agent_pg_simple(PGconn *conn, const char *sql,
     " RETURNS integer LANGUAGE plpgsql AS $f$"                               \
     " DECLARE"                                                               \
     "  n integer := coalesce(array_length(p_s, 1), 0);"                      \
-    "  ends bigint := 0; j json; st text;"                                   \
+    "  ends bigint := 0; q bigint := 0; j json; st text;"                    \
     " BEGIN"                                                                 \
     "  FOR i IN 1 .. n LOOP"                                                 \
     "   INSERT INTO events (conversation, seq, type, data)"                  \
@@ -138,17 +139,19 @@ static ngx_int_t ngx_http_agent_pg_simple(PGconn *conn, const char *sql,
     "    WHEN 'user_msg' THEN"                                               \
     "     DELETE FROM queued WHERE conversation = p_c[i]"                    \
     "      AND id = (j->>'queue_id')::bigint;"                               \
+    "     q := greatest(q, coalesce((j->>'queue_id')::bigint, 0));"          \
     "    ELSE NULL;"                                                         \
     "    END CASE;"                                                          \
     "    IF p_e[i] > 0 THEN ends := p_e[i]; END IF;"                         \
     "   END IF;"                                                             \
     "   IF i = n OR p_c[i + 1] <> p_c[i] THEN"                               \
     "    INSERT INTO conversations AS v (id, agent, owner, last_seq,"        \
-    "     updated) VALUES (p_c[i], p_a[i], p_o[i], p_s[i],"                  \
-    "     extract(epoch FROM now())::bigint)"                                \
+    "     updated, queue_id) VALUES (p_c[i], p_a[i], p_o[i], p_s[i],"        \
+    "     extract(epoch FROM now())::bigint, q)"                             \
     "     ON CONFLICT (id) DO UPDATE SET"                                    \
     "     last_seq = greatest(v.last_seq, excluded.last_seq),"               \
-    "     updated = excluded.updated;"                                       \
+    "     updated = excluded.updated,"                                       \
+    "     queue_id = greatest(v.queue_id, excluded.queue_id);"               \
     "    IF ends > 0 THEN"                                                   \
     "     st := CASE WHEN ends = 2 THEN 'idle'"                              \
     "      WHEN EXISTS (SELECT 1 FROM tool_calls WHERE conversation = p_c[i]"\
@@ -159,7 +162,7 @@ static ngx_int_t ngx_http_agent_pg_simple(PGconn *conn, const char *sql,
     "     UPDATE conversations SET state = st"                               \
     "      WHERE id = p_c[i] AND state <> st;"                               \
     "    END IF;"                                                            \
-    "    ends := 0;"                                                         \
+    "    ends := 0; q := 0;"                                                 \
     "   END IF;"                                                             \
     "  END LOOP;"                                                            \
     "  RETURN n;"                                                            \
