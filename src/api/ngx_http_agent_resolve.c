@@ -381,6 +381,12 @@ ngx_http_agent_resolve_apply(ngx_http_request_t *r,
         /* looked up again: a suspension recorded may move the calls */
 
         pend = ngx_http_agent_conv_pending_locked(conv, &res[i].call);
+
+        if (pend == NULL) {
+            res[i].taken = 0;
+            continue;
+        }
+
         in_call = ngx_http_agent_pending_in_call(pend);
 
         /* an approved server call runs now, whatever else still waits */
@@ -468,7 +474,7 @@ ngx_http_agent_resolve_apply(ngx_http_request_t *r,
         return NGX_DONE;
     }
 
-    return NGX_OK;
+    return *first ? NGX_OK : NGX_DECLINED;
 }
 
 
