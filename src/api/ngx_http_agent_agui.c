@@ -51,7 +51,6 @@ typedef struct {
 
     ngx_uint_t                    nanswers;
     ngx_http_agent_resolution_t   answers[NGX_HTTP_AGENT_AGUI_ANSWERS];
-    u_char                        resumed[NGX_HTTP_AGENT_AGUI_ANSWERS];
 } ngx_http_agent_agui_input_t;
 
 
@@ -341,9 +340,8 @@ ngx_http_agent_agui_answers(ngx_http_request_t *r,
             return NGX_DECLINED;
         }
 
-        res = &in->answers[in->nanswers];
+        res = &in->answers[in->nanswers++];
         res->call = s;
-        in->resumed[in->nanswers++] = 1;
 
         payload = ngx_http_agent_provider_get(m, "payload");
 
@@ -371,6 +369,7 @@ ngx_http_agent_agui_answers(ngx_http_request_t *r,
 
         res = &in->answers[in->nanswers++];
         res->call = s;
+        res->history = 1;
 
         /* the tool message is the client's: the log keeps its id */
 
@@ -387,6 +386,7 @@ ngx_http_agent_agui_answers(ngx_http_request_t *r,
         payload = ngx_http_agent_provider_get(m, "content");
 
         if (ngx_http_agent_agui_answer(r, res, payload, &status) != NGX_OK) {
+            ngx_memzero(res, sizeof(ngx_http_agent_resolution_t));
             in->nanswers--;
         }
     }
@@ -468,17 +468,32 @@ ngx_http_agent_agui_answer(ngx_http_request_t *r,
                    ngx_http_agent_provider_get(v, "decision"), &s);
     }
 
+    /*
+     * the decision is one of agent_resolve's own words: s may lie in the
+     * tree of the tool message's text, which goes before the resolution
+     * is recorded
+     */
+
     if ((s.len == 7 && ngx_strncmp(s.data, "approve", 7) == 0)
         || (s.len == 6 && ngx_strncmp(s.data, "reject", 6) == 0))
     {
-        res->decision = s;
         res->approve = (s.len == 7);
+        ngx_str_set(&res->decision, "reject");
+
+        if (res->approve) {
+            ngx_str_set(&res->decision, "approve");
+        }
 
         if (ngx_http_agent_provider_string(
                 ngx_http_agent_provider_get(v, "reason"), &s)
             == NGX_OK)
         {
             res->reason.data = ngx_pstrdup(r->pool, &s);
+            if (res->reason.data == NULL) {
+                rc = NGX_ERROR;
+                goto done;
+            }
+
             res->reason.len = s.len;
         }
 
@@ -548,10 +563,12 @@ ngx_http_agent_agui_go(ngx_http_request_t *r,
 
 
 /*
- * The answers to calls that wait, resolved in order.  NGX_DECLINED:
- * none of them answers a waiting call; NGX_ABORT: an answer is sent,
- * in->rc to finalize with.  *state and *last: the
- * conversation's after them; *written: the last resolution's seq.
+ * The answers to calls that wait, resolved in order, all or none: an
+ * answer that does not fit its call, or an interrupt that does not
+ * wait, refuses the whole input.  NGX_DECLINED: none of them answers a
+ * waiting call; NGX_ABORT: an answer is sent, in->rc to finalize with.
+ * *state and *last: the conversation's after them; *written: the last
+ * resolution's seq.
  */
 
 static ngx_int_t
@@ -560,9 +577,9 @@ ngx_http_agent_agui_resolve(ngx_http_request_t *r,
     uint64_t *written)
 {
     char                        *err;
-    uint64_t                     seq;
+    uint64_t                     first;
     ngx_int_t                    rc;
-    ngx_uint_t                   i, n;
+    ngx_uint_t                   i;
     ngx_http_agent_zone_t       *z;
     ngx_http_agent_conv_t       *conv;
     ngx_http_agent_main_conf_t  *amcf;
@@ -594,21 +611,22 @@ ngx_http_agent_agui_resolve(ngx_http_request_t *r,
         }
     }
 
-    n = 0;
+    rc = ngx_http_agent_resolve_apply(r, in->answers, in->nanswers, &first,
+                                      written, &err, &in->rc);
 
-    for (i = 0; i < in->nanswers; i++) {
-        err = NULL;
-        rc = ngx_http_agent_resolve_apply(r, &in->answers[i], &seq, &err,
-                                          &in->rc);
+    if (rc == NGX_DONE) {
+        return NGX_ABORT;
+    }
 
-        if (rc == NGX_DECLINED && err) {
-            in->rc = ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
-                                               "invalid_resolution", err);
-            return NGX_ABORT;
-        }
+    if (rc == NGX_DECLINED && err) {
+        in->rc = ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
+                                           "invalid_resolution", err);
+        return NGX_ABORT;
+    }
 
-        if (rc == NGX_DECLINED) {
-            if (in->resumed[i]) {
+    if (rc == NGX_DECLINED) {
+        for (i = 0; i < in->nanswers; i++) {
+            if (in->answers[i].stale) {
                 in->rc = ngx_http_agent_json_error(r, NGX_HTTP_CONFLICT,
                                                    "stale",
                                                    "the interrupt does not "
@@ -616,28 +634,16 @@ ngx_http_agent_agui_resolve(ngx_http_request_t *r,
                                                    "or expired");
                 return NGX_ABORT;
             }
-
-            continue;
         }
 
-        if (rc == NGX_DONE) {
-            return NGX_ABORT;
-        }
-
-        if (rc != NGX_OK) {
-            return rc;
-        }
-
-        if (n++ == 0) {
-            in->run->from = seq - 1;
-        }
-
-        *written = seq;
-    }
-
-    if (n == 0) {
         return NGX_DECLINED;
     }
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    in->run->from = first - 1;
 
     conv = ngx_http_agent_api_conv_lock(r, z, &in->id, &in->rc);
     if (conv == NULL) {

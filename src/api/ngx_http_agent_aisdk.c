@@ -296,13 +296,13 @@ ngx_http_agent_aisdk_results(ngx_http_request_t *r, ngx_str_t *id,
     yajl_val m)
 {
     char                         *err;
-    uint64_t                      seq, first;
-    ngx_int_t                     rc;
+    uint64_t                      last, first;
+    ngx_int_t                     rc, answer;
     ngx_str_t                    *approver;
-    ngx_uint_t                    i;
+    ngx_uint_t                    i, n;
     yajl_val                      parts;
     const char                   *parts_path[] = { "parts", NULL };
-    ngx_http_agent_resolution_t   res;
+    ngx_http_agent_resolution_t  *res;
 
     parts = yajl_tree_get(m, parts_path, yajl_t_array);
 
@@ -322,15 +322,20 @@ ngx_http_agent_aisdk_results(ngx_http_request_t *r, ngx_str_t *id,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    first = 0;
+    res = ngx_pcalloc(r->pool, (parts->u.array.len + 1)
+                               * sizeof(ngx_http_agent_resolution_t));
+    if (res == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    n = 0;
 
     for (i = 0; i < parts->u.array.len; i++) {
 
-        ngx_memzero(&res, sizeof(ngx_http_agent_resolution_t));
-
-        rc = ngx_http_agent_aisdk_part(r, parts->u.array.values[i], &res);
+        rc = ngx_http_agent_aisdk_part(r, parts->u.array.values[i], &res[n]);
 
         if (rc == NGX_DECLINED) {
+            ngx_memzero(&res[n], sizeof(ngx_http_agent_resolution_t));
             continue;
         }
 
@@ -338,33 +343,35 @@ ngx_http_agent_aisdk_results(ngx_http_request_t *r, ngx_str_t *id,
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        res.conv = *id;
-        res.approver = approver;
+        /*
+         * the parts answer as history does: those of calls that ran or
+         * that wait for something else change nothing
+         */
 
-        switch (ngx_http_agent_resolve_apply(r, &res, &seq, &err, &rc)) {
+        res[n].conv = *id;
+        res[n].approver = approver;
+        res[n].history = 1;
+        res[n].loose = 1;
+        n++;
+    }
 
-        case NGX_OK:
-            break;
+    rc = NGX_DECLINED;
 
-        case NGX_DECLINED:
-            continue;
-
-        default:
-            return rc;
-        }
-
-        if (first == 0) {
-            first = seq;
+    if (n) {
+        rc = ngx_http_agent_resolve_apply(r, res, n, &first, &last, &err,
+                                          &answer);
+        if (rc == NGX_DONE) {
+            return answer;
         }
     }
 
-    if (first == 0) {
+    if (rc != NGX_OK) {
         return ngx_http_agent_json_error(r, NGX_HTTP_CONFLICT, "stale",
                                          "no call of the message is "
                                          "waiting for what it says");
     }
 
-    return ngx_http_agent_store_ack_stream(r, id, seq, first - 1,
+    return ngx_http_agent_store_ack_stream(r, id, last, first - 1,
                                            ngx_http_agent_aisdk_answer);
 }
 

@@ -30,6 +30,11 @@ static ngx_int_t ngx_http_agent_resolve_accept(ngx_http_request_t *r,
     ngx_http_agent_resolution_t *res);
 static ngx_int_t ngx_http_agent_resolve_stale(ngx_http_request_t *r,
     char *err);
+static ngx_int_t ngx_http_agent_resolve_check_locked(
+    ngx_http_agent_conv_t *conv, ngx_http_agent_resolution_t *res,
+    ngx_uint_t n, char **err);
+static char *ngx_http_agent_resolve_fits(ngx_http_agent_pending_t *pend,
+    ngx_http_agent_resolution_t *res);
 static ngx_int_t ngx_http_agent_resolve_record_locked(ngx_http_request_t *r,
     ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv,
     ngx_http_agent_pending_t *p, ngx_http_agent_resolution_t *res,
@@ -267,13 +272,13 @@ ngx_http_agent_resolve_accept(ngx_http_request_t *r,
 {
     u_char     *p;
     char       *err;
-    uint64_t    seq;
+    uint64_t    seq, first;
     ngx_int_t   rc;
     ngx_str_t   json;
 
-    err = NULL;
-
-    switch (ngx_http_agent_resolve_apply(r, res, &seq, &err, &rc)) {
+    switch (ngx_http_agent_resolve_apply(r, res, 1, &first, &seq, &err,
+                                         &rc))
+    {
 
     case NGX_OK:
         break;
@@ -318,22 +323,27 @@ ngx_http_agent_resolve_stale(ngx_http_request_t *r, char *err)
 
 
 /*
- * Under the zone lock: the call must be waiting, in this conversation,
- * for what the resolution gives.  It is recorded; when it was the last
- * waiting call and no turn holds the lease, this worker takes it and
- * the turn goes on, from a request of its own.  NGX_DECLINED, nothing
- * changed: the call does not wait (*err NULL) or waits for something
- * else (*err says what); NGX_DONE: *rc is the handler's answer.
+ * Under the zone lock, for one hold of it: each call must be waiting, in
+ * this conversation, for what its resolution gives; a batch is taken
+ * whole or not at all, so that a bad answer in it changes nothing.  All
+ * are recorded; when the last waiting call is settled and no turn holds
+ * the lease, this worker takes it and the turn goes on, from a request
+ * of its own.  NGX_DECLINED, nothing changed: no call waits for them, a
+ * call that must wait does not (res[i].stale), or one waits for
+ * something else (*err says what); NGX_DONE: *rc is the handler's
+ * answer.
  */
 
 ngx_int_t
 ngx_http_agent_resolve_apply(ngx_http_request_t *r,
-    ngx_http_agent_resolution_t *res, uint64_t *seq, char **err,
-    ngx_int_t *rc)
+    ngx_http_agent_resolution_t *res, ngx_uint_t n, uint64_t *first,
+    uint64_t *last, char **err, ngx_int_t *rc)
 {
+    uint64_t                     seq;
     ngx_pid_t                    lease;
-    ngx_uint_t                   turn, run, in_call;
-    ngx_time_t                  *tp;
+    ngx_pid_t                    pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_uint_t                   i, turn, run, approved, in_call, failed;
+    ngx_uint_t                   npids;
     ngx_http_agent_fsm_t         fsm;
     ngx_http_agent_zone_t       *z;
     ngx_http_agent_conv_t       *conv;
@@ -350,96 +360,103 @@ ngx_http_agent_resolve_apply(ngx_http_request_t *r,
         return NGX_DONE;
     }
 
-    pend = ngx_http_agent_conv_pending_locked(conv, &res->call);
+    *err = NULL;
 
-    tp = ngx_timeofday();
-
-    /*
-     * past its deadline a call is expired, whether or not a timer has
-     * settled it yet: the expiry, not this answer, ends it
-     */
-
-    if (pend && (uint64_t) tp->sec * 1000 + tp->msec >= pend->deadline) {
-        pend = NULL;
-    }
-
-    if (pend == NULL) {
+    if (ngx_http_agent_resolve_check_locked(conv, res, n, err) != NGX_OK) {
         ngx_http_agent_zone_unlock(z);
-        *err = NULL;
         return NGX_DECLINED;
     }
 
-    in_call = ngx_http_agent_pending_in_call(pend);
+    *first = 0;
+    *last = 0;
+    run = 0;
+    failed = 0;
+    npids = 0;
 
-    if (in_call) {
-        /* a form's answer (accept) or a "reject" (decline) */
-
-        if (res->has_result
-            ? res->result.data[0] != '{'
-            : (res->decision.len == 0 || res->approve))
-        {
-            ngx_http_agent_zone_unlock(z);
-            *err = "the call waits for an answer to its server's question: "
-                   "send \"result\" as a JSON object, or \"decision\": "
-                   "\"reject\"";
-            return NGX_DECLINED;
+    for (i = 0; i < n; i++) {
+        if (!res[i].taken) {
+            continue;
         }
 
-    } else if (pend->kind == NGX_HTTP_AGENT_PENDING_APPROVAL
-               ? res->decision.len == 0 : !res->has_result)
-    {
-        ngx_http_agent_zone_unlock(z);
-        *err = pend->kind == NGX_HTTP_AGENT_PENDING_APPROVAL
-               ? "the call waits for approval: send \"decision\""
-               : "the call waits for its result: send \"result\"";
-        return NGX_DECLINED;
+        /* looked up again: a suspension recorded may move the calls */
+
+        pend = ngx_http_agent_conv_pending_locked(conv, &res[i].call);
+
+        if (pend == NULL) {
+            res[i].taken = 0;
+            continue;
+        }
+
+        in_call = ngx_http_agent_pending_in_call(pend);
+
+        /* an approved server call runs now, whatever else still waits */
+
+        approved = (pend->kind == NGX_HTTP_AGENT_PENDING_APPROVAL
+                    && res[i].approve
+                    && pend->executor == NGX_HTTP_AGENT_EXECUTOR_SERVER);
+
+        if (ngx_http_agent_resolve_record_locked(r, z, conv, pend, &res[i],
+                                                 &seq)
+            != NGX_OK)
+        {
+            /* the zone is full: those recorded before stand */
+            res[i].taken = 0;
+            failed = 1;
+            break;
+        }
+
+        res[i].in_call = in_call;
+
+        if (*first == 0) {
+            *first = seq;
+        }
+
+        *last = seq;
+
+        /*
+         * the turn goes on in the worker that holds it, or here if none
+         * does and it can: no call waits any more, or an approved one
+         * runs
+         */
+
+        fsm.fields = NULL;
+
+        (void) ngx_http_agent_fsm_locked(z, conv,
+                                         approved ? NGX_HTTP_AGENT_FSM_RUN
+                                                  : NGX_HTTP_AGENT_FSM_SETTLED,
+                                         &fsm);
+
+        run |= fsm.run;
+
+        if (fsm.npids) {
+            npids = fsm.npids;
+            ngx_memcpy(pids, fsm.pids, npids * sizeof(ngx_pid_t));
+        }
     }
-
-    /* an approved server call runs now, whatever else still waits */
-
-    run = (pend->kind == NGX_HTTP_AGENT_PENDING_APPROVAL && res->approve
-           && pend->executor == NGX_HTTP_AGENT_EXECUTOR_SERVER);
-
-    if (ngx_http_agent_resolve_record_locked(r, z, conv, pend, res, seq)
-        != NGX_OK)
-    {
-        ngx_http_agent_zone_unlock(z);
-        *rc = ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                        "zone_full",
-                                        "the resolution could not be "
-                                        "recorded");
-        return NGX_DONE;
-    }
-
-    /*
-     * the turn goes on in the worker that holds it, or here if none does
-     * and it can: no call waits any more, or an approved one runs
-     */
-
-    fsm.fields = NULL;
-
-    (void) ngx_http_agent_fsm_locked(z, conv,
-                                     run ? NGX_HTTP_AGENT_FSM_RUN
-                                         : NGX_HTTP_AGENT_FSM_SETTLED,
-                                     &fsm);
 
     turn = conv->turn;
     lease = conv->lease;
 
     ngx_http_agent_zone_unlock(z);
 
-    ngx_http_agent_wake(&res->conv, fsm.pids, fsm.npids);
+    ngx_http_agent_wake(&res->conv, pids, npids);
 
-    /* the worker running the call answers its server */
+    /* the worker running a call answers its server */
 
-    if (in_call && lease == ngx_pid) {
-        ngx_http_agent_turn_cancel(&res->conv);
+    for (i = 0; i < n; i++) {
+        if (!res[i].taken || !res[i].in_call) {
+            continue;
+        }
 
-    } else if (in_call && lease) {
-        ngx_http_agent_wake(&res->conv, &lease, 1);
+        if (lease == ngx_pid) {
+            ngx_http_agent_turn_cancel(&res->conv);
+
+        } else if (lease) {
+            ngx_http_agent_wake(&res->conv, &lease, 1);
+        }
     }
 
-    if (fsm.run
+    if (run
         && ngx_http_agent_turn_start(r, alcf->agent, z, &res->conv, turn,
                                      NGX_HTTP_AGENT_TURN_RESUME)
            != NGX_OK)
@@ -449,7 +466,124 @@ ngx_http_agent_resolve_apply(ngx_http_request_t *r,
                       &res->conv);
     }
 
-    return NGX_OK;
+    if (failed) {
+        *rc = ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                        "zone_full",
+                                        "the resolution could not be "
+                                        "recorded");
+        return NGX_DONE;
+    }
+
+    return *first ? NGX_OK : NGX_DECLINED;
+}
+
+
+/*
+ * Which resolutions of the batch are taken (res[i].taken), all checked
+ * before any is recorded.  NGX_DECLINED: none is, or the batch is
+ * refused: a call that must wait does not (its res[i].stale set), or
+ * one waits for something else (*err says what).
+ */
+
+static ngx_int_t
+ngx_http_agent_resolve_check_locked(ngx_http_agent_conv_t *conv,
+    ngx_http_agent_resolution_t *res, ngx_uint_t n, char **err)
+{
+    char                      *e;
+    uint64_t                   now;
+    ngx_uint_t                 i, j, taken;
+    ngx_time_t                *tp;
+    ngx_http_agent_pending_t  *pend;
+
+    tp = ngx_timeofday();
+    now = (uint64_t) tp->sec * 1000 + tp->msec;
+    taken = 0;
+
+    for (i = 0; i < n; i++) {
+        res[i].taken = 0;
+        res[i].stale = 0;
+
+        pend = ngx_http_agent_conv_pending_locked(conv, &res[i].call);
+
+        /*
+         * past its deadline a call is expired, whether or not a timer has
+         * settled it yet: the expiry, not this answer, ends it; a call
+         * answered earlier in the batch is answered
+         */
+
+        if (pend && now >= pend->deadline) {
+            pend = NULL;
+        }
+
+        for (j = 0; pend && j < i; j++) {
+            if (res[j].taken && res[j].call.len == res[i].call.len
+                && ngx_strncmp(res[j].call.data, res[i].call.data,
+                               res[i].call.len)
+                   == 0)
+            {
+                pend = NULL;
+            }
+        }
+
+        if (pend == NULL) {
+            if (res[i].history) {
+                continue;
+            }
+
+            res[i].stale = 1;
+            return NGX_DECLINED;
+        }
+
+        e = ngx_http_agent_resolve_fits(pend, &res[i]);
+
+        if (e) {
+            if (res[i].loose) {
+                continue;
+            }
+
+            *err = e;
+            return NGX_DECLINED;
+        }
+
+        res[i].taken = 1;
+        taken++;
+    }
+
+    return taken ? NGX_OK : NGX_DECLINED;
+}
+
+
+/* NULL: the resolution gives what the call waits for, else what that is */
+
+static char *
+ngx_http_agent_resolve_fits(ngx_http_agent_pending_t *pend,
+    ngx_http_agent_resolution_t *res)
+{
+    if (ngx_http_agent_pending_in_call(pend)) {
+
+        /* a form's answer (accept) or a "reject" (decline) */
+
+        if (res->has_result
+            ? res->result.data[0] != '{'
+            : (res->decision.len == 0 || res->approve))
+        {
+            return "the call waits for an answer to its server's question: "
+                   "send \"result\" as a JSON object, or \"decision\": "
+                   "\"reject\"";
+        }
+
+        return NULL;
+    }
+
+    if (pend->kind == NGX_HTTP_AGENT_PENDING_APPROVAL) {
+        return res->decision.len ? NULL
+                                 : "the call waits for approval: send "
+                                   "\"decision\"";
+    }
+
+    return res->has_result ? NULL
+                           : "the call waits for its result: send "
+                             "\"result\"";
 }
 
 

@@ -28,15 +28,29 @@ typedef struct {
 
     unsigned                  has_result:1;
     unsigned                  approve:1;
+
+    /* in a batch: a call that does not wait passes it over (history) */
+    unsigned                  history:1;
+    /* ... and so does one that waits for something else */
+    unsigned                  loose:1;
+
+    /* out: its call does not wait; it answers a call and is recorded */
+    unsigned                  stale:1;
+    unsigned                  taken:1;
+    unsigned                  in_call:1;  /* out: a running call's */
 } ngx_http_agent_resolution_t;
 
 
 ngx_int_t ngx_http_agent_resolve_handler(ngx_http_request_t *r);
 
-/* a waiting call resolved, the turn gone on: *seq is the resolution's */
+/*
+ * Waiting calls of one conversation resolved, all or none, and the turn
+ * gone on: *first and *last are the seqs of the first and last
+ * resolutions recorded.
+ */
 ngx_int_t ngx_http_agent_resolve_apply(ngx_http_request_t *r,
-    ngx_http_agent_resolution_t *res, uint64_t *seq, char **err,
-    ngx_int_t *rc);
+    ngx_http_agent_resolution_t *res, ngx_uint_t n, uint64_t *first,
+    uint64_t *last, char **err, ngx_int_t *rc);
 
 
 #endif /* _NGX_HTTP_AGENT_RESOLVE_H_INCLUDED_ */

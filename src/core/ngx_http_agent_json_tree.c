@@ -39,6 +39,48 @@
 #define NGX_HTTP_AGENT_JSON_MAGIC  0x6a736f6e74726565
 
 
+/*
+ * A tree's memory is not free()d when the tree goes: its first block is
+ * the next text's, so a pointer kept into an old tree reads whatever the
+ * next parse wrote there, and AddressSanitizer, which watches malloc()
+ * and free(), sees nothing.  In the sanitizer build an arena's memory is
+ * poisoned from the moment it holds no tree until the next parse hands
+ * it out again, piece by piece: such a read is reported where it is
+ * made, as a use after free.
+ */
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define NGX_HTTP_AGENT_JSON_ASAN  1
+#endif
+#endif
+
+#if defined(__SANITIZE_ADDRESS__) && !defined(NGX_HTTP_AGENT_JSON_ASAN)
+#define NGX_HTTP_AGENT_JSON_ASAN  1
+#endif
+
+#if (NGX_HTTP_AGENT_JSON_ASAN)
+
+#include <sanitizer/asan_interface.h>
+
+#define ngx_http_agent_json_poison(p, size)                                  \
+    ASAN_POISON_MEMORY_REGION(p, size)
+#define ngx_http_agent_json_unpoison(p, size)                                \
+    ASAN_UNPOISON_MEMORY_REGION(p, size)
+
+#else
+
+#define ngx_http_agent_json_poison(p, size)
+#define ngx_http_agent_json_unpoison(p, size)
+
+#endif
+
+/* all of a block but its head: its nodes, strings and yajl's buffers */
+#define ngx_http_agent_json_poison_block(b)                                  \
+    ngx_http_agent_json_poison((b)->root,                                    \
+        (b)->size - offsetof(ngx_http_agent_json_block_t, root))
+
+
 typedef struct ngx_http_agent_json_block_s  ngx_http_agent_json_block_t;
 
 struct ngx_http_agent_json_block_s {
@@ -158,7 +200,12 @@ ngx_http_agent_json_parse(u_char *json, size_t len, ngx_uint_t depth,
         }
 
         b->size = NGX_HTTP_AGENT_JSON_BLOCK;
+
+        ngx_http_agent_json_poison_block(b);
     }
+
+    /* the root's place is handed out at once, the rest as it is taken */
+    ngx_http_agent_json_unpoison(b->root, sizeof(struct yajl_val_s));
 
     b->next = NULL;
     b->magic = NGX_HTTP_AGENT_JSON_MAGIC;
@@ -192,6 +239,10 @@ ngx_http_agent_json_parse(u_char *json, size_t len, ngx_uint_t depth,
     ngx_http_agent_json_blocks_free(b->next);
 
     b->next = NULL;
+
+    /* the reader's tree is gone: what it took is poisoned again */
+    ngx_http_agent_json_poison(&b->root[1],
+                               b->size - sizeof(ngx_http_agent_json_block_t));
 
     t.last = b;
     t.pos = (u_char *) &b->root[1];
@@ -288,6 +339,7 @@ ngx_http_agent_json_blocks_free(ngx_http_agent_json_block_t *b)
         if (ngx_http_agent_json_spare == NULL
             && b->size == NGX_HTTP_AGENT_JSON_BLOCK)
         {
+            ngx_http_agent_json_poison_block(b);
             ngx_http_agent_json_spare = b;
             continue;
         }
@@ -320,6 +372,8 @@ ngx_http_agent_json_alloc(ngx_http_agent_json_tree_t *t, size_t size)
         b->size = bsize;
         b->magic = 0;
 
+        ngx_http_agent_json_poison_block(b);
+
         t->last->next = b;
         t->last = b;
         t->pos = (u_char *) b->root;
@@ -328,6 +382,8 @@ ngx_http_agent_json_alloc(ngx_http_agent_json_tree_t *t, size_t size)
 
     p = t->pos;
     t->pos += size;
+
+    ngx_http_agent_json_unpoison(p, size);
 
     return p;
 }
