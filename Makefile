@@ -7,6 +7,10 @@
 #   make layers   fails if a layer of src/ calls one above it
 #   make asan     a full nginx 1.22.1 from Debian's source package with
 #                 AddressSanitizer and UBSan, and the test suite against it
+#   make upstream nginx 1.22.1 as nginx.org releases it (the orig tarball of
+#                 Debian's source package, none of Debian's patches), the
+#                 module as a --with-compat dynamic module of it, and a
+#                 smoke test of the two (UPSTREAM_TESTS)
 #   make demo     nginx in the foreground with nginx.conf.example
 #   make fuzz     the libFuzzer targets of fuzz/, see the end of this file
 
@@ -35,7 +39,8 @@ ASAN_MODULE :=	$(ASAN_DIR)/nginx/objs/ngx_http_agent_module.so
 ASAN_CFLAGS :=	-g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined
 ASAN_LDFLAGS :=	-fsanitize=address,undefined
 
-.PHONY: all test layers asan asan-build demo clean FORCE fuzz fuzz-build
+.PHONY: all test layers asan asan-build upstream upstream-build demo clean \
+	FORCE fuzz fuzz-build
 
 all: $(MODULE)
 
@@ -100,6 +105,68 @@ asan-build: $(ASAN_NGINX)
 asan: $(ASAN_NGINX)
 	TEST_NGINX_BINARY=$(ASAN_NGINX) TEST_NGINX_MODULE=$(ASAN_MODULE) \
 	TEST_NGINX_SANITIZED=1 $(PROVE) $(PROVE_FLAGS) t/
+
+# The module against nginx's own source, unpatched: it uses nginx's public
+# module interface only.  NGINX_TARBALL may name a release from nginx.org
+# (nginx-1.x.y.tar.gz) to build against instead of Debian's orig tarball,
+# which is fetched with the source package, or taken from make asan's.
+
+UPSTREAM_DIR :=	$(B)/upstream
+UPSTREAM_NGINX := $(UPSTREAM_DIR)/nginx/objs/nginx
+UPSTREAM_MODULE := $(UPSTREAM_DIR)/nginx/objs/ngx_http_agent_module.so
+UPSTREAM_TESTS ?= t/module.t t/turn.t t/store.t
+NGINX_TARBALL ?=
+# nginx.org's nginx-1.22.1.tar.gz, which Debian's orig tarball is
+NGINX_ORIG_SHA256 := \
+	9ebb333a9e82b952acd3e2b4aeb1d4ff6406f72491bab6cd9fe69f0dea737f31
+
+$(B)/upstream-tarball: FORCE
+	@mkdir -p $(B)
+	@echo '$(NGINX_TARBALL)' | cmp -s - $@ \
+	    || echo '$(NGINX_TARBALL)' > $@
+
+$(UPSTREAM_DIR)/nginx/objs/Makefile: config $(B)/upstream-tarball
+	rm -rf $(UPSTREAM_DIR)/nginx
+	mkdir -p $(UPSTREAM_DIR)/src
+	tarball='$(NGINX_TARBALL)'; \
+	if [ -z "$$tarball" ]; then \
+	    tarball=$$(ls $(ASAN_DIR)/src/nginx_1.22.1.orig.tar.* \
+	                  $(UPSTREAM_DIR)/src/nginx_1.22.1.orig.tar.* \
+	               2>/dev/null | head -1); \
+	fi; \
+	if [ -z "$$tarball" ]; then \
+	    cd $(UPSTREAM_DIR)/src && apt-get source --download-only nginx \
+	        > $(UPSTREAM_DIR)/source.log 2>&1 \
+	    || { cat $(UPSTREAM_DIR)/source.log; \
+	         echo "make upstream needs a deb-src entry: see README.md"; \
+	         exit 1; }; \
+	    tarball=$$(ls $(UPSTREAM_DIR)/src/nginx_1.22.1.orig.tar.*); \
+	fi; \
+	if [ -z '$(NGINX_TARBALL)' ]; then \
+	    echo "$(NGINX_ORIG_SHA256)  $$tarball" | sha256sum -c --quiet \
+	    || { echo "$$tarball is not nginx.org's nginx-1.22.1.tar.gz"; \
+	         exit 1; }; \
+	fi; \
+	echo "make upstream: nginx from $$tarball"; \
+	mkdir -p $(UPSTREAM_DIR)/nginx \
+	&& tar -xf "$$tarball" -C $(UPSTREAM_DIR)/nginx --strip-components=1
+	cd $(UPSTREAM_DIR)/nginx && ./configure \
+	    --prefix=$(UPSTREAM_DIR)/prefix \
+	    --with-compat --with-threads \
+	    --add-dynamic-module=$(CURDIR) > $(UPSTREAM_DIR)/configure.log \
+	    || { cat $(UPSTREAM_DIR)/configure.log; exit 1; }
+
+$(UPSTREAM_NGINX): $(UPSTREAM_DIR)/nginx/objs/Makefile $(SOURCES)
+	$(MAKE) -j$(JOBS) -C $(UPSTREAM_DIR)/nginx -f objs/Makefile \
+	    binary modules
+
+upstream-build: $(UPSTREAM_NGINX)
+
+upstream: $(UPSTREAM_NGINX)
+	$(UPSTREAM_NGINX) -V
+	TEST_NGINX_BINARY=$(UPSTREAM_NGINX) \
+	TEST_NGINX_MODULE=$(UPSTREAM_MODULE) \
+	    $(PROVE) $(PROVE_FLAGS) $(UPSTREAM_TESTS)
 
 demo: $(MODULE)
 	bin/demo
