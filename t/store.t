@@ -45,7 +45,7 @@ sub sql {
 }
 
 like(sql('PRAGMA journal_mode'), qr/^wal$/, 'WAL mode');
-is(sql("SELECT value FROM meta WHERE key = 'schema_version'"), '10',
+is(sql("SELECT value FROM meta WHERE key = 'schema_version'"), '11',
    'schema versioned');
 
 # conversations side by side, some turns each

@@ -141,7 +141,7 @@ like($fresh, qr/^trigger events_derive .* WHEN new\.derived = 0 BEGIN/m,
 
 $t->run;
 
-is(sql("SELECT value FROM meta"), '10', 'migrated to version 10');
+is(sql("SELECT value FROM meta"), '11', 'migrated to version 11');
 is(sql($SCHEMA), $fresh, 'version 1: the schema a new file gets');
 is(sql("SELECT count(*) FROM events"), scalar @events, 'the log kept');
 is(sql("SELECT id, name, executor, kind, status, deadline FROM tool_calls"),
@@ -186,20 +186,22 @@ sub migrated {
     my ($from, $sql) = @_;
 
     # no version before 9 had the events' derived column, nor before 10
-    # the conversations' count of queue ids; every one from 2 to 7 had a
-    # trigger deriving the tables
+    # the conversations' count of queue ids, nor before 11 their count of
+    # take-overs; every one from 2 to 7 had a trigger deriving the tables
     sql("DROP TRIGGER IF EXISTS events_derive;"
         . "ALTER TABLE events DROP COLUMN derived;"
         . "ALTER TABLE conversations DROP COLUMN queue_id;"
+        . "ALTER TABLE conversations DROP COLUMN takeovers;"
+        . "ALTER TABLE conversations DROP COLUMN takeover_seq;"
         . "CREATE TRIGGER events_derive AFTER INSERT ON events"
         . " BEGIN SELECT 1; END;" . $sql
         . "UPDATE meta SET value = '$from' WHERE key = 'schema_version'");
 
     my ($rc, $out) = $t->test_config;
     is($rc, 0, "a version $from file is taken") or diag($out);
-    is(sql("SELECT value FROM meta"), '10', 'migrated to version 10');
+    is(sql("SELECT value FROM meta"), '11', 'migrated to version 11');
     like($t->read_file('error.log'),
-         qr/migrating the schema from version $from to 10/,
+         qr/migrating the schema from version $from to 11/,
          'migration logged');
     is(sql($SCHEMA), $fresh, "version $from: the schema a new file gets");
 }
@@ -267,6 +269,8 @@ is(sql("SELECT count(*) FROM events"), $nevents, 'the log kept');
 
 sql("DROP TRIGGER events_derive;"
     . "ALTER TABLE conversations DROP COLUMN queue_id;"
+    . "ALTER TABLE conversations DROP COLUMN takeovers;"
+    . "ALTER TABLE conversations DROP COLUMN takeover_seq;"
     . "CREATE TRIGGER events_derive AFTER INSERT ON events"
     . " WHEN new.derived = 0 BEGIN SELECT 1; END;"
     . "INSERT INTO events VALUES ('b', 9, 'user_msg',"
@@ -276,7 +280,7 @@ sql("DROP TRIGGER events_derive;"
 
 my ($rc, $out) = $t->test_config;
 is($rc, 0, 'a version 9 file is taken') or diag($out);
-is(sql("SELECT value FROM meta"), '10', 'migrated to version 10');
+is(sql("SELECT value FROM meta"), '11', 'migrated to version 11');
 is(sql($SCHEMA), $fresh, 'version 9: the schema a new file gets');
 is(sql("SELECT id, queue_id FROM conversations ORDER BY id"), "a|0\nb|3",
    'the count of queue ids taken from the log');
@@ -289,13 +293,26 @@ sql("INSERT INTO events VALUES ('b', 10, 'user_msg',"
 is(sql("SELECT queue_id FROM conversations WHERE id = 'b'"), 4,
    'and the trigger keeps it for other writers');
 
+# version 10 kept no count of take-overs: both columns come, at 0
+
+sql("ALTER TABLE conversations DROP COLUMN takeovers;"
+    . "ALTER TABLE conversations DROP COLUMN takeover_seq;"
+    . "UPDATE meta SET value = '10' WHERE key = 'schema_version'");
+
+($rc, $out) = $t->test_config;
+is($rc, 0, 'a version 10 file is taken') or diag($out);
+is(sql("SELECT value FROM meta"), '11', 'migrated to version 11');
+is(sql($SCHEMA), $fresh, 'version 10: the schema a new file gets');
+is(sql("SELECT id, takeovers, takeover_seq FROM conversations ORDER BY id"),
+   "a|0|0\nb|0|0", 'no take-over counted');
+
 # a newer schema than the module's is refused
 
-sql("UPDATE meta SET value = '11' WHERE key = 'schema_version'");
+sql("UPDATE meta SET value = '12' WHERE key = 'schema_version'");
 
 ($rc, $out) = $t->test_config;
 isnt($rc, 0, 'nginx -t fails on a newer schema');
-like($out, qr/schema version 11, newer than this module's 10/,
+like($out, qr/schema version 12, newer than this module's 11/,
      'and says why');
 
 # SQLite writes its WAL files beside the database as the workers' user:

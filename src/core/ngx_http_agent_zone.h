@@ -169,17 +169,22 @@ typedef struct {
 
     /* made by agent_create, in the zone's queue of those with no event */
     unsigned                      unused_linked:1;
-    ngx_queue_t                   unused;
 
     /* a cancel waits for that worker to take the turn down */
     unsigned                      cancel:1;
     uint64_t                      cancelled;  /* seq of the last cancel */
 
-    ngx_queue_t                   log;        /* ngx_http_agent_event_t */
-    ngx_uint_t                    nlog;
+    ngx_queue_t                   unused;
 
+    /*
+     * the record is 1024 bytes, a slab's size class: counts that cannot
+     * pass 2^32 are 32 bits, and the small fields go in pairs
+     */
+
+    ngx_queue_t                   log;        /* ngx_http_agent_event_t */
     ngx_queue_t                   live;       /* ngx_http_agent_event_t */
-    ngx_uint_t                    nlive;
+    uint32_t                      nlog;
+    uint32_t                      nlive;
     size_t                        live_size;
     uint64_t                      live_lost;  /* pos of the last one given
                                                  up for room */
@@ -203,7 +208,6 @@ typedef struct {
 
     /* messages taken while a turn ran, to run after it, in order */
     ngx_queue_t                   queued;     /* ngx_http_agent_queued_t */
-    ngx_uint_t                    nqueued;
     int64_t                       queue_id;   /* the last one given */
 
     /* the agent that runs the conversation's turns */
@@ -216,7 +220,8 @@ typedef struct {
 
     /* recent client source ids, so that a resent message is taken once */
     ngx_http_agent_source_t       sources[NGX_HTTP_AGENT_SOURCE_IDS];
-    ngx_uint_t                    nsources;
+    uint32_t                      nsources;
+    uint32_t                      nqueued;
 
     ngx_msec_t                    updated;
     ngx_msec_t                    accessed;
