@@ -190,7 +190,7 @@ clean:
 # libFuzzer with ASan and UBSan, against nginx 1.22.1 from Debian's
 # source package and the module, both compiled by clang for it; needs
 # clang and libclang-rt-14-dev (.ci/deps --fuzz).  The targets and what
-# each covers: README.md, "Fuzzing".
+# each covers: docs/operations.md, "Fuzzing".
 
 FUZZ_DIR :=	$(B)/fuzz
 FUZZ_NGINX :=	$(FUZZ_DIR)/nginx

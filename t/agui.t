@@ -467,6 +467,8 @@ like($res->{runs}[0]{runError} // '', qr/error mid-stream/,
      'with the provider\'s error');
 unlike($res->{runs}[0]{error} // '', qr/Cannot send|First event/,
        'the verifier took every event');
+is($res->{runs}[0]{error}, undef,
+   'runAgent() resolves: the application sees RUN_ERROR in its subscriber');
 is_deeply(canonical($res->{messages}), canonical(logged('e1')),
           'error: the client\'s messages are the log\'s');
 

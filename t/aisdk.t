@@ -73,10 +73,10 @@ my $tools = $ECHO_TOOL . <<'END';
     }
 END
 
-# the README's configuration, as it is there
+# the configuration of docs/protocols.md, as it is there
 
 my $readme = do {
-    open my $fh, '<', "$FindBin::Bin/../README.md" or die $!;
+    open my $fh, '<', "$FindBin::Bin/../docs/protocols.md" or die $!;
     local $/;
     <$fh>;
 };
@@ -121,7 +121,7 @@ $t->run;
 my $base = 'http://127.0.0.1:' . $t->port(8080);
 my @all = qw(ai ai6 ai7);
 
-like($readme_conf, qr/agent_aisdk/, 'the README\'s configuration is used');
+like($readme_conf, qr/agent_aisdk/, 'the docs\' configuration is used');
 
 # the chat client: node aisdk.mjs, with the package and options in %env
 

@@ -405,7 +405,7 @@ sub whole_log {
         my @page = @{$r->{json}{messages} || []};
         push @events, @page;
 
-        last if !@page || $r->{json}{next_after} >= $r->{json}{last_seq};
+        last if !@page || !defined $r->{json}{next_after};
         $after = $r->{json}{next_after};
     }
 

@@ -245,6 +245,9 @@ my $retention_none = { turns => undef, count => undef,
 my ($d, $raw) = describe('/support/describe');
 
 is($d->{agent}, 'support', 'support: name');
+is($d->{version}, '0.9.0', 'the module\'s version');
+like($t->read_file('error.log'), qr/\[notice\] .*agent module 0\.9\.0/,
+     'the version in the error log at start');
 is($d->{provider}, 'openai_chat', 'support: adapter');
 is($d->{provider_location}, '/internal/openai', 'support: provider location');
 is($d->{model}, 'gpt-4o-mini', 'support: model');

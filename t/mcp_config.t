@@ -101,17 +101,18 @@ $t->write_file_expand('nginx.conf', conf(
 my ($rc, $out) = $t->test_config;
 is($rc, 0, 'a legal declaration passes nginx -t') or diag($out);
 
-# each configuration of the README's "MCP servers", as it is there, with
-# what any nginx.conf has around it
+# each configuration of "MCP servers" in docs/protocols.md, as it is
+# there, with what any nginx.conf has around it
 
-open my $fh, '<', "$FindBin::Bin/../README.md" or die "README.md: $!\n";
+open my $fh, '<', "$FindBin::Bin/../docs/protocols.md"
+    or die "docs/protocols.md: $!\n";
 my $readme = do { local $/; <$fh> };
 close $fh;
 
-my ($section) = $readme =~ /^## MCP servers\n(.*?)^## /ms;
+my ($section) = $readme =~ /^## MCP servers\n(.*?)(?:^## |\z)/ms;
 my @snippets = ($section // '') =~ /^```nginx\n(.*?)^```$/msg;
 
-ok(@snippets, 'the README shows MCP configurations');
+ok(@snippets, 'the docs show MCP configurations');
 
 for my $i (0 .. $#snippets) {
     my $r = Test::Agent->new;
@@ -124,7 +125,7 @@ for my $i (0 .. $#snippets) {
                           "%%TEST_GLOBALS%%\n\nevents {\n}\n\n$conf");
 
     my ($rc, $out) = $r->test_config;
-    is($rc, 0, "the README's MCP configuration $i passes nginx -t")
+    is($rc, 0, "the docs' MCP configuration $i passes nginx -t")
         or diag($out);
 }
 

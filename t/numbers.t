@@ -174,7 +174,22 @@ for my $adapter (qw(openai_chat anthropic_messages openai_responses)) {
 
     my $c = inspect($t, 'cur', 'after=1000')->{json};
     is_deeply($c->{messages}, [], 'inspect after 1000: no messages');
-    is($c->{next_after}, 3, 'and the next page after 3, the last seq');
+    ok(!exists $c->{next_after}, 'and no next page');
+
+    # next_after while more follow, none on the last page: a pager that
+    # stops when it is missing stops
+
+    $c = inspect($t, 'cur', 'after=0&limit=2')->{json};
+    is(scalar @{$c->{messages}}, 2, 'a page of 2 of 3 events');
+    is($c->{next_after}, 2, 'and the next page after 2');
+
+    $c = inspect($t, 'cur', 'after=2&limit=2')->{json};
+    is(scalar @{$c->{messages}}, 1, 'the last page: one event');
+    ok(!exists $c->{next_after}, 'and no next_after');
+
+    $c = inspect($t, 'cur', 'after=1&limit=2')->{json};
+    is(scalar @{$c->{messages}}, 2, 'a page that ends at the last seq');
+    ok(!exists $c->{next_after}, 'is the last page too');
 
     my $sse = Test::Agent::SSE->new(http_stream(
         "GET /c/cur/events HTTP/1.1\r\nHost: localhost\r\n"

@@ -77,6 +77,9 @@ ngx_http_agent_describe_agent(yajl_gen g, ngx_http_request_t *r,
 
     failed |= ngx_http_agent_json_key(g, "agent");
     failed |= ngx_http_agent_json_str(g, &agent->name);
+    failed |= ngx_http_agent_json_key(g, "version");
+    failed |= yajl_gen_string(g, (u_char *) NGX_HTTP_AGENT_VERSION,
+                              sizeof(NGX_HTTP_AGENT_VERSION) - 1);
     failed |= ngx_http_agent_json_key(g, "provider");
     failed |= ngx_http_agent_json_str(g, &agent->provider->name);
     failed |= ngx_http_agent_json_key(g, "provider_location");

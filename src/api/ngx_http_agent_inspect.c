@@ -47,7 +47,8 @@ static ngx_uint_t ngx_http_agent_inspect_has(ngx_array_t *calls,
  * GET: the conversation's state, the calls that wait (pending) and the
  * server calls that run (in_flight_tools), the reply so far of a model
  * call that streams (streaming_message), and its messages, paged by
- * seq: ?after=SEQ&limit=N.  The events are the log's own JSON.
+ * seq: ?after=SEQ&limit=N, with next_after while more follow.  The
+ * events are the log's own JSON.
  */
 
 ngx_int_t
@@ -55,7 +56,7 @@ ngx_http_agent_inspect_handler(ngx_http_request_t *r)
 {
     u_char                      *p;
     size_t                       len, partial;
-    uint64_t                     last, upto;
+    uint64_t                     last, upto, seq;
     ngx_int_t                    rc, after, limit;
     ngx_str_t                    id, json, pending, running;
     ngx_uint_t                   n, i;
@@ -196,9 +197,19 @@ ngx_http_agent_inspect_handler(ngx_http_request_t *r)
         last = evs[i]->seq;
     }
 
+    seq = conv->seq;
+
     ngx_http_agent_zone_unlock(z);
 
-    p = ngx_sprintf(p, "],\"next_after\":%uL}", last);
+    *p++ = ']';
+
+    /* as the model_calls view: no next page, no next_after */
+
+    if (last < seq) {
+        p = ngx_sprintf(p, ",\"next_after\":%uL", last);
+    }
+
+    *p++ = '}';
 
     json.len = p - json.data;
 

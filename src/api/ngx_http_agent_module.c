@@ -57,6 +57,7 @@ static char *ngx_http_agent_events_buffer_check(ngx_conf_t *cf, void *post,
     void *data);
 static ngx_int_t ngx_http_agent_error_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_agent_postconfiguration(ngx_conf_t *cf);
+static ngx_int_t ngx_http_agent_init_module(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_agent_init_process(ngx_cycle_t *cycle);
 static void ngx_http_agent_exit_process(ngx_cycle_t *cycle);
 
@@ -369,7 +370,7 @@ ngx_module_t  ngx_http_agent_module = {
     ngx_http_agent_commands,               /* module directives */
     NGX_HTTP_MODULE,                       /* module type */
     NULL,                                  /* init master */
-    ngx_http_agent_store_init_module,      /* init module */
+    ngx_http_agent_init_module,            /* init module */
     ngx_http_agent_init_process,           /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
@@ -876,6 +877,18 @@ ngx_http_agent_error_filter(ngx_http_request_t *r)
     r->header_only = 1;
 
     return rc;
+}
+
+
+/* in the master, as the configuration is loaded: which build runs */
+
+static ngx_int_t
+ngx_http_agent_init_module(ngx_cycle_t *cycle)
+{
+    ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
+                  "agent module " NGX_HTTP_AGENT_VERSION);
+
+    return ngx_http_agent_store_init_module(cycle);
 }
 
 

@@ -12,6 +12,9 @@
 #include <ngx_http.h>
 
 
+/* as agent_describe and the error log at start give it (see CHANGES) */
+#define NGX_HTTP_AGENT_VERSION               "0.9.0"
+
 /* who produces a tool's result */
 #define NGX_HTTP_AGENT_EXECUTOR_SERVER       0
 #define NGX_HTTP_AGENT_EXECUTOR_HUMAN        1
