@@ -43,6 +43,7 @@ close $fh;
 $conf =~ s/^load_module .*$/%%TEST_GLOBALS%%/m;
 $conf =~ s/^(pid|error_log) .*$//mg;
 $conf =~ s/127\.0\.0\.1:8080/127.0.0.1:%%PORT_8080%%/g;
+$conf =~ s/127\.0\.0\.1:8081/127.0.0.1:%%PORT_8081%%/g;
 mkdir $t->testdir . $_ for '/demo', '/demo/tmp', '/demo/logs', '/shots';
 symlink(Test::Agent->root . '/client', $t->testdir . '/client')
     or die "symlink: $!\n";
