@@ -29,9 +29,10 @@ function ok(cond, name, why = '') {
     return cond;
 }
 
-async function shot(page, name) {
+/* the whole page, or with window, what the window shows */
+async function shot(page, name, window = false) {
     const path = `${shots}/${String(++step).padStart(2, '0')}-${name}.png`;
-    await page.screenshot({ path, fullPage: true });
+    await page.screenshot({ path, fullPage: !window });
     console.log(`screenshot ${path}`);
 }
 
@@ -563,7 +564,7 @@ async function markdownChecks(label) {
     ok((await text.innerText()).includes('<b>this</b> stays text'),
        `${label}HTML in it shown as text`);
     ok(!(await text.innerText()).includes('**'), `${label}no markup shown`);
-    await shot(page, label ? 'markdown-phone' : 'markdown');
+    await shot(page, label ? 'markdown-phone' : 'markdown', true);
 }
 
 await check('markdown', () => markdownChecks(''));
@@ -609,7 +610,7 @@ async function approveEdited(label) {
     const at = await atCenter(button);
     ok(at.free && at.inView,
        `${label}: nothing covers the focused button`, at.at);
-    await shot(page, `focused-button-${label}`);
+    await shot(page, `focused-button-${label}`, true);
 
     const box = await button.boundingBox();
     await page.mouse.click(box.x + box.width / 2, box.y + box.height / 2);
