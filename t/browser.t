@@ -93,6 +93,8 @@ while (my $line = <$run>) {
 
 close $run;
 is($? >> 8, 0, 'the browser run ended well');
+unlike($t->read_file('error.log'), qr/\[error\].*(favicon|open\(\))/,
+       'no file asked for and missing (an icon) in the error log');
 cmp_ok($checks, '>=', 45, 'every check ran');
 
 $t->done;
