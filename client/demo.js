@@ -36,6 +36,7 @@ const views = new Map();     /* item -> element */
 const described = new Map(); /* tool name -> its description */
 let frame = 0;
 let focusNext = null;        /* a new card's first control */
+let helpFolded = false;
 
 window.conversation = conv;  /* for the console, and for tests */
 
@@ -116,6 +117,12 @@ function render() {
     $('conn').className = 'conn ' + (conn === 'reconnecting' ? 'off' : 'on');
     $('state').textContent = conv.state.replace('_', ' ');
     $('cancel').disabled = !conv.busy;
+
+    /* the help folds away once the conversation has begun */
+    if (conv.items.length > 0 && !helpFolded) {
+        helpFolded = true;
+        document.querySelector('details.help').open = false;
+    }
     document.body.dataset.state = conv.state;
     document.body.dataset.lastSeq = conv.lastSeq;
 

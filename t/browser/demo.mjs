@@ -253,6 +253,9 @@ await check('a streaming tool shows progress', async () => {
         }
         if (s.doing !== null && seen[seen.length - 1] !== s.doing) {
             seen.push(s.doing);
+            if (seen.length === 1) {
+                await shot(page, 'tool-progress-running', true);
+            }
         }
         await page.waitForTimeout(50);
     }
