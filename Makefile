@@ -11,7 +11,9 @@
 #                 Debian's source package, none of Debian's patches), the
 #                 module as a --with-compat dynamic module of it, and a
 #                 smoke test of the two (UPSTREAM_TESTS)
-#   make demo     nginx in the foreground with nginx.conf.example
+#   make demo     nginx in the foreground with nginx.conf.example, on
+#                 AGENT_DEMO_PORT (8080), its provider on
+#                 AGENT_DEMO_PROVIDER_PORT (8081); Ctrl-C stops it
 #   make fuzz     the libFuzzer targets of fuzz/, see the end of this file
 
 NGINX_SRC ?=	/usr/share/nginx/src
@@ -168,8 +170,15 @@ upstream: $(UPSTREAM_NGINX)
 	TEST_NGINX_MODULE=$(UPSTREAM_MODULE) \
 	    $(PROVE) $(PROVE_FLAGS) $(UPSTREAM_TESTS)
 
-demo: $(MODULE)
-	bin/demo
+# the compiler's lines go to demo/build.log, their tail shown on failure
+demo:
+	@mkdir -p demo
+	@echo 'building the module (first time: 1-3 minutes)...'
+	@$(MAKE) --no-print-directory all > demo/build.log 2>&1 \
+	    || { tail -n 30 demo/build.log; \
+	         echo 'the build failed: the whole log is in demo/build.log'; \
+	         exit 1; }
+	@bin/demo
 
 clean:
 	rm -rf $(B) demo

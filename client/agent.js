@@ -17,6 +17,11 @@
  * reply so far, sent to a subscriber that joins mid-reply) replaces the
  * reply so far.  A lost connection is made again with Last-Event-ID, so
  * nothing is missed and nothing is applied twice.
+ *
+ * A conversation with no message yet has no event stream (404): it is
+ * "empty", and subscribed to once its first message is sent.  A page
+ * that made the id itself says so with { empty: true }; otherwise
+ * connect() asks once (a GET of the conversation) before it subscribes.
  */
 
 const EVENT_TYPES = [
@@ -56,7 +61,15 @@ export class Conversation extends EventTarget {
         this._closed = true;
         this._running = new Set();
 
-        this._online = () => { if (!this._closed) this._open(); };
+        /* no event stream to subscribe to until the first message */
+        this.empty = options.empty ?? false;
+        this._known = this.empty;
+
+        this._online = () => {
+            if (!this._closed && !this.empty) {
+                this._open();
+            }
+        };
     }
 
     _reset() {
@@ -118,8 +131,41 @@ export class Conversation extends EventTarget {
     connect() {
         this._closed = false;
         globalThis.addEventListener?.('online', this._online);
-        this._open();
+
+        if (this._known) {
+            if (!this.empty) {
+                this._open();
+            }
+        } else {
+            this._probe();
+        }
+
         return this;
+    }
+
+    /* whether the conversation exists: a 404 is a new one, with nothing
+     * to subscribe to yet; anything else (an error too) subscribes */
+    async _probe() {
+        let status = 0;
+
+        try {
+            status = (await this._fetch(this.url() + '?limit=1')).status;
+        } catch {
+            /* the event stream retries */
+        }
+
+        if (this._closed || this._known) {
+            return;
+        }
+
+        this._known = true;
+        this.empty = status === 404;
+
+        if (this.empty) {
+            this._emit('connection');
+        } else {
+            this._open();
+        }
     }
 
     close() {
@@ -496,6 +542,13 @@ export class Conversation extends EventTarget {
 
         if (!r.ok) {
             throw apiError(r);
+        }
+
+        this._known = true;
+
+        if (this.empty) {
+            this.empty = false;
+            this._emit('connection');
         }
 
         if (!this._closed && !this.connected) {

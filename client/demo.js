@@ -5,6 +5,7 @@
  */
 
 import { Conversation } from './agent.js';
+import { markdown } from './markdown.js';
 
 const $ = id => document.getElementById(id);
 
@@ -16,22 +17,26 @@ const tools = {
     })
 };
 
-function conversationId() {
+/* the conversation of the address, or a new one: an id made here has
+ * nothing to subscribe to before its first message */
+function conversation() {
     const m = location.hash.match(/^#c=([A-Za-z0-9_.:-]{1,64})$/);
 
     if (m) {
-        return m[1];
+        return new Conversation(m[1], { tools });
     }
 
     const id = 'web-' + Math.random().toString(36).slice(2, 10);
     history.replaceState(null, '', '#c=' + id);
-    return id;
+    return new Conversation(id, { tools, empty: true });
 }
 
-const conv = new Conversation(conversationId(), { tools });
+const conv = conversation();
 const views = new Map();     /* item -> element */
+const described = new Map(); /* tool name -> its description */
 let frame = 0;
 let focusNext = null;        /* a new card's first control */
+let helpFolded = false;
 
 window.conversation = conv;  /* for the console, and for tests */
 
@@ -105,10 +110,19 @@ function render() {
         }
     }
 
-    $('conn').textContent = conv.connected ? 'connected' : 'reconnecting';
-    $('conn').className = 'conn ' + (conv.connected ? 'on' : 'off');
+    const conn = conv.connected ? 'connected'
+                 : conv.empty ? 'ready' : 'reconnecting';
+
+    $('conn').textContent = conn;
+    $('conn').className = 'conn ' + (conn === 'reconnecting' ? 'off' : 'on');
     $('state').textContent = conv.state.replace('_', ' ');
     $('cancel').disabled = !conv.busy;
+
+    /* the help folds away once the conversation has begun */
+    if (conv.items.length > 0 && !helpFolded) {
+        helpFolded = true;
+        document.querySelector('details.help').open = false;
+    }
     document.body.dataset.state = conv.state;
     document.body.dataset.lastSeq = conv.lastSeq;
 
@@ -135,7 +149,8 @@ function make(item) {
         return h('li', { class: 'msg assistant' },
                  h('details', { class: 'thinking', hidden: true },
                    h('summary', {}, 'Thinking'), h('p')),
-                 h('p', { class: 'text' }));
+                 h('div', { class: 'text' }),
+                 h('span', { class: 'badge', hidden: true }));
 
     case 'tool':
         if (item.call.executor === 'provider') {
@@ -150,13 +165,17 @@ function make(item) {
         return h('li', { class: 'tool', 'data-call': item.call.id,
                          'data-name': item.call.name },
                  h('div', { class: 'tool-head' },
-                   h('span', { class: 'tool-name' }, item.call.name),
+                   h('span', { class: 'tool-name' }, title(item.call.name)),
                    h('span', { class: 'tool-status' })),
-                 h('pre', { class: 'tool-args' }),
+                 h('dl', { class: 'tool-args' }),
                  h('div', { class: 'tool-progress', hidden: true },
                    h('progress', { max: 1, value: 0 }), h('span')),
                  h('div', { class: 'tool-action' }),
-                 h('pre', { class: 'tool-result', hidden: true }));
+                 h('div', { class: 'tool-result', hidden: true }),
+                 h('details', { class: 'tool-json' },
+                   h('summary', {}, 'Details'),
+                   h('p', {}, 'Tool ', h('code', {}, item.call.name)),
+                   h('pre', { class: 'json' })));
 
     default:
         return h('li', { class: 'notice ' + item.kind });
@@ -168,17 +187,22 @@ function update(item, el) {
     case 'assistant': {
         const think = el.querySelector('.thinking');
 
+        const text = el.querySelector('.text');
+        const badge = el.querySelector('.badge');
+
         think.hidden = !item.thinking;
         think.querySelector('p').textContent = item.thinking;
-        el.querySelector('.text').textContent = item.text;
+        if (text.dataset.md !== item.text) {
+            text.dataset.md = item.text;
+            text.replaceChildren(markdown(item.text));
+        }
         el.classList.toggle('streaming', item.status === 'streaming');
         el.dataset.status = item.status;
         el.dataset.messageId = item.message_id;
         el.hidden = !item.text && !item.thinking;
-        if (item.status === 'cancelled' || item.status === 'interrupted') {
-            el.querySelector('.text').append(
-                h('span', { class: 'badge' }, item.status));
-        }
+        badge.hidden = item.status !== 'cancelled'
+                       && item.status !== 'interrupted';
+        badge.textContent = item.status;
         break;
     }
 
@@ -239,19 +263,65 @@ function updateHosted(call, el) {
                       p.title || p.url))));
 }
 
+/* a tool's name for people: the first words of its description, from
+ * the agent's agent_describe, or its name made readable */
+function title(name) {
+    const d = described.get(name);
+
+    if (d) {
+        return d.split(/[;:.](\s|$)/)[0];
+    }
+
+    const s = name.replace(/[_-]+/g, ' ');
+    return s.charAt(0).toUpperCase() + s.slice(1);
+}
+
+/* a value, an object's members as a list of names and values */
+function readable(v) {
+    if (v === null || typeof v !== 'object' || Array.isArray(v)
+        && v.every(x => x === null || typeof x !== 'object'))
+    {
+        return h('span', { class: 'value' },
+                 Array.isArray(v) ? v.join(', ') : String(v));
+    }
+
+    if (Array.isArray(v)) {
+        return h('ol', {}, v.map(x => h('li', {}, readable(x))));
+    }
+
+    return h('dl', {}, Object.entries(v).flatMap(([k, x]) => [
+        h('dt', {}, k.replace(/_/g, ' ')), h('dd', {}, readable(x))
+    ]));
+}
+
 function updateTool(call, el) {
     const waiting = call.status === 'waiting' ? call.kind : '';
     const status = waiting === 'approval' ? 'needs your approval'
-        : waiting === 'elicitation' ? 'asks you'
+        : waiting === 'elicitation' ? 'waiting for your answer'
         : waiting === 'client_exec' ? 'runs in your browser'
         : STATUS[call.status];
+    const args = el.querySelector('.tool-args');
+    const argsJson = JSON.stringify(call.arguments);
 
     el.dataset.status = call.status;
     el.dataset.kind = waiting;
+    el.querySelector('.tool-name').textContent = title(call.name);
     el.querySelector('.tool-status').textContent = status;
-    el.querySelector('.tool-args').textContent = pretty(call.arguments);
-    el.querySelector('.tool-args').hidden = call.executor === 'human'
-        || JSON.stringify(call.arguments) === '{}';
+    if (args.dataset.json !== argsJson) {
+        args.dataset.json = argsJson;
+        args.replaceChildren(...(call.arguments
+                                 && typeof call.arguments === 'object'
+                                 && !Array.isArray(call.arguments)
+                                 ? readable(call.arguments).childNodes
+                                 : [h('dd', {}, pretty(call.arguments))]));
+    }
+    args.hidden = call.executor === 'human' || argsJson === '{}';
+    el.querySelector('.tool-json .json').textContent = JSON.stringify({
+        arguments: call.arguments,
+        ...(call.status === 'done' || call.status === 'error'
+            ? (call.ok ? { result: call.result }
+                       : { error: call.error ?? null }) : {})
+    }, null, 2);
 
     const p = call.progress ?? [];
     const bar = el.querySelector('.tool-progress');
@@ -270,10 +340,14 @@ function updateTool(call, el) {
 
     const res = el.querySelector('.tool-result');
 
-    if (call.status === 'done' || call.status === 'error') {
+    if ((call.status === 'done' || call.status === 'error')
+        && res.dataset.shown !== call.status)
+    {
+        res.dataset.shown = call.status;
         res.hidden = false;
-        res.textContent = call.ok ? pretty(call.result)
-                                  : 'error: ' + (call.error ?? 'no result');
+        res.replaceChildren(call.ok
+            ? readable(call.result)
+            : h('span', {}, 'Failed: ' + (call.error ?? 'no result')));
         res.classList.toggle('error', !call.ok);
     }
 
@@ -512,8 +586,7 @@ $('input').addEventListener('keydown', e => {
 
 $('cancel').addEventListener('click', async () => {
     try {
-        await conv.cancel();
-        say('Stopped.');
+        await conv.cancel();    /* the conversation says "Stopped." */
     } catch (err) {
         say('Could not stop: ' + err.message);
     }
@@ -525,6 +598,54 @@ $('new-conv').addEventListener('click', e => {
 });
 
 window.addEventListener('hashchange', () => location.reload());
+
+/*
+ * The message box never covers what has the focus: the page scrolls with
+ * a bottom padding of the box's height, and a control that takes the
+ * focus, or a part of a card that opens, beneath the box is scrolled
+ * above it.
+ */
+
+function keepAbove(el) {
+    const r = el.getBoundingClientRect();
+    const top = $('dock').getBoundingClientRect().top;
+
+    if (r.bottom > top) {
+        scrollBy(0, Math.min(r.bottom - top + 8, r.top - 8));
+    }
+}
+
+new ResizeObserver(() => {
+    document.documentElement.style.scrollPaddingBottom =
+        $('dock').offsetHeight + 8 + 'px';
+}).observe($('dock'));
+
+document.addEventListener('focusin', e => {
+    if (!$('dock').contains(e.target)) {
+        keepAbove(e.target);
+    }
+});
+
+document.addEventListener('toggle', e => {
+    if (e.target.open && !$('dock').contains(e.target)) {
+        keepAbove(e.target);
+    }
+}, true);
+
+/* the tools' descriptions, for their cards' titles */
+fetch('/assistant/describe')
+    .then(r => r.ok ? r.json() : null)
+    .then(d => {
+        for (const t of d?.tools ?? []) {
+            if (typeof t?.name === 'string'
+                && typeof t.description === 'string')
+            {
+                described.set(t.name, t.description);
+            }
+        }
+        schedule();
+    })
+    .catch(() => {});
 
 $('conv-id').textContent = conv.id;
 conv.addEventListener('change', schedule);

@@ -43,6 +43,7 @@ close $fh;
 $conf =~ s/^load_module .*$/%%TEST_GLOBALS%%/m;
 $conf =~ s/^(pid|error_log) .*$//mg;
 $conf =~ s/127\.0\.0\.1:8080/127.0.0.1:%%PORT_8080%%/g;
+$conf =~ s/127\.0\.0\.1:8081/127.0.0.1:%%PORT_8081%%/g;
 mkdir $t->testdir . $_ for '/demo', '/demo/tmp', '/demo/logs', '/shots';
 symlink(Test::Agent->root . '/client', $t->testdir . '/client')
     or die "symlink: $!\n";
@@ -92,6 +93,8 @@ while (my $line = <$run>) {
 
 close $run;
 is($? >> 8, 0, 'the browser run ended well');
+unlike($t->read_file('error.log'), qr/\[error\].*(favicon|open\(\))/,
+       'no file asked for and missing (an icon) in the error log');
 cmp_ok($checks, '>=', 45, 'every check ran');
 
 $t->done;

@@ -1,6 +1,8 @@
 /*
  * The demo page of nginx.conf.example in a real browser: every executor,
- * a cancel, and a reload in the middle of a reply.  Run by t/browser.t:
+ * a cancel, and a reload in the middle of a reply, at a desktop's width
+ * (1280x800) and a phone's (390x844), checked as a user sees them: the
+ * text shown, what is at a point of the window.  Run by t/browser.t:
  *
  *     node demo.mjs BASE_URL SCREENSHOT_DIR
  *
@@ -27,9 +29,10 @@ function ok(cond, name, why = '') {
     return cond;
 }
 
-async function shot(page, name) {
+/* the whole page, or with window, what the window shows */
+async function shot(page, name, window = false) {
     const path = `${shots}/${String(++step).padStart(2, '0')}-${name}.png`;
-    await page.screenshot({ path, fullPage: true });
+    await page.screenshot({ path, fullPage: !window });
     console.log(`screenshot ${path}`);
 }
 
@@ -54,12 +57,20 @@ const browser = await chromium.launch({
            '--disable-dev-shm-usage']
 });
 
+const DESKTOP = { width: 1280, height: 800 };
+const PHONE = { width: 390, height: 844 };
 const context = await browser.newContext({ timezoneId: TZ,
-                                           viewport: { width: 900,
-                                                       height: 900 } });
+                                           viewport: DESKTOP });
 const errors = [];
-const id = 'browser-' + Date.now().toString(36);
+const missing = [];          /* the main page's 404s */
 const page = await context.newPage();
+let id = null;
+
+page.on('response', r => {
+    if (r.status() === 404) {
+        missing.push(r.url());
+    }
+});
 
 page.on('pageerror', e => errors.push(String(e)));
 page.on('console', m => {
@@ -98,7 +109,40 @@ async function waitIdle() {
     }, sentAfter);
 }
 
-await page.goto(`${base}/#c=${id}`);
+/* the element at the center of a control, as a click there finds it */
+async function atCenter(loc) {
+    return loc.evaluate(el => {
+        const r = el.getBoundingClientRect();
+        const at = document.elementFromPoint(r.left + r.width / 2,
+                                             r.top + r.height / 2);
+        return { free: at === el || el.contains(at),
+                 at: at ? at.tagName + '#' + at.id + '.' + at.className
+                        : 'nothing',
+                 inView: r.top >= 0 && r.bottom <= innerHeight };
+    });
+}
+
+await check('a new conversation is ready', async () => {
+    await page.goto(`${base}/`);
+    await page.waitForFunction(() => window.conversation);
+    id = await page.evaluate(() => window.conversation.id);
+    ok(/^web-/.test(id) && page.url().endsWith('#c=' + id),
+       'a new id in the address', page.url());
+
+    /* long enough for retries, had there been any */
+    await page.waitForTimeout(2500);
+    const conn = page.locator('#conn');
+    ok(await conn.textContent() === 'ready', 'it says ready',
+       await conn.textContent());
+    ok(await conn.evaluate(el => getComputedStyle(el).color)
+       !== 'rgb(138, 90, 0)', 'not in amber');
+    ok(missing.length === 0, 'no 404 before the first message',
+       missing.join(' '));
+
+    const icon = await page.locator('link[rel="icon"]').getAttribute('href');
+    ok(icon?.startsWith('data:image/svg+xml'), 'an icon in the page');
+    await shot(page, 'new-conversation');
+});
 
 await check('text streams in, thinking folded', async () => {
     await send('hello there');
@@ -128,6 +172,8 @@ await check('text streams in, thinking folded', async () => {
 
     ok(final.startsWith('You said: "hello there"'), 'the reply arrives',
        final);
+    ok(await page.locator('#conn').textContent() === 'connected',
+       'connected once the first message is sent');
     ok(partial.length >= 2, 'seen in parts while it streams',
        `${partial.length} partial samples`);
     ok(partial.every(s => final.startsWith(s.text)),
@@ -146,8 +192,21 @@ await check('a server tool', async () => {
     await waitIdle();
     const card = lastTool('get_time');
     ok(await card.getAttribute('data-status') === 'done', 'get_time done');
-    ok((await card.locator('.tool-result').textContent()).includes('"time"'),
-       'its result on the card');
+    ok(await card.locator('.tool-name').innerText()
+       === 'The current time on the server',
+       'the card says what the tool does',
+       await card.locator('.tool-name').innerText());
+    ok(await card.locator('.tool-result dt').innerText() === 'time'
+       && /^\d{4}-\d\d-\d\dT/.test(
+           await card.locator('.tool-result dd').innerText()),
+       'its result as a name and a value',
+       await card.locator('.tool-result').innerText());
+    const json = card.locator('details.tool-json');
+    ok(!(await json.locator('pre').isVisible()), 'its JSON folded away');
+    await json.locator('summary').click();
+    ok(await json.locator('pre').isVisible()
+       && JSON.parse(await json.locator('pre').innerText()).result?.time,
+       'the JSON one click away');
     ok((await lastAssistant().textContent()).includes("server's clock"),
        'the reply uses it');
 });
@@ -178,8 +237,37 @@ await check('the provider searched the web', async () => {
 
 await check('a streaming tool shows progress', async () => {
     await send('search the docs');
-    await waitIdle();
+    await page.waitForSelector('li.tool[data-name="search_docs"]');
     const card = lastTool('search_docs');
+
+    /* what the card shows while the tool runs */
+    const seen = [];
+    for (let i = 0; i < 200; i++) {
+        const s = await card.evaluate(el => ({
+            doing: el.querySelector('.tool-progress:not([hidden]) span')
+                     ?.textContent ?? null,
+            done: !el.querySelector('.tool-result').hidden
+        }));
+        if (s.done) {
+            break;
+        }
+        if (s.doing !== null && seen[seen.length - 1] !== s.doing) {
+            seen.push(s.doing);
+            if (seen.length === 1) {
+                await shot(page, 'tool-progress-running', true);
+            }
+        }
+        await page.waitForTimeout(50);
+    }
+    ok(seen.length >= 2, 'its progress shown step by step, as it comes',
+       JSON.stringify(seen));
+    await waitIdle();
+
+    ok(await card.locator('.tool-name').innerText()
+       === 'Search the documentation', 'titled by its description');
+    ok(await card.locator('.tool-args dt').innerText() === 'query'
+       && await card.locator('.tool-args dd').innerText()
+          === 'search the docs', 'its arguments as names and values');
     const prog = card.locator('.tool-progress');
     ok(await prog.isVisible(), 'progress shown');
     ok((await prog.textContent()).includes('ranking'), 'the last progress');
@@ -230,7 +318,7 @@ await check('approve edited arguments', async () => {
     await card.locator('button.approve-edited').click();
     await waitIdle();
     ok(await card.getAttribute('data-status') === 'done', 'it ran');
-    ok((await card.locator('.tool-args').textContent())
+    ok((await card.locator('.tool-args').innerText())
        .includes('edited by me'), 'with the edited arguments');
 
     const conv = await inspect(id);
@@ -269,7 +357,13 @@ await check('a form from a JSON Schema', async () => {
     await form.locator('button[type="submit"]').click();
     await waitIdle();
 
-    const res = JSON.parse(await card.locator('.tool-result').textContent());
+    ok(await card.locator('.tool-name').innerText()
+       === 'Ask the user a question and wait for the answer',
+       'the form titled by the tool\'s description');
+    ok((await card.locator('.tool-result').innerText()).includes('Ada'),
+       'the answer shown');
+    const res = JSON.parse(await card.locator('.tool-json pre')
+                           .textContent()).result;
     ok(res.name === 'Ada' && res.guests === 4 && res.time === '20:00'
        && res.terrace === true && !('notes' in res),
        'the answer typed as the schema says', JSON.stringify(res));
@@ -319,6 +413,9 @@ await check('cancel mid-reply', async () => {
        'the partial reply is kept, marked cancelled');
     ok(await log.locator('li.notice.cancelled').count() === 1,
        'the turn says it stopped');
+    const said = await page.evaluate(() => document.body.innerText);
+    ok(said.split('Stopped.').length === 2, '"Stopped." shown once',
+       `${said.split('Stopped.').length - 1} times`);
     ok(await page.locator('#cancel').isDisabled(), 'nothing left to stop');
     await shot(page, 'cancelled');
 });
@@ -358,7 +455,7 @@ await check('reload mid-reply: nothing lost or doubled', async () => {
 
     const shown = await page.evaluate(() =>
         [...document.querySelectorAll('li.assistant:not([hidden]) .text')]
-            .map(e => e.firstChild?.textContent ?? ''));
+            .map(e => e.textContent));
     ok(JSON.stringify(shown)
        === JSON.stringify(logged.map(m => m.content)),
        'every reply shown once, as logged',
@@ -442,7 +539,7 @@ await check('a network loss mid-reply: the page reconnects, catches up',
                                              && m.content !== '');
     const shown = await far.evaluate(() =>
         [...document.querySelectorAll('li.assistant:not([hidden]) .text')]
-            .map(e => e.firstChild?.textContent ?? ''));
+            .map(e => e.textContent));
 
     ok(logged.length > 0 && JSON.stringify(shown)
        === JSON.stringify(logged.map(m => m.content)),
@@ -453,16 +550,106 @@ await check('a network loss mid-reply: the page reconnects, catches up',
     await p.cut();
 });
 
+/* a reply in markdown, and one that tries to be HTML */
+async function markdownChecks(label) {
+    await send('show me markdown');
+    await waitIdle();
+    const text = lastAssistant().locator('.text');
+    ok(await text.locator('ul > li').count() === 2
+       && await text.locator('ol > li').count() === 2, `${label}lists`);
+    ok(await text.locator('strong').first().innerText() === 'markdown'
+       && await text.locator('em').first().innerText() === 'emphasis',
+       `${label}strong and emphasis`);
+    ok((await text.locator('pre code').innerText()).startsWith('curl -N'),
+       `${label}a code block`);
+    ok(await text.locator('a[href="https://nginx.org/"]').innerText()
+       === 'nginx.org', `${label}a link`);
+    ok((await text.innerText()).includes('<b>this</b> stays text'),
+       `${label}HTML in it shown as text`);
+    ok(!(await text.innerText()).includes('**'), `${label}no markup shown`);
+    await shot(page, label ? 'markdown-phone' : 'markdown', true);
+}
+
+await check('markdown', () => markdownChecks(''));
+
+await check('model text cannot make HTML', async () => {
+    await send('hi <img src=x onerror="window.pwned=1"> '
+               + '[x](javascript:window.pwned=2) *fine*');
+    await waitIdle();
+    await page.waitForTimeout(300);
+    const text = lastAssistant().locator('.text');
+    ok(await page.locator('#log img').count() === 0, 'no <img> in the page');
+    ok(await page.evaluate(() => window.pwned === undefined),
+       'no script of it ran');
+    ok(await page.locator('#log a[href^="javascript"]').count() === 0,
+       'no javascript: link');
+    const shown = await text.innerText();
+    ok(shown.includes('<img src=x onerror="window.pwned=1">'),
+       'the tag shown as the text it is', shown);
+    ok(await text.locator('em').innerText() === 'fine',
+       'the rest rendered');
+});
+
+/* what has the focus is never under the message box: the approval
+ * card's "Approve with these arguments", opened and reached from the
+ * keyboard, then clicked where it is seen */
+async function approveEdited(label) {
+    await send(`a note from ${label}`);
+    const card = lastTool('send_note');
+    await card.locator('.approval').waitFor();
+    await page.waitForFunction(() =>
+        document.activeElement?.classList.contains('approve'));
+
+    await card.locator('details.edit summary').focus();
+    await page.keyboard.press('Enter');
+    await card.locator('textarea.edit-args').waitFor();
+    await card.locator('textarea.edit-args').focus();
+    await page.keyboard.press('Tab');
+
+    const button = card.locator('button.approve-edited');
+    ok(await button.evaluate(el => el === document.activeElement),
+       `${label}: the button takes the focus`);
+    await page.waitForTimeout(200);
+    const at = await atCenter(button);
+    ok(at.free && at.inView,
+       `${label}: nothing covers the focused button`, at.at);
+    await shot(page, `focused-button-${label}`, true);
+
+    const box = await button.boundingBox();
+    await page.mouse.click(box.x + box.width / 2, box.y + box.height / 2);
+    await waitIdle();
+    ok(await card.getAttribute('data-status') === 'done',
+       `${label}: a click there approves`);
+}
+
+await check('the focused control, at a desktop\'s width',
+            () => approveEdited('desktop'));
+
 await check('a phone\'s width', async () => {
-    await page.setViewportSize({ width: 375, height: 740 });
+    await page.setViewportSize(PHONE);
     await send('note from my phone');
     await lastTool('send_note').locator('.approval').waitFor();
     const wide = await page.evaluate(() =>
         document.documentElement.scrollWidth);
-    ok(wide <= 375, 'no sideways scrolling', `${wide}px wide`);
+    ok(wide <= PHONE.width, 'no sideways scrolling', `${wide}px wide`);
     await shot(page, 'phone');
     await lastTool('send_note').locator('button.approve').click();
     await waitIdle();
+    await approveEdited('phone');
+    await markdownChecks('phone: ');
+    const at = await atCenter(page.locator('#send'));
+    ok(at.free, 'phone: the send button clear', at.at);
+});
+
+await check('a new conversation at a phone\'s width', async () => {
+    const before = missing.length;
+    await page.goto(`${base}/`);
+    await page.waitForTimeout(1500);
+    ok(await page.locator('#conn').textContent() === 'ready',
+       'phone: it says ready');
+    ok(missing.length === before, 'phone: no 404',
+       missing.slice(before).join(' '));
+    await shot(page, 'new-conversation-phone');
 });
 
 ok(errors.length === 0, 'no errors in the page', errors.join('; '));
