@@ -274,7 +274,7 @@ await check('a streaming tool shows progress', async () => {
     ok(await prog.locator('progress').getAttribute('max') === '3',
        'progress as a bar');
     ok((await card.locator('.tool-result').textContent())
-       .includes('README.md#http-api'), 'then the result');
+       .includes('docs/api.md'), 'then the result');
     await shot(page, 'tool-progress');
 });
 
