@@ -148,6 +148,12 @@ typedef struct {
     time_t                        summary_started;
     ngx_pid_t                     summarizing;
 
+    /*
+     * the epoch this node holds the conversation with in a store that
+     * several nodes share (agent_node): its writes carry it
+     */
+    uint64_t                      epoch;
+
     /* times the current turn was taken over from a worker that died */
     uint32_t                      takeovers;
 
