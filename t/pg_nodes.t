@@ -90,6 +90,46 @@ is($r->{headers}{'x-agent-owner'}, $addr1, 'with the owner\'s address');
 
 is(inspect($n2, 'a1')->{status}, 421, 'a read on n2 too');
 
+# a front tier that sends everything to n2 (a ring that changed): the
+# 421 is taken up and the request goes to the owner it names
+
+my $front = Test::Agent->new;
+$front->write_file_expand('nginx.conf', <<"EOF");
+%%TEST_GLOBALS%%
+
+events {
+}
+
+http {
+    %%TEST_GLOBALS_HTTP%%
+
+    upstream agents {
+        server $addr2;
+    }
+
+    server {
+        listen 127.0.0.1:%%PORT_8080%%;
+
+        location /c/ {
+            proxy_pass http://agents;
+            proxy_intercept_errors on;
+            error_page 421 = \@owner;
+        }
+
+        location \@owner {
+            set \$owner \$upstream_http_x_agent_owner;
+            proxy_pass http://\$owner;
+        }
+    }
+}
+EOF
+$front->run;
+
+$r = send_message($front, 'a1', 'through the front');
+is($r->{status}, 202, 'through a front tier: 421 retried at the owner');
+wait_state($n1, 'a1', 'idle');
+$front->stop;
+
 # (b) n1 paused past its ttl: n2 takes the conversation over; n1, once
 # it runs again, cannot write it
 
@@ -105,8 +145,8 @@ wait_state($n2, 'a1', 'idle');
 
 is($pg->sql("SELECT node, epoch FROM conversations WHERE id = 'a1'"),
    'n2|1', 'n2 owns it now, at a new epoch');
-is($pg->sql(types('a1')), 'user_msg assistant_msg turn_completed '
-   . 'user_msg assistant_msg turn_completed', 'the log goes on');
+is($pg->sql(types('a1')), join(' ', ('user_msg assistant_msg turn_completed')
+   x 3), 'the log goes on');
 ok(gapless('a1'), 'without a gap');
 
 kill 'CONT', @paused;
@@ -126,11 +166,11 @@ is(inspect($n1, 'a1')->{status}, 421,
    'n1 dropped it: a read there is sent to n2');
 
 is($pg->sql("SELECT count(*) FROM events WHERE conversation = 'a1'"
-            . " AND seq > 3 AND epoch <> 1"), 0,
+            . " AND seq > 6 AND epoch <> 1"), 0,
    'no event of n1\'s after the take-over');
 ok(gapless('a1'), 'the log still without a gap');
-is($pg->sql(types('a1')), 'user_msg assistant_msg turn_completed '
-   . 'user_msg assistant_msg turn_completed', 'and nothing of n1 in it');
+is($pg->sql(types('a1')), join(' ', ('user_msg assistant_msg turn_completed')
+   x 3), 'and nothing of n1 in it');
 
 # n1 lives again: its heartbeat is fresh, and n2 gets 421 for what n1
 # owns
