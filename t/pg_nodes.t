@@ -201,8 +201,8 @@ is($done, 'user_msg assistant_msg turn_completed',
 cmp_ok($took, '<', 2 + 1 + 3, 'within the ttl and a sweep round');
 diag(sprintf 'taken over in %.1f s after kill -9', $took);
 
-is($pg->sql("SELECT node FROM conversations WHERE id = 'c1'"), 'n2',
-   'n2 owns it');
+is($pg->sql("SELECT node, epoch FROM conversations WHERE id = 'c1'"),
+   'n2|1', 'n2 owns it, claimed by its sweep');
 is(scalar @{$mock->requests} - $before, 2,
    'the model asked twice: the cut call and the take-over\'s');
 ok(gapless('c1'), 'its log without a gap');

@@ -93,23 +93,31 @@ static const int  ngx_http_agent_pg_bb[] = { 1, 1 };
 
 /*
  * On a node ($3), those that no other node that lives owns: this
- * node's, nobody's, and those of nodes whose heartbeat is older than
- * the ttl ($4, ms), which the revival then claims
+ * node's, and those of nodes whose heartbeat is older than the ttl
+ * ($4, ms) or of none, claimed here (the epoch up, as a revival's
+ * claim), rows another sweeper holds skipped; the revival that follows
+ * finds them this node's
  */
 #define NGX_HTTP_AGENT_PG_SWEEP                                              \
-    "SELECT s.id FROM (SELECT conversation AS id FROM"                       \
-    " (SELECT DISTINCT conversation"                                         \
+    "WITH s AS (SELECT conversation AS id FROM (SELECT DISTINCT conversation"\
     " FROM tool_calls WHERE status = 'suspended' AND deadline <= $1::bigint" \
     " LIMIT $2::bigint) a"                                                   \
     " UNION SELECT id FROM (SELECT id FROM conversations"                    \
     " WHERE state = 'running' LIMIT $2::bigint) b"                           \
     " UNION SELECT conversation FROM (SELECT DISTINCT conversation"          \
-    " FROM queued LIMIT $2::bigint) c) s"                                    \
-    " LEFT JOIN conversations v ON v.id = s.id"                              \
+    " FROM queued LIMIT $2::bigint) c),"                                     \
+    " d AS (SELECT v.id FROM conversations v"                                \
     " LEFT JOIN nodes n ON n.id = v.node"                                    \
-    " WHERE $3 = '' OR v.node IS NULL OR v.node = $3"                        \
+    " WHERE $3 <> '' AND v.id IN (SELECT id FROM s)"                         \
+    " AND v.node IS DISTINCT FROM $3 AND (v.node IS NULL"                    \
     " OR n.heartbeat IS NULL"                                                \
-    " OR n.heartbeat <= now() - $4::bigint * interval '1 millisecond'"
+    " OR n.heartbeat <= now() - $4::bigint * interval '1 millisecond')"      \
+    " FOR UPDATE OF v SKIP LOCKED),"                                         \
+    " u AS (UPDATE conversations v SET node = $3, epoch = v.epoch + 1"       \
+    " FROM d WHERE v.id = d.id RETURNING v.id)"                              \
+    " SELECT id FROM u UNION SELECT s.id FROM s"                             \
+    " LEFT JOIN conversations v ON v.id = s.id"                              \
+    " WHERE $3 = '' OR v.node = $3"
 
 #define NGX_HTTP_AGENT_PG_HEARTBEAT                                          \
     "INSERT INTO nodes (id, addr) VALUES ($1, nullif($2, ''))"               \
