@@ -68,6 +68,23 @@ sub node_pids {
     return ($t->master_pid, $t->worker_pids);
 }
 
+# a node needs a PostgreSQL store, and an id
+
+for my $case (['agent_store store.db; agent_node id=n0;',
+               qr/needs an "agent_store" on PostgreSQL/, 'SQLite\'s store'],
+              ["agent_store \"$conninfo\"; agent_node addr=127.0.0.1:1;",
+               qr/needs "id="/, 'no id'],
+              ["agent_store \"$conninfo\"; agent_node id=n0 ttl=1s"
+               . ' heartbeat=2s;', qr/ttl must be longer/, 'a short ttl'])
+{
+    my $bad = Test::Agent->new;
+    $bad->write_file_expand('nginx.conf',
+                            engine_conf($mock, http => $case->[0]));
+    my ($rc, $out) = $bad->test_config;
+    ok($rc != 0 && $out =~ $case->[1], "agent_node refused: $case->[2]")
+        or diag($out);
+}
+
 my ($n1, $addr1) = node('n1');
 my ($n2, $addr2) = node('n2');
 
