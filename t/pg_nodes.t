@@ -5,8 +5,10 @@
 # answered 421 with the owner's address while the owner lives; a node
 # paused past its ttl has its conversation taken by the other, and once
 # it runs again its write is refused by the fence ("ownership lost"),
-# nothing of it in the log after the take-over; a node killed in a turn
-# has the turn taken over by the other node's sweep, and completed once.
+# nothing of it in the log after the take-over, also when it was paused
+# in a turn that the other node's sweep took over; a node killed in a
+# turn has the turn taken over by the other node's sweep, and completed
+# once.  A front tier follows a 421 to the owner.
 
 use strict;
 use warnings;
@@ -197,6 +199,48 @@ wait_state($n1, 'b1', 'idle');
 sleep 0.6;
 is(send_message($n2, 'b1', 'to n2')->{status}, 421,
    'n1 alive again: n2 refuses its conversation');
+
+# n1 paused in a turn past its ttl: n2's sweep takes the turn over;
+# n1, once it runs again, finishes its reply but cannot write it
+
+$mock->script({ text => 'stale words', chunks => 3, pause_after => 1 },
+              { text => 'the new owner\'s answer' });
+my $first = scalar @{$mock->requests};
+
+is(send_message($n1, 'd1', 'a turn to pause')->{status}, 202,
+   'a turn on n1');
+$mock->wait_paused($first, 5);
+
+@paused = node_pids($n1);
+kill 'STOP', @paused;
+
+is($pg->wait_sql(types('d1'), qr/turn_completed/, 15),
+   'user_msg assistant_msg turn_completed',
+   'n1 paused in a turn: n2 took it over and completed it');
+is($pg->sql("SELECT node, epoch FROM conversations WHERE id = 'd1'"),
+   'n2|1', 'n2 owns it');
+
+kill 'CONT', @paused;
+$mock->release($first);
+
+$lost = 0;
+for (1 .. 50) {
+    $lost = $n1->read_file('error.log') =~ /"d1": ownership lost/;
+    last if $lost;
+    sleep 0.1;
+}
+ok($lost, 'n1\'s reply refused: "ownership lost"');
+
+is($pg->sql(types('d1')), 'user_msg assistant_msg turn_completed',
+   'the log has the new owner\'s reply only');
+unlike($pg->sql("SELECT data FROM events WHERE conversation = 'd1'"),
+       qr/stale words/, 'no word of n1\'s');
+is($pg->sql("SELECT count(*) FROM events WHERE conversation = 'd1'"
+            . " AND seq > 1 AND epoch <> 1"), 0,
+   'every event after the take-over of the new epoch');
+ok(gapless('d1'), 'without a gap');
+
+sleep 0.6;
 
 # (c) n1 killed in a turn: n2's sweep takes the turn over, and it ends
 # once
