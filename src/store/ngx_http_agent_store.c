@@ -905,6 +905,7 @@ ngx_http_agent_store_done(ngx_event_t *ev)
                                  f->written < f->nevents, f->rc, f->usec);
 
     if (f->rc == NGX_ABORT) {
+        /* the rows go with the next batch, those of the lost one too */
         ngx_http_agent_store_lose(f);
 
     } else if (f->rc != NGX_OK) {
@@ -916,10 +917,12 @@ ngx_http_agent_store_done(ngx_event_t *ev)
             ngx_log_error(NGX_LOG_ERR, f->log, 0,
                           "agent store could not write %ui model call "
                           "rows, they are tried again", f->rows->nelts);
-
-            ngx_http_agent_store_audit_back(f->rows_pool, f->rows);
-            f->rows_pool = NULL;
         }
+    }
+
+    if (f->rc != NGX_OK && f->rows) {
+        ngx_http_agent_store_audit_back(f->rows_pool, f->rows);
+        f->rows_pool = NULL;
     }
 
     if (f->rows_pool) {
