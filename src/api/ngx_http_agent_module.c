@@ -163,6 +163,13 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       0,
       NULL },
 
+    { ngx_string("agent_node"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_1MORE,
+      ngx_http_agent_node_directive,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("agent_heartbeat"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_msec_slot,
@@ -790,6 +797,7 @@ ngx_http_agent_postconfiguration(ngx_conf_t *cf)
     ngx_http_agent_wake_handlers.written = ngx_http_agent_store_ack_wake;
     ngx_http_agent_fsm_next = ngx_http_agent_turn_next;
     ngx_http_agent_store_revive = ngx_http_agent_revive;
+    ngx_http_agent_store_lost = ngx_http_agent_revive_lost;
 
     return NGX_OK;
 }

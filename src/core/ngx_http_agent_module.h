@@ -191,6 +191,7 @@ typedef struct {
 
     ngx_http_agent_zone_t        *zone;
     void                         *store;      /* store conf, or NULL */
+    void                         *node;       /* agent_node, or NULL */
     ngx_msec_t                    heartbeat;
     ngx_msec_t                    client_grace;
 

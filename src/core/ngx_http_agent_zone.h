@@ -172,6 +172,14 @@ typedef struct {
 
     /* a cancel waits for that worker to take the turn down */
     unsigned                      cancel:1;
+
+    /*
+     * the epoch this node holds the conversation with in a store that
+     * several nodes share (agent_node), which its writes carry; in the
+     * bits left here, for the record's size (a conversation claimed
+     * 2^29 times would be refused by the fence, never forked)
+     */
+    unsigned                      epoch:29;
     uint64_t                      cancelled;  /* seq of the last cancel */
 
     ngx_queue_t                   unused;

@@ -66,6 +66,9 @@ typedef struct {
     /* the WAL wants its checkpoint */
     ngx_uint_t                    checkpoint;
 
+    /* NGX_ABORT: the conversation another node took, in the pool */
+    ngx_str_t                     lost;
+
     /* the zone's count of inputs when the batch was claimed, see waits */
     ngx_atomic_uint_t             inputs;
     ngx_uint_t                    input;      /* the batch is an input's */
@@ -101,6 +104,7 @@ static ngx_uint_t ngx_http_agent_store_flushed_locked(
 static void ngx_http_agent_store_release(ngx_http_agent_flush_t *f);
 static void ngx_http_agent_store_done(ngx_event_t *ev);
 static ngx_int_t ngx_http_agent_store_next(ngx_http_agent_zone_t *z);
+static void ngx_http_agent_store_lose(ngx_http_agent_flush_t *f);
 static ngx_uint_t ngx_http_agent_store_written_locked(
     ngx_http_agent_flush_t *f);
 
@@ -118,6 +122,9 @@ static ngx_msec_t     ngx_http_agent_store_refused_at;
 /* revives a conversation the sweep found cut off (set at configuration) */
 ngx_int_t  (*ngx_http_agent_store_revive)(ngx_http_request_t *r,
     ngx_str_t *id);
+
+/* drops a conversation another node took (set at configuration) */
+void  (*ngx_http_agent_store_lost)(ngx_str_t *id);
 
 
 ngx_int_t
@@ -249,6 +256,12 @@ ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle)
             }
 
             ngx_destroy_pool(f->rows_pool);
+        }
+
+        if (rc == NGX_ABORT) {
+            ngx_http_agent_store_lose(f);
+            ngx_destroy_pool(f->pool);
+            continue;
         }
 
         ngx_destroy_pool(f->pool);
@@ -668,6 +681,7 @@ ngx_http_agent_store_collect_locked(ngx_http_agent_flush_t *f,
 
         se->seq = e->seq;
         se->type = e->type;
+        se->epoch = conv->epoch;
     }
 
     return NGX_OK;
@@ -715,8 +729,15 @@ ngx_http_agent_store_write(ngx_http_agent_flush_t *f,
 
     f->more = 0;
 
+    ngx_str_null(&b.lost);
+
     f->rc = f->conf->store->write(&f->conf->path, &b, log);
-    f->written = b.nevents;
+    f->written = (f->rc == NGX_ABORT) ? 0 : b.nevents;
+    f->lost = b.lost;
+
+    if (f->rc == NGX_ABORT) {
+        f->more = 0;
+    }
     f->checkpoint = b.checkpoint;
     f->usec = ngx_http_agent_metrics_usec() - start;
 }
@@ -883,7 +904,11 @@ ngx_http_agent_store_done(ngx_event_t *ev)
     ngx_http_agent_metrics_store(f->zone, f->written + f->more,
                                  f->written < f->nevents, f->rc, f->usec);
 
-    if (f->rc != NGX_OK) {
+    if (f->rc == NGX_ABORT) {
+        /* the rows go with the next batch, those of the lost one too */
+        ngx_http_agent_store_lose(f);
+
+    } else if (f->rc != NGX_OK) {
         ngx_log_error(NGX_LOG_ERR, f->log, 0,
                       "agent store could not write %ui events, "
                       "they are tried again", f->nevents);
@@ -892,10 +917,12 @@ ngx_http_agent_store_done(ngx_event_t *ev)
             ngx_log_error(NGX_LOG_ERR, f->log, 0,
                           "agent store could not write %ui model call "
                           "rows, they are tried again", f->rows->nelts);
-
-            ngx_http_agent_store_audit_back(f->rows_pool, f->rows);
-            f->rows_pool = NULL;
         }
+    }
+
+    if (f->rc != NGX_OK && f->rows) {
+        ngx_http_agent_store_audit_back(f->rows_pool, f->rows);
+        f->rows_pool = NULL;
     }
 
     if (f->rows_pool) {
@@ -916,7 +943,11 @@ ngx_http_agent_store_done(ngx_event_t *ev)
     /* the task and f go with the pool */
     ngx_destroy_pool(f->pool);
 
-    if (rc == NGX_OK) {
+    if (rc == NGX_ABORT) {
+        /* the batch's other conversations, at once */
+        ngx_http_agent_store_kick_now();
+
+    } else if (rc == NGX_OK) {
         ngx_http_agent_store_ack_wake();
 
         /*
@@ -941,6 +972,32 @@ ngx_http_agent_store_done(ngx_event_t *ev)
     } else if (!ngx_http_agent_store_event.timer_set) {
         /* not in a loop: a second later */
         ngx_add_timer(&ngx_http_agent_store_event, 1000);
+    }
+}
+
+
+/*
+ * The fence refused the batch: another node took one of its
+ * conversations (its heartbeat was late for longer than its ttl, and a
+ * node claimed the conversation meanwhile).  Nothing of the batch was
+ * written; the conversation leaves this node, its turn and subscribers
+ * end, and the rest of the batch is written again without it.
+ */
+
+static void
+ngx_http_agent_store_lose(ngx_http_agent_flush_t *f)
+{
+    if (f->lost.len == 0) {
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, f->log, 0,
+                  "agent conversation \"%V\": ownership lost, another node "
+                  "took it over; its events not written here are dropped",
+                  &f->lost);
+
+    if (ngx_http_agent_store_lost) {
+        ngx_http_agent_store_lost(&f->lost);
     }
 }
 

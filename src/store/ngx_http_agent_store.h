@@ -24,6 +24,8 @@ typedef struct {
     uint64_t                      seq;
     ngx_uint_t                    type;
     ngx_str_t                     data;
+    /* the conversation's epoch on this node (see agent_node) */
+    uint64_t                      epoch;
 } ngx_http_agent_store_event_t;
 
 
@@ -72,6 +74,13 @@ typedef struct {
      * take-over, the count with this one, where "after" is the log's end
      */
     ngx_uint_t                    takeovers;
+    /*
+     * a revival's read on a node (agent_node): the epoch this node
+     * claimed the conversation with; or, claimed by another node that
+     * lives, elsewhere.data set, to that node's address (may be empty)
+     */
+    uint64_t                      epoch;
+    ngx_str_t                     elsewhere;
     ngx_array_t                  *events;     /* store_event_t */
     /* with after NGX_HTTP_AGENT_STORE_TAIL only, empty otherwise */
     ngx_array_t                  *sources;    /* store_source_t */
@@ -115,6 +124,12 @@ typedef struct {
     void                         *data;
     ngx_uint_t                    input;
     ngx_uint_t                    checkpoint;
+    /*
+     * set by write, which then returns NGX_ABORT and wrote nothing:
+     * the conversation (one of the batch's events' conv) that another
+     * node has taken, whose events this node may no longer write
+     */
+    ngx_str_t                     lost;
 } ngx_http_agent_store_batch_t;
 
 
@@ -172,6 +187,19 @@ typedef struct {
 } ngx_http_agent_store_t;
 
 
+/*
+ * agent_node: the node's name in a store that several nginx share, its
+ * address for the requests it owns, how often its heartbeat is written,
+ * and how old a heartbeat may be before the node is taken for dead
+ */
+typedef struct {
+    ngx_str_t                     id;
+    ngx_str_t                     addr;
+    ngx_msec_t                    heartbeat;
+    ngx_msec_t                    ttl;
+} ngx_http_agent_store_node_t;
+
+
 typedef struct ngx_http_agent_store_conf_s {
     ngx_http_agent_store_t       *store;
     ngx_str_t                     path;
@@ -188,6 +216,8 @@ typedef struct ngx_http_agent_store_conf_s {
 
 
 char *ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_agent_node_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 ngx_int_t ngx_http_agent_store_init_module(ngx_cycle_t *cycle);
 ngx_int_t ngx_http_agent_store_init_process(ngx_cycle_t *cycle);
@@ -255,6 +285,16 @@ extern ngx_http_agent_store_t  ngx_http_agent_store_pg;
 /* the revival of a conversation from the store: the turn's, set at init */
 extern ngx_int_t  (*ngx_http_agent_store_revive)(ngx_http_request_t *r,
     ngx_str_t *id);
+
+/*
+ * another node took the conversation: it leaves the zone, its turn and
+ * its subscribers end (the turn's, set at init)
+ */
+extern void  (*ngx_http_agent_store_lost)(ngx_str_t *id);
+
+/* 421 owned_elsewhere: another node owns the conversation, at addr */
+ngx_int_t ngx_http_agent_store_elsewhere_answer(ngx_http_request_t *r,
+    ngx_str_t *addr);
 
 
 #endif /* _NGX_HTTP_AGENT_STORE_H_INCLUDED_ */

@@ -296,6 +296,7 @@ static ngx_int_t
 ngx_http_agent_store_ack_check(ngx_http_agent_ack_t *ack)
 {
     uint64_t                     flushed;
+    ngx_str_t                    none;
     ngx_http_request_t          *r;
     ngx_http_agent_conv_t       *conv;
     ngx_http_agent_main_conf_t  *amcf;
@@ -309,6 +310,22 @@ ngx_http_agent_store_ack_check(ngx_http_agent_ack_t *ack)
     flushed = conv ? conv->flushed : 0;
 
     ngx_http_agent_zone_unlock(amcf->zone);
+
+    if (conv == NULL) {
+
+        /*
+         * it left the zone unwritten: another node took it (the store's
+         * fence), whose log does not have the input
+         */
+
+        ngx_http_agent_store_ack_cleanup(ack);
+        ngx_str_null(&none);
+
+        ngx_http_finalize_request(r,
+            ngx_http_agent_store_elsewhere_answer(r, &none));
+
+        return NGX_OK;
+    }
 
     if (flushed < ack->seq) {
         return NGX_AGAIN;

@@ -179,6 +179,133 @@ ngx_http_agent_store_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 
 
 /*
+ * agent_node id=name [addr=host:port] [heartbeat=time] [ttl=time];
+ *
+ * the node's name in a PostgreSQL store that several nginx share
+ */
+
+char *
+ngx_http_agent_node_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_agent_main_conf_t *amcf = conf;
+
+    u_char                       *p;
+    ngx_str_t                    *value, s;
+    ngx_uint_t                    i;
+    ngx_msec_t                   *t;
+    ngx_http_agent_store_node_t  *node;
+
+    if (amcf->node) {
+        return "is duplicate";
+    }
+
+    node = ngx_pcalloc(cf->pool, sizeof(ngx_http_agent_store_node_t));
+    if (node == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    node->heartbeat = NGX_CONF_UNSET_MSEC;
+    node->ttl = NGX_CONF_UNSET_MSEC;
+
+    value = cf->args->elts;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        if (ngx_strncmp(value[i].data, "id=", 3) == 0
+            && node->id.data == NULL)
+        {
+            node->id.data = value[i].data + 3;
+            node->id.len = value[i].len - 3;
+
+            for (p = node->id.data; p < node->id.data + node->id.len; p++) {
+                if (!(isalnum(*p) || *p == '-' || *p == '_' || *p == '.')) {
+                    node->id.len = 0;
+                    break;
+                }
+            }
+
+            if (node->id.len == 0 || node->id.len > 64) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid node id \"%V\", it must be "
+                                   "1 to 64 letters, digits, \"-\", \"_\" "
+                                   "or \".\"", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "addr=", 5) == 0
+            && node->addr.data == NULL)
+        {
+            node->addr.data = value[i].data + 5;
+            node->addr.len = value[i].len - 5;
+            continue;
+        }
+
+        t = NULL;
+        s.len = 0;
+
+        if (ngx_strncmp(value[i].data, "heartbeat=", 10) == 0
+            && node->heartbeat == NGX_CONF_UNSET_MSEC)
+        {
+            t = &node->heartbeat;
+            s.data = value[i].data + 10;
+            s.len = value[i].len - 10;
+
+        } else if (ngx_strncmp(value[i].data, "ttl=", 4) == 0
+                   && node->ttl == NGX_CONF_UNSET_MSEC)
+        {
+            t = &node->ttl;
+            s.data = value[i].data + 4;
+            s.len = value[i].len - 4;
+        }
+
+        if (t) {
+            *t = ngx_parse_time(&s, 0);
+
+            if (*t == (ngx_msec_t) NGX_ERROR || *t == 0) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid time \"%V\"", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid parameter \"%V\"", &value[i]);
+        return NGX_CONF_ERROR;
+    }
+
+    if (node->id.data == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"agent_node\" needs \"id=\"");
+        return NGX_CONF_ERROR;
+    }
+
+    if (node->heartbeat == NGX_CONF_UNSET_MSEC) {
+        node->heartbeat = 2000;
+    }
+
+    if (node->ttl == NGX_CONF_UNSET_MSEC) {
+        node->ttl = 10000;
+    }
+
+    if (node->ttl <= node->heartbeat) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "the node's ttl must be longer than its "
+                           "heartbeat");
+        return NGX_CONF_ERROR;
+    }
+
+    amcf->node = node;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
  * PostgreSQL's connection string, a URI (postgresql:// or postgres://)
  * or "postgres:" and a libpq conninfo (key=value ...); anything else is
  * SQLite's file, relative to the prefix.  Either NUL-terminated for the
@@ -267,11 +394,30 @@ ngx_http_agent_store_init_module(ngx_cycle_t *cycle)
 
     amcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_agent_module);
 
-    if (amcf == NULL || amcf->store == NULL) {
+    ngx_memzero(&ngx_http_agent_pg_node, sizeof(ngx_http_agent_store_node_t));
+
+    if (amcf == NULL) {
         return NGX_OK;
     }
 
     scf = amcf->store;
+
+    if (amcf->node
+        && (scf == NULL || scf->store != &ngx_http_agent_store_pg))
+    {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
+                      "\"agent_node\" needs an \"agent_store\" on "
+                      "PostgreSQL");
+        return NGX_ERROR;
+    }
+
+    if (scf == NULL) {
+        return NGX_OK;
+    }
+
+    if (amcf->node) {
+        ngx_http_agent_pg_node = *(ngx_http_agent_store_node_t *) amcf->node;
+    }
 
     if (scf->store->open(&scf->path, cycle->log) != NGX_OK) {
         return NGX_ERROR;

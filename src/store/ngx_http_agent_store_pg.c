@@ -59,7 +59,9 @@ static ngx_int_t ngx_http_agent_pg_send_events(PGconn *conn,
 static ngx_int_t ngx_http_agent_pg_send_rows(PGconn *conn,
     ngx_http_agent_audit_row_t *rows, ngx_uint_t n, ngx_log_t *log);
 static ngx_int_t ngx_http_agent_pg_sync(PGconn *conn, ngx_uint_t nrows,
-    ngx_log_t *log);
+    ngx_http_agent_store_batch_t *b, ngx_log_t *log);
+static void ngx_http_agent_pg_lost(ngx_http_agent_store_batch_t *b,
+    PGresult *res);
 static ngx_int_t ngx_http_agent_pg_send(PGconn *conn, const char *sql,
     ngx_http_agent_pg_params_t *pp);
 static void ngx_http_agent_pg_array(ngx_http_agent_pg_params_t *pp, Oid type);
@@ -86,6 +88,9 @@ ngx_http_agent_store_t  ngx_http_agent_store_pg = {
     ngx_http_agent_pg_close,
     ngx_http_agent_pg_init_process
 };
+
+
+ngx_http_agent_store_node_t  ngx_http_agent_pg_node;
 
 
 /* the worker's writer, used by one batch at a time, in pipeline mode */
@@ -120,6 +125,7 @@ ngx_http_agent_pg_write(ngx_str_t *conninfo, ngx_http_agent_store_batch_t *b,
 
     n = b->nevents;
     b->nmore = 0;
+    ngx_str_null(&b->lost);
 
     cut = (!b->input && b->waits);
     synced = 0;
@@ -146,7 +152,7 @@ ngx_http_agent_pg_write(ngx_str_t *conninfo, ngx_http_agent_store_batch_t *b,
         /* a slice a round trip, so that an input can end the batch */
 
         if (cut || i + m == n) {
-            if (ngx_http_agent_pg_sync(conn, 0, log) != NGX_OK) {
+            if (ngx_http_agent_pg_sync(conn, 0, b, log) != NGX_OK) {
                 goto failed;
             }
 
@@ -154,7 +160,7 @@ ngx_http_agent_pg_write(ngx_str_t *conninfo, ngx_http_agent_store_batch_t *b,
         }
     }
 
-    if (!synced && ngx_http_agent_pg_sync(conn, 0, log) != NGX_OK) {
+    if (!synced && ngx_http_agent_pg_sync(conn, 0, b, log) != NGX_OK) {
         goto failed;
     }
 
@@ -180,7 +186,7 @@ ngx_http_agent_pg_write(ngx_str_t *conninfo, ngx_http_agent_store_batch_t *b,
     }
 
     if (!PQsendQueryParams(conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0)
-        || ngx_http_agent_pg_sync(conn, b->nrows, log) != NGX_OK)
+        || ngx_http_agent_pg_sync(conn, b->nrows, b, log) != NGX_OK)
     {
         goto failed;
     }
@@ -196,12 +202,14 @@ failed:
      * it had of the batch, and the next batch connects again
      */
 
-    ngx_http_agent_pg_log(NGX_LOG_ERR, log, conn, NULL, "write");
+    if (b->lost.len == 0) {
+        ngx_http_agent_pg_log(NGX_LOG_ERR, log, conn, NULL, "write");
+    }
 
     PQfinish(conn);
     ngx_http_agent_pg_writer = NULL;
 
-    return NGX_ERROR;
+    return b->lost.len ? NGX_ABORT : NGX_ERROR;
 }
 
 
@@ -217,10 +225,10 @@ ngx_http_agent_pg_send_events(PGconn *conn, ngx_http_agent_store_event_t *ev,
     ngx_str_t                   *type;
     ngx_http_agent_pg_params_t   pp;
 
-    size = 7 * 20;
+    size = 8 * 20;
 
     for (i = 0; i < n; i++) {
-        size += 7 * 4 + 2 * 8 + ev[i].conv.len + ev[i].agent.len
+        size += 8 * 4 + 3 * 8 + ev[i].conv.len + ev[i].agent.len
                 + ev[i].owner.len + ngx_http_agent_event_names[ev[i].type].len
                 + ev[i].data.len;
     }
@@ -282,8 +290,24 @@ ngx_http_agent_pg_send_events(PGconn *conn, ngx_http_agent_store_event_t *ev,
     }
     ngx_http_agent_pg_end(&pp);
 
+    /* the node, and the epoch each event is written under: the fence */
+
+    pp.values[pp.n] = ngx_http_agent_pg_node.id.len
+                      ? (char *) ngx_http_agent_pg_node.id.data : "";
+    pp.lengths[pp.n] = ngx_http_agent_pg_node.id.len;
+    pp.formats[pp.n] = 1;
+    pp.types[pp.n] = NGX_HTTP_AGENT_PG_TEXT;
+    pp.n++;
+
+    ngx_http_agent_pg_array(&pp, NGX_HTTP_AGENT_PG_INT8);
+    for (i = 0; i < n; i++) {
+        ngx_http_agent_pg_int8(&pp, ev[i].epoch);
+    }
+    ngx_http_agent_pg_end(&pp);
+
     rc = ngx_http_agent_pg_send(conn,
-                            "SELECT agent_write($1, $2, $3, $4, $5, $6, $7)",
+                            "SELECT agent_write($1, $2, $3, $4, $5, $6, $7,"
+                            " $8, $9)",
                             &pp);
 
     ngx_free(pp.buf);
@@ -383,12 +407,14 @@ ngx_http_agent_pg_send(PGconn *conn, const char *sql,
  */
 
 static ngx_int_t
-ngx_http_agent_pg_sync(PGconn *conn, ngx_uint_t nrows, ngx_log_t *log)
+ngx_http_agent_pg_sync(PGconn *conn, ngx_uint_t nrows,
+    ngx_http_agent_store_batch_t *b, ngx_log_t *log)
 {
-    ngx_int_t       rc, ok;
-    PGresult       *res;
-    ngx_msec_t      deadline;
-    ExecStatusType  st;
+    char            *state;
+    ngx_int_t        rc, ok;
+    PGresult        *res;
+    ngx_msec_t       deadline;
+    ExecStatusType   st;
 
     if (!PQpipelineSync(conn)) {
         return NGX_ERROR;
@@ -429,11 +455,51 @@ ngx_http_agent_pg_sync(PGconn *conn, ngx_uint_t nrows, ngx_log_t *log)
                    && ok == NGX_OK)
         {
             /* the first error; those after it say "aborted" */
-            ngx_http_agent_pg_log(NGX_LOG_ERR, log, conn, res, "write");
+
+            state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+            if (state && ngx_strcmp(state, "AG001") == 0) {
+                ngx_http_agent_pg_lost(b, res);
+            }
+
+            if (b->lost.len == 0) {
+                ngx_http_agent_pg_log(NGX_LOG_ERR, log, conn, res, "write");
+            }
+
             ok = NGX_ERROR;
         }
 
         PQclear(res);
+    }
+}
+
+
+/*
+ * The fence refused the batch: the conversation another node took (the
+ * error's detail), as the batch's events name it
+ */
+
+static void
+ngx_http_agent_pg_lost(ngx_http_agent_store_batch_t *b, PGresult *res)
+{
+    char        *id;
+    size_t       len;
+    ngx_uint_t   i;
+
+    id = PQresultErrorField(res, PG_DIAG_MESSAGE_DETAIL);
+    if (id == NULL) {
+        return;
+    }
+
+    len = ngx_strlen(id);
+
+    for (i = 0; i < b->nevents + b->nmore; i++) {
+        if (b->events[i].conv.len == len
+            && ngx_memcmp(b->events[i].conv.data, id, len) == 0)
+        {
+            b->lost = b->events[i].conv;
+            return;
+        }
     }
 }
 

@@ -33,6 +33,12 @@
 #define NGX_HTTP_AGENT_PG_OPEN_TIMEOUT    60000
 
 
+/*
+ * this nginx's node (agent_node), set as the configuration is loaded;
+ * id.len 0: no node, a store of one nginx that claims nothing
+ */
+extern ngx_http_agent_store_node_t  ngx_http_agent_pg_node;
+
 /* the store's connection string, without a password, for the logs */
 extern u_char  ngx_http_agent_pg_name[];
 

@@ -24,6 +24,8 @@
  */
 
 
+static ngx_int_t ngx_http_agent_pg_claim(PGconn *conn,
+    ngx_http_agent_store_read_t *rd, ngx_pool_t *pool, ngx_log_t *log);
 static ngx_int_t ngx_http_agent_pg_read_tx(PGconn *conn,
     ngx_http_agent_store_read_t *rd, ngx_pool_t *pool, ngx_log_t *log);
 static ngx_int_t ngx_http_agent_pg_events(PGresult *res,
@@ -49,6 +51,10 @@ static const int  ngx_http_agent_pg_b[] = { 1 };
 
 static const Oid  ngx_http_agent_pg_snn[] = { NGX_HTTP_AGENT_PG_STR, 0, 0 };
 static const int  ngx_http_agent_pg_bnn[] = { 1, 0, 0 };
+
+static const Oid  ngx_http_agent_pg_ss[] = { NGX_HTTP_AGENT_PG_STR,
+                                             NGX_HTTP_AGENT_PG_STR };
+static const int  ngx_http_agent_pg_bb[] = { 1, 1 };
 
 
 #define NGX_HTTP_AGENT_PG_R_CONV                                             \
@@ -85,14 +91,55 @@ static const int  ngx_http_agent_pg_bnn[] = { 1, 0, 0 };
 
 #define NGX_HTTP_AGENT_PG_SWEEP_N  64
 
+/*
+ * On a node ($3), those that no other node that lives owns: this
+ * node's, and those of nodes whose heartbeat is older than the ttl
+ * ($4, ms) or of none, claimed here (the epoch up, as a revival's
+ * claim), rows another sweeper holds skipped; the revival that follows
+ * finds them this node's
+ */
 #define NGX_HTTP_AGENT_PG_SWEEP                                              \
-    "SELECT conversation FROM (SELECT DISTINCT conversation"                 \
+    "WITH s AS (SELECT conversation AS id FROM (SELECT DISTINCT conversation"\
     " FROM tool_calls WHERE status = 'suspended' AND deadline <= $1::bigint" \
     " LIMIT $2::bigint) a"                                                   \
     " UNION SELECT id FROM (SELECT id FROM conversations"                    \
     " WHERE state = 'running' LIMIT $2::bigint) b"                           \
     " UNION SELECT conversation FROM (SELECT DISTINCT conversation"          \
-    " FROM queued LIMIT $2::bigint) c"
+    " FROM queued LIMIT $2::bigint) c),"                                     \
+    " d AS (SELECT v.id FROM conversations v"                                \
+    " LEFT JOIN nodes n ON n.id = v.node"                                    \
+    " WHERE $3 <> '' AND v.id IN (SELECT id FROM s)"                         \
+    " AND v.node IS DISTINCT FROM $3 AND (v.node IS NULL"                    \
+    " OR n.heartbeat IS NULL"                                                \
+    " OR n.heartbeat <= now() - $4::bigint * interval '1 millisecond')"      \
+    " FOR UPDATE OF v SKIP LOCKED),"                                         \
+    " u AS (UPDATE conversations v SET node = $3, epoch = v.epoch + 1"       \
+    " FROM d WHERE v.id = d.id RETURNING v.id)"                              \
+    " SELECT id FROM u UNION SELECT s.id FROM s"                             \
+    " LEFT JOIN conversations v ON v.id = s.id"                              \
+    " WHERE $3 = '' OR v.node = $3"
+
+#define NGX_HTTP_AGENT_PG_HEARTBEAT                                          \
+    "INSERT INTO nodes (id, addr) VALUES ($1, nullif($2, ''))"               \
+    " ON CONFLICT (id) DO UPDATE SET heartbeat = now()"
+
+/*
+ * A revival's claim, on a node: the conversation becomes this node's,
+ * unless a node that lives owns it; the epoch goes up when it changes
+ * hands, so that the writes of the node it was taken from are refused
+ * (agent_write's fence)
+ */
+#define NGX_HTTP_AGENT_PG_CLAIM                                              \
+    "UPDATE conversations v SET node = $2,"                                  \
+    " epoch = CASE WHEN v.node = $2 THEN v.epoch ELSE v.epoch + 1 END"       \
+    " WHERE id = $1 AND (v.node IS NULL OR v.node = $2 OR NOT EXISTS"        \
+    " (SELECT 1 FROM nodes n WHERE n.id = v.node"                            \
+    " AND n.heartbeat > now() - $3::bigint * interval '1 millisecond'))"     \
+    " RETURNING epoch"
+
+#define NGX_HTTP_AGENT_PG_OWNER                                              \
+    "SELECT coalesce(n.addr, '') FROM conversations v"                       \
+    " LEFT JOIN nodes n ON n.id = v.node WHERE v.id = $1"
 
 /*
  * A message that waits for its turn, unless its turn has already been
@@ -168,6 +215,20 @@ ngx_http_agent_pg_read(ngx_str_t *conninfo, ngx_http_agent_store_read_t *rd,
         return NGX_ERROR;
     }
 
+    if (rd->after == NGX_HTTP_AGENT_STORE_TAIL
+        && ngx_http_agent_pg_node.id.len)
+    {
+        if (ngx_http_agent_pg_claim(conn, rd, pool, log) != NGX_OK) {
+            ngx_http_agent_pg_put(conn, 0);
+            return NGX_ERROR;
+        }
+
+        if (rd->elsewhere.data) {
+            ngx_http_agent_pg_put(conn, 1);
+            return NGX_OK;
+        }
+    }
+
     res = ngx_http_agent_pg_exec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ"
                                  " READ ONLY", 0, NULL, NULL, NULL, NULL,
                                  "read", log);
@@ -197,6 +258,69 @@ ngx_http_agent_pg_read(ngx_str_t *conninfo, ngx_http_agent_store_read_t *rd,
     ngx_http_agent_pg_put(conn, rc == NGX_OK);
 
     return rc;
+}
+
+
+/*
+ * A revival claims the conversation first: rd->epoch, the epoch this
+ * node holds it with; or rd->elsewhere, the address of the node that
+ * owns it and lives.  A conversation the store does not have is claimed
+ * by its first write.
+ */
+
+static ngx_int_t
+ngx_http_agent_pg_claim(PGconn *conn, ngx_http_agent_store_read_t *rd,
+    ngx_pool_t *pool, ngx_log_t *log)
+{
+    int          lengths[3];
+    u_char       ttl[NGX_INT64_LEN + 1];
+    PGresult    *res;
+    const char  *values[3];
+
+    static const Oid  types[] = { NGX_HTTP_AGENT_PG_STR,
+                                  NGX_HTTP_AGENT_PG_STR, 0 };
+    static const int  formats[] = { 1, 1, 0 };
+
+    *ngx_sprintf(ttl, "%M", ngx_http_agent_pg_node.ttl) = '\0';
+
+    values[0] = (char *) rd->id.data;
+    lengths[0] = rd->id.len;
+    values[1] = (char *) ngx_http_agent_pg_node.id.data;
+    lengths[1] = ngx_http_agent_pg_node.id.len;
+    values[2] = (char *) ttl;
+    lengths[2] = 0;
+
+    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_CLAIM, 3, types,
+                                 values, lengths, formats, "claim", log);
+    if (res == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (PQntuples(res) == 1) {
+        rd->epoch = ngx_http_agent_pg_int(res, 0, 0);
+        PQclear(res);
+        return NGX_OK;
+    }
+
+    PQclear(res);
+
+    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_OWNER, 1,
+                                 ngx_http_agent_pg_s, values, lengths,
+                                 ngx_http_agent_pg_b, "claim", log);
+    if (res == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (PQntuples(res) == 1
+        && ngx_http_agent_pg_copy(pool, res, 0, 0, &rd->elsewhere) != NGX_OK)
+    {
+        PQclear(res);
+        return NGX_ERROR;
+    }
+
+    PQclear(res);
+
+    return NGX_OK;
 }
 
 
@@ -425,27 +549,60 @@ ngx_int_t
 ngx_http_agent_pg_sweep(ngx_str_t *conninfo, uint64_t now, ngx_array_t *ids,
     ngx_pool_t *pool, ngx_log_t *log)
 {
-    int          i, n, lengths[2];
-    u_char       when[NGX_INT64_LEN + 1];
-    PGconn      *conn;
-    ngx_str_t   *id;
-    PGresult    *res;
-    const char  *values[2];
+    int                           i, n, lengths[4];
+    u_char                        when[NGX_INT64_LEN + 1];
+    u_char                        ttl[NGX_INT64_LEN + 1];
+    PGconn                       *conn;
+    ngx_str_t                    *id;
+    PGresult                     *res;
+    const char                   *values[4];
+    ngx_http_agent_store_node_t  *node;
+
+    static const Oid  types[] = { 0, 0, NGX_HTTP_AGENT_PG_STR, 0 };
+    static const int  formats[] = { 0, 0, 1, 0 };
 
     conn = ngx_http_agent_pg_get(conninfo, log);
     if (conn == NULL) {
         return NGX_ERROR;
     }
 
+    node = &ngx_http_agent_pg_node;
+
+    if (node->id.len) {
+
+        /* the node's heartbeat goes with the sweep */
+
+        values[0] = (char *) node->id.data;
+        lengths[0] = node->id.len;
+        values[1] = node->addr.data ? (char *) node->addr.data : "";
+        lengths[1] = node->addr.len;
+
+        res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_HEARTBEAT, 2,
+                                     ngx_http_agent_pg_ss,
+                                     values, lengths, ngx_http_agent_pg_bb,
+                                     "heartbeat", log);
+        if (res == NULL) {
+            ngx_http_agent_pg_put(conn, 0);
+            return NGX_ERROR;
+        }
+
+        PQclear(res);
+    }
+
     *ngx_sprintf(when, "%uL", now) = '\0';
+    *ngx_sprintf(ttl, "%M", node->ttl) = '\0';
 
     values[0] = (char *) when;
     values[1] = ngx_value(NGX_HTTP_AGENT_PG_SWEEP_N);
+    values[2] = node->id.len ? (char *) node->id.data : "";
+    values[3] = (char *) ttl;
     lengths[0] = 0;
     lengths[1] = 0;
+    lengths[2] = node->id.len;
+    lengths[3] = 0;
 
-    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_SWEEP, 2, NULL,
-                                 values, lengths, NULL, "sweep", log);
+    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_SWEEP, 4, types,
+                                 values, lengths, formats, "sweep", log);
     if (res == NULL) {
         ngx_http_agent_pg_put(conn, 0);
         return NGX_ERROR;

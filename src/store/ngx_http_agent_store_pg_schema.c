@@ -29,7 +29,7 @@
  */
 
 
-#define NGX_HTTP_AGENT_PG_VERSION  1
+#define NGX_HTTP_AGENT_PG_VERSION  2
 
 /* the advisory lock of the migrations: "ngin", "xage" */
 #define NGX_HTTP_AGENT_PG_LOCK  "1852270446, 2019649381"
@@ -37,6 +37,7 @@
 
 static ngx_int_t ngx_http_agent_pg_simple(PGconn *conn, const char *sql,
     const char *what, ngx_log_t *log, PGresult **out);
+static ngx_int_t ngx_http_agent_pg_register(PGconn *conn, ngx_log_t *log);
 
 
 #define NGX_HTTP_AGENT_PG_TABLES                                             \
@@ -92,6 +93,11 @@ static ngx_int_t ngx_http_agent_pg_simple(PGconn *conn, const char *sql,
 
 /*
  * A batch's events, in one call (ngx_http_agent_store_pg.c), in order:
+ * on a node (p_n not empty), each conversation's run first checks the
+ * fence: the row, locked, must be this node's, at the epoch the node
+ * holds it with, or the call raises AG001 "ownership lost" with the
+ * conversation in its detail, and the whole batch is rolled back
+ * (another node took it: nothing of this node's may go in its log).
  * each conversation's run of events is followed by its row (its last
  * seq, kept if a batch written before went further) and, if an event
  * of the run was new and not a summary, its state.  p_e: 0 a summary,
@@ -100,16 +106,29 @@ static ngx_int_t ngx_http_agent_pg_simple(PGconn *conn, const char *sql,
  */
 
 #define NGX_HTTP_AGENT_PG_WRITE                                              \
-    "CREATE OR REPLACE FUNCTION agent_write(p_c text[], p_a text[],"         \
-    "  p_o text[], p_s bigint[], p_t text[], p_e bigint[], p_d text[])"      \
+    "DROP FUNCTION IF EXISTS agent_write(text[], text[], text[], bigint[],"  \
+    "  text[], bigint[], text[]);"                                           \
+    "CREATE FUNCTION agent_write(p_c text[], p_a text[],"                    \
+    "  p_o text[], p_s bigint[], p_t text[], p_e bigint[], p_d text[],"      \
+    "  p_n text, p_ep bigint[])"                                             \
     " RETURNS integer LANGUAGE plpgsql AS $f$"                               \
     " DECLARE"                                                               \
     "  n integer := coalesce(array_length(p_s, 1), 0);"                      \
     "  ends bigint := 0; q bigint := 0; j json; st text;"                    \
+    "  own text; ep bigint;"                                                 \
     " BEGIN"                                                                 \
     "  FOR i IN 1 .. n LOOP"                                                 \
-    "   INSERT INTO events (conversation, seq, type, data)"                  \
-    "    VALUES (p_c[i], p_s[i], p_t[i], p_d[i]) ON CONFLICT DO NOTHING;"    \
+    "   IF p_n <> '' AND (i = 1 OR p_c[i - 1] <> p_c[i]) THEN"              \
+    "    SELECT node, epoch INTO own, ep FROM conversations"                 \
+    "     WHERE id = p_c[i] FOR UPDATE;"                                     \
+    "    IF FOUND AND (own <> p_n OR ep <> p_ep[i]) THEN"                    \
+    "     RAISE EXCEPTION 'ownership lost' USING ERRCODE = 'AG001',"         \
+    "      DETAIL = p_c[i];"                                                 \
+    "    END IF;"                                                            \
+    "   END IF;"                                                             \
+    "   INSERT INTO events (conversation, seq, type, data, epoch)"           \
+    "    VALUES (p_c[i], p_s[i], p_t[i], p_d[i], p_ep[i])"                   \
+    "    ON CONFLICT DO NOTHING;"                                            \
     "   IF FOUND THEN"                                                       \
     "    IF p_t[i] IN ('tool_call', 'suspension', 'resolution',"             \
     "                  'tool_result', 'user_msg') THEN"                      \
@@ -146,9 +165,11 @@ static ngx_int_t ngx_http_agent_pg_simple(PGconn *conn, const char *sql,
     "   END IF;"                                                             \
     "   IF i = n OR p_c[i + 1] <> p_c[i] THEN"                               \
     "    INSERT INTO conversations AS v (id, agent, owner, last_seq,"        \
-    "     updated, queue_id) VALUES (p_c[i], p_a[i], p_o[i], p_s[i],"        \
-    "     extract(epoch FROM now())::bigint, q)"                             \
+    "     updated, queue_id, node, epoch) VALUES (p_c[i], p_a[i], p_o[i],"   \
+    "     p_s[i], extract(epoch FROM now())::bigint, q, nullif(p_n, ''),"    \
+    "     p_ep[i])"                                                          \
     "     ON CONFLICT (id) DO UPDATE SET"                                    \
+    "     node = coalesce(v.node, excluded.node),"                           \
     "     last_seq = greatest(v.last_seq, excluded.last_seq),"               \
     "     updated = excluded.updated,"                                       \
     "     queue_id = greatest(v.queue_id, excluded.queue_id);"               \
@@ -222,10 +243,12 @@ static ngx_int_t ngx_http_agent_pg_simple(PGconn *conn, const char *sql,
     " END $f$;"
 
 
+/* 2: writes fenced by a node's epoch, the epoch kept with each event */
+
 static char  *ngx_http_agent_pg_migrations[NGX_HTTP_AGENT_PG_VERSION] = {
     NGX_HTTP_AGENT_PG_TABLES
+    NGX_HTTP_AGENT_PG_AUDIT,
     NGX_HTTP_AGENT_PG_WRITE
-    NGX_HTTP_AGENT_PG_AUDIT
 };
 
 
@@ -297,6 +320,12 @@ ngx_http_agent_pg_open(ngx_str_t *conninfo, ngx_log_t *log)
         }
     }
 
+    if (ngx_http_agent_pg_node.id.len
+        && ngx_http_agent_pg_register(conn, log) != NGX_OK)
+    {
+        goto failed;
+    }
+
     /* the lock goes with the session too: closed on an error above */
 
     (void) ngx_http_agent_pg_simple(conn,
@@ -312,6 +341,39 @@ failed:
     PQfinish(conn);
 
     return NGX_ERROR;
+}
+
+
+/* the node's row, its heartbeat fresh: it lives from now on */
+
+static ngx_int_t
+ngx_http_agent_pg_register(PGconn *conn, ngx_log_t *log)
+{
+    int          lengths[2];
+    PGresult    *res;
+    const char  *values[2];
+
+    static const Oid  types[] = { 25, 25 };
+    static const int  formats[] = { 1, 1 };
+
+    values[0] = (char *) ngx_http_agent_pg_node.id.data;
+    lengths[0] = ngx_http_agent_pg_node.id.len;
+    values[1] = ngx_http_agent_pg_node.addr.data
+                ? (char *) ngx_http_agent_pg_node.addr.data : "";
+    lengths[1] = ngx_http_agent_pg_node.addr.len;
+
+    res = ngx_http_agent_pg_exec(conn,
+                    "INSERT INTO nodes (id, addr) VALUES ($1, nullif($2, ''))"
+                    " ON CONFLICT (id) DO UPDATE SET addr = excluded.addr,"
+                    " started = now(), heartbeat = now()",
+                    2, types, values, lengths, formats, "node", log);
+    if (res == NULL) {
+        return NGX_ERROR;
+    }
+
+    PQclear(res);
+
+    return NGX_OK;
 }
 
 

@@ -177,6 +177,43 @@ ngx_http_agent_store_busy_answer(ngx_http_request_t *r)
 }
 
 
+/*
+ * 421 owned_elsewhere: a node that lives owns the conversation, at the
+ * address in X-Agent-Owner (when it gave one); a front tier that routes
+ * by conversation retries on it (proxy_next_upstream, see README)
+ */
+
+ngx_int_t
+ngx_http_agent_store_elsewhere_answer(ngx_http_request_t *r, ngx_str_t *addr)
+{
+    ngx_table_elt_t  *h;
+
+    if (addr->len) {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        /* zeroed: newer nginx has more fields here (h->next) */
+        ngx_memzero(h, sizeof(ngx_table_elt_t));
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "X-Agent-Owner");
+
+        h->value.data = ngx_pstrdup(r->pool, addr);
+        if (h->value.data == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        h->value.len = addr->len;
+    }
+
+    return ngx_http_agent_json_error(r, NGX_HTTP_MISDIRECTED_REQUEST,
+                                     "owned_elsewhere",
+                                     "another node owns the conversation");
+}
+
+
 static void
 ngx_http_agent_store_read_thread(void *data, ngx_log_t *log)
 {

@@ -43,18 +43,32 @@ static ngx_uint_t  ngx_http_agent_store_sweeping;
 void
 ngx_http_agent_store_sweep(ngx_http_agent_zone_t *z, uint64_t now)
 {
-    ngx_pool_t                  *pool;
-    ngx_thread_task_t           *task;
-    ngx_http_agent_sweep_t      *sw;
-    ngx_http_agent_main_conf_t  *amcf;
+    ngx_msec_t                    interval;
+    ngx_pool_t                   *pool;
+    ngx_thread_task_t            *task;
+    ngx_http_agent_sweep_t       *sw;
+    ngx_http_agent_main_conf_t   *amcf;
+    ngx_http_agent_store_node_t  *node;
 
     if (ngx_http_agent_store_sweeping) {
         return;
     }
 
+    amcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_agent_module);
+
+    /* on a node the sweep writes its heartbeat too (agent_node) */
+
+    node = amcf->node;
+    interval = NGX_HTTP_AGENT_SWEEP_INTERVAL;
+
+    if (node && node->heartbeat < interval) {
+        interval = node->heartbeat;
+    }
+
     ngx_http_agent_zone_lock(z);
 
-    if (now < z->sh->swept + NGX_HTTP_AGENT_SWEEP_INTERVAL) {
+    if (now < z->sh->swept + interval) {
         ngx_http_agent_zone_unlock(z);
         return;
     }
@@ -62,9 +76,6 @@ ngx_http_agent_store_sweep(ngx_http_agent_zone_t *z, uint64_t now)
     z->sh->swept = now;
 
     ngx_http_agent_zone_unlock(z);
-
-    amcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
-                                               ngx_http_agent_module);
 
     pool = ngx_create_pool(4096, ngx_cycle->log);
     if (pool == NULL) {

@@ -218,6 +218,20 @@ ngx_http_agent_revive_read(ngx_http_agent_store_read_t *rd, ngx_int_t rc,
     resume = 0;
     turn = 0;
 
+    if (rc == NGX_OK && rd->elsewhere.data) {
+
+        /* another node owns it, and lives: the front tier asks that one */
+
+        ngx_free(rv);
+
+        if (r) {
+            ngx_http_finalize_request(r,
+                ngx_http_agent_store_elsewhere_answer(r, &rd->elsewhere));
+        }
+
+        return;
+    }
+
     if (rc != NGX_OK || rd->last_seq == 0) {
         goto done;
     }
@@ -323,6 +337,62 @@ done:
     }
 
     ngx_http_agent_revive_again(r);
+}
+
+
+/*
+ * Another node took the conversation (the store's fence refused this
+ * node's write): it leaves the zone with whatever it had not written,
+ * its subscribers find it gone and end, and a turn running it fails at
+ * its next event.  Requests for it are then answered by its owner.
+ */
+
+void
+ngx_http_agent_revive_lost(ngx_str_t *id)
+{
+    ngx_uint_t                   n;
+    ngx_pid_t                    pids[NGX_HTTP_AGENT_SUB_WORKERS + 1];
+    ngx_queue_t                 *q;
+    ngx_http_agent_zone_t       *z;
+    ngx_http_agent_conv_t       *conv;
+    ngx_http_agent_main_conf_t  *amcf;
+
+    amcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_agent_module);
+    z = amcf->zone;
+    n = 0;
+
+    ngx_http_agent_zone_lock(z);
+
+    conv = ngx_http_agent_conv_find_locked(z, id);
+
+    if (conv) {
+        n = ngx_http_agent_conv_sub_pids_locked(conv, pids);
+
+        if (conv->lease) {
+            pids[n++] = conv->lease;
+            ngx_queue_remove(&conv->leased);
+            conv->lease = 0;
+        }
+
+        while (!ngx_queue_empty(&conv->queued)) {
+            q = ngx_queue_head(&conv->queued);
+            ngx_queue_remove(q);
+            ngx_slab_free_locked(z->shpool,
+                                 ngx_queue_data(q, ngx_http_agent_queued_t,
+                                                queue));
+        }
+
+        conv->nqueued = 0;
+
+        ngx_http_agent_conv_evict_locked(z, conv);
+    }
+
+    ngx_http_agent_zone_unlock(z);
+
+    if (n) {
+        ngx_http_agent_wake(id, pids, n);
+    }
 }
 
 
@@ -583,6 +653,7 @@ ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
 
     ngx_http_agent_conv_bind_locked(conv, &rd->agent, &rd->owner);
     conv->turn = turn;
+    conv->epoch = rd->epoch;
 
     ev = rd->events->elts;
     conv->base = ev[0].seq - 1;

@@ -50,6 +50,9 @@ typedef struct {
  */
 ngx_int_t ngx_http_agent_revive(ngx_http_request_t *r, ngx_str_t *id);
 
+/* another node took the conversation: it leaves the zone (store hook) */
+void ngx_http_agent_revive_lost(ngx_str_t *id);
+
 /* revived, or answered 404; the zone is not locked */
 ngx_int_t ngx_http_agent_revive_not_found(ngx_http_request_t *r, ngx_str_t *id);
 
