@@ -39,6 +39,9 @@
 /* a batch the thread pool refused is tried again after so long, ms */
 #define NGX_HTTP_AGENT_STORE_REFUSED_WAIT  50
 
+/* and one the store failed to write */
+#define NGX_HTTP_AGENT_STORE_FAILED_WAIT   1000
+
 /* the audit's rows wait for another worker's batch so long, ms */
 #define NGX_HTTP_AGENT_STORE_ROWS_WAIT  10
 
@@ -83,6 +86,7 @@ typedef struct {
 
 
 static void ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle);
+static ngx_uint_t ngx_http_agent_store_dirty(ngx_http_agent_zone_t *z);
 static void ngx_http_agent_store_flush(ngx_event_t *ev);
 static ngx_http_agent_flush_t *ngx_http_agent_store_claim(
     ngx_cycle_t *cycle, ngx_uint_t behind, ngx_uint_t rows_alone,
@@ -115,7 +119,10 @@ static ngx_uint_t     ngx_http_agent_store_busy;
 /* with flush=, when the events that wait for it are due; 0: none wait */
 static ngx_msec_t     ngx_http_agent_store_due;
 
-/* the thread pool refused this worker's last batch, and when */
+/*
+ * the thread pool refused this worker's last batch (refused 1), or the
+ * store failed to write it (2), and when
+ */
 static ngx_uint_t     ngx_http_agent_store_refused;
 static ngx_msec_t     ngx_http_agent_store_refused_at;
 
@@ -387,6 +394,21 @@ ngx_http_agent_store_kick_within(ngx_msec_t delay)
 }
 
 
+/* events wait for a write in the zone */
+
+static ngx_uint_t
+ngx_http_agent_store_dirty(ngx_http_agent_zone_t *z)
+{
+    ngx_uint_t  dirty;
+
+    ngx_http_agent_zone_lock(z);
+    dirty = !ngx_queue_empty(&z->sh->dirty);
+    ngx_http_agent_zone_unlock(z);
+
+    return dirty;
+}
+
+
 /* a batch on the thread pool, one at a time */
 
 static void
@@ -411,10 +433,16 @@ ngx_http_agent_store_flush(ngx_event_t *ev)
 
     if (ngx_http_agent_store_refused) {
         wait = ngx_http_agent_store_refused_at
-               + NGX_HTTP_AGENT_STORE_REFUSED_WAIT - ngx_current_msec;
+               + (ngx_http_agent_store_refused == 1
+                  ? NGX_HTTP_AGENT_STORE_REFUSED_WAIT
+                  : NGX_HTTP_AGENT_STORE_FAILED_WAIT)
+               - ngx_current_msec;
 
         if (wait > 0) {
-            ngx_add_timer(ev, wait);
+            if (!ev->timer_set) {
+                ngx_add_timer(ev, wait);
+            }
+
             return;
         }
     }
@@ -444,6 +472,23 @@ ngx_http_agent_store_flush(ngx_event_t *ev)
     }
 
     if (f == NULL) {
+        if (ngx_http_agent_store_refused == 2
+            && ngx_http_agent_store_dirty(ev->data))
+        {
+            /*
+             * after a failure the claims went: another worker writing now
+             * takes them, or a second from now this one tries again
+             */
+            ngx_http_agent_store_refused_at = ngx_current_msec;
+
+            if (!ev->timer_set) {
+                ngx_add_timer(ev, NGX_HTTP_AGENT_STORE_FAILED_WAIT);
+            }
+
+        } else {
+            ngx_http_agent_store_refused = 0;
+        }
+
         if (ngx_http_agent_store_audit_queued() && !ev->timer_set) {
             /* they wait for flush=, or for another worker's batch */
             ngx_add_timer(ev, scf->flush ? scf->flush
@@ -969,9 +1014,18 @@ ngx_http_agent_store_done(ngx_event_t *ev)
             ngx_http_agent_store_kick();
         }
 
-    } else if (!ngx_http_agent_store_event.timer_set) {
-        /* not in a loop: a second later */
-        ngx_add_timer(&ngx_http_agent_store_event, 1000);
+    } else {
+        /*
+         * not in a loop, whatever waits (an input polls its write every
+         * 2 ms): a second later
+         */
+        ngx_http_agent_store_refused = 2;
+        ngx_http_agent_store_refused_at = ngx_current_msec;
+
+        if (!ngx_http_agent_store_event.timer_set) {
+            ngx_add_timer(&ngx_http_agent_store_event,
+                          NGX_HTTP_AGENT_STORE_FAILED_WAIT);
+        }
     }
 }
 
