@@ -76,7 +76,7 @@ is($r && $r->{status}, 202, 'a message');
 my ($kills, $crashes) = (0, 0);
 
 for my $n (1 .. 10) {
-    my $deadline = time + 15;
+    my $deadline = time + 30;
     sleep 0.05 while hang_calls() < $n && time < $deadline;
     last if hang_calls() < $n;
 
@@ -91,7 +91,7 @@ for my $n (1 .. 10) {
     }
 }
 
-my $c = wait_state($t, 'k1', 'idle', 15);
+my $c = wait_state($t, 'k1', 'idle', 30);
 is($kills + $crashes, 6, 'the call ran after 5 take-overs, not after 6');
 ok($crashes >= 2, "nginx itself died $crashes times among them");
 is(hang_calls(), 6, 'the call was sent 6 times in all');
@@ -118,6 +118,10 @@ send_message($t, 'k1', 'hang again');
 
 my $deadline = time + 15;
 sleep 0.05 while hang_calls() < $base + 1 && time < $deadline;
+
+# the reply that called it written, or the restart makes it anew
+$store->wait_sql("SELECT count(*) FROM events WHERE conversation = 'k1'"
+                 . " AND type = 'tool_call'", qr/^2$/, 10);
 crash_and_restart();
 
 $deadline = time + 15;

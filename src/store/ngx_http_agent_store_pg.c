@@ -527,7 +527,12 @@ ngx_http_agent_pg_text(ngx_http_agent_pg_params_t *pp, u_char *data,
     size_t len)
 {
     pp->p = ngx_http_agent_pg_put32(pp->p, len);
-    pp->p = ngx_cpymem(pp->p, data, len);
+
+    /* an empty owner's data may be NULL, which memcpy() may not take */
+
+    if (len) {
+        pp->p = ngx_cpymem(pp->p, data, len);
+    }
 }
 
 
