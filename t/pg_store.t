@@ -244,8 +244,8 @@ kill 'CONT', @paused;
 # the message's turn runs on, or fails if it needed the history while
 # the server did not answer; either way it is written to its end
 
-my $ended = qr/^(\Q$turns\E ){2}user_msg
-               (assistant_msg\ turn_completed|turn_failed)$/x;
+my $end = '(assistant_msg turn_completed|turn_failed)';
+my $ended = qr/^(\Q$turns\E ){2}user_msg $end$/;
 
 like($pg->wait_sql(types('s4'), $ended, 20), $ended,
      'the server answering again: the backlog is written');
