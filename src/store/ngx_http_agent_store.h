@@ -69,10 +69,7 @@ typedef struct {
     uint64_t                      last_seq;
     /* the highest queue id the conversation's user_msgs carried */
     int64_t                       queue_id;
-    /*
-     * the times the turn at the log's end was taken over; for a
-     * take-over, the count with this one, where "after" is the log's end
-     */
+    /* for a take-over's count: the count with it, "after" the log's end */
     ngx_uint_t                    takeovers;
     /*
      * a revival's read on a node (agent_node): the epoch this node

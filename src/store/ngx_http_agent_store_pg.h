@@ -82,6 +82,15 @@ PGresult *ngx_http_agent_pg_exec(PGconn *conn, const char *sql,
 void ngx_http_agent_pg_log(ngx_uint_t level, ngx_log_t *log, PGconn *conn,
     PGresult *res, const char *what);
 
+/*
+ * A statement on a kept connection: its result, *conn to be given back;
+ * NULL on an error, logged with what, the connection given back
+ */
+PGresult *ngx_http_agent_pg_query(ngx_str_t *conninfo, PGconn **conn,
+    const char *sql, int n, const Oid *types, const char *const *values,
+    const int *lengths, const int *formats, const char *what,
+    ngx_log_t *log);
+
 /* the connections kept for reads, the sweep, the list and the audit */
 PGconn *ngx_http_agent_pg_get(ngx_str_t *conninfo, ngx_log_t *log);
 /* ok 0: an error came on it, it is closed */

@@ -391,6 +391,29 @@ ngx_http_agent_pg_log(ngx_uint_t level, ngx_log_t *log, PGconn *conn,
 }
 
 
+PGresult *
+ngx_http_agent_pg_query(ngx_str_t *conninfo, PGconn **conn, const char *sql,
+    int n, const Oid *types, const char *const *values, const int *lengths,
+    const int *formats, const char *what, ngx_log_t *log)
+{
+    PGresult  *res;
+
+    *conn = ngx_http_agent_pg_get(conninfo, log);
+    if (*conn == NULL) {
+        return NULL;
+    }
+
+    res = ngx_http_agent_pg_exec(*conn, sql, n, types, values, lengths,
+                                 formats, what, log);
+    if (res == NULL) {
+        ngx_http_agent_pg_put(*conn, 0);
+        *conn = NULL;
+    }
+
+    return res;
+}
+
+
 PGconn *
 ngx_http_agent_pg_get(ngx_str_t *conninfo, ngx_log_t *log)
 {

@@ -58,8 +58,8 @@ static const int  ngx_http_agent_pg_bb[] = { 1, 1 };
 
 
 #define NGX_HTTP_AGENT_PG_R_CONV                                             \
-    "SELECT agent, last_seq, owner, queue_id, takeovers, takeover_seq"       \
-    " FROM conversations WHERE id = $1"
+    "SELECT agent, last_seq, owner, queue_id FROM conversations"             \
+    " WHERE id = $1"
 
 #define NGX_HTTP_AGENT_PG_R_TAIL                                             \
     "SELECT seq, type, data FROM events WHERE conversation = $1"             \
@@ -360,12 +360,6 @@ ngx_http_agent_pg_read_tx(PGconn *conn, ngx_http_agent_store_read_t *rd,
 
     rd->last_seq = ngx_http_agent_pg_int(res, 0, 1);
     rd->queue_id = ngx_http_agent_pg_int(res, 0, 3);
-
-    /* counted at the log's end, or before events that were lost since */
-
-    rd->takeovers = ((uint64_t) ngx_http_agent_pg_int(res, 0, 5)
-                     >= rd->last_seq)
-                    ? (ngx_uint_t) ngx_http_agent_pg_int(res, 0, 4) : 0;
     PQclear(res);
 
     if (rd->after == NGX_HTTP_AGENT_STORE_TAIL) {
@@ -642,11 +636,6 @@ ngx_http_agent_pg_enqueue(ngx_str_t *conninfo,
     PGresult    *res;
     const char  *values[4];
 
-    conn = ngx_http_agent_pg_get(conninfo, log);
-    if (conn == NULL) {
-        return NGX_ERROR;
-    }
-
     *ngx_sprintf(id, "%L", rd->queue.id) = '\0';
 
     values[0] = (char *) rd->id.data;
@@ -658,12 +647,12 @@ ngx_http_agent_pg_enqueue(ngx_str_t *conninfo,
     values[3] = (char *) rd->queue.data.data;
     lengths[3] = rd->queue.data.len;
 
-    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_ENQUEUE, 4, types,
-                                 values, lengths, formats, "queue", log);
+    res = ngx_http_agent_pg_query(conninfo, &conn, NGX_HTTP_AGENT_PG_ENQUEUE,
+                                  4, types, values, lengths, formats,
+                                  "queue", log);
     if (res == NULL) {
         ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%s\" cannot queue "
                       "a message of \"%V\"", ngx_http_agent_pg_name, &rd->id);
-        ngx_http_agent_pg_put(conn, 0);
         return NGX_ERROR;
     }
 
@@ -699,11 +688,6 @@ ngx_http_agent_pg_takeover(ngx_str_t *conninfo,
 
     rd->takeovers = 0;
 
-    conn = ngx_http_agent_pg_get(conninfo, log);
-    if (conn == NULL) {
-        return NGX_ERROR;
-    }
-
     *ngx_sprintf(seq, "%uL", rd->after) = '\0';
 
     values[0] = (char *) rd->id.data;
@@ -711,11 +695,10 @@ ngx_http_agent_pg_takeover(ngx_str_t *conninfo,
     values[1] = (char *) seq;
     lengths[1] = 0;
 
-    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_TAKEOVER, 2, types,
-                                 values, lengths, formats, "count a take-over",
-                                 log);
+    res = ngx_http_agent_pg_query(conninfo, &conn, NGX_HTTP_AGENT_PG_TAKEOVER,
+                                  2, types, values, lengths, formats,
+                                  "count a take-over", log);
     if (res == NULL) {
-        ngx_http_agent_pg_put(conn, 0);
         return NGX_ERROR;
     }
 
@@ -746,11 +729,6 @@ ngx_http_agent_pg_list(ngx_str_t *conninfo, ngx_http_agent_store_list_t *ls,
                                   NGX_HTTP_AGENT_PG_STR, 0 };
     static const int  formats[] = { 1, 0, 1, 1, 0 };
 
-    conn = ngx_http_agent_pg_get(conninfo, log);
-    if (conn == NULL) {
-        return NGX_ERROR;
-    }
-
     *ngx_sprintf(limit, "%ui", ls->limit + 1) = '\0';
 
     values[0] = (char *) ls->agent.data;
@@ -764,10 +742,10 @@ ngx_http_agent_pg_list(ngx_str_t *conninfo, ngx_http_agent_store_list_t *ls,
     values[4] = (char *) limit;
     lengths[4] = 0;
 
-    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_LIST, 5, types,
-                                 values, lengths, formats, "list", log);
+    res = ngx_http_agent_pg_query(conninfo, &conn, NGX_HTTP_AGENT_PG_LIST, 5,
+                                  types, values, lengths, formats, "list",
+                                  log);
     if (res == NULL) {
-        ngx_http_agent_pg_put(conn, 0);
         return NGX_ERROR;
     }
 
@@ -808,11 +786,6 @@ ngx_http_agent_pg_audit_page(ngx_str_t *conninfo,
 
     ngx_memzero(&b, sizeof(ngx_http_agent_bytes_t));
 
-    conn = ngx_http_agent_pg_get(conninfo, log);
-    if (conn == NULL) {
-        return NGX_ERROR;
-    }
-
     *ngx_sprintf(after, "%uL", page->after) = '\0';
     *ngx_sprintf(limit, "%ui", page->limit + 1) = '\0';
 
@@ -823,11 +796,11 @@ ngx_http_agent_pg_audit_page(ngx_str_t *conninfo,
     values[2] = (char *) limit;
     lengths[2] = 0;
 
-    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_AUDIT_PAGE, 3,
-                                 ngx_http_agent_pg_snn, values, lengths,
-                                 ngx_http_agent_pg_bnn, "audit", log);
+    res = ngx_http_agent_pg_query(conninfo, &conn,
+                                  NGX_HTTP_AGENT_PG_AUDIT_PAGE, 3,
+                                  ngx_http_agent_pg_snn, values, lengths,
+                                  ngx_http_agent_pg_bnn, "audit", log);
     if (res == NULL) {
-        ngx_http_agent_pg_put(conn, 0);
         return NGX_ERROR;
     }
 

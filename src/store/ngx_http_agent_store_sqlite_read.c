@@ -60,8 +60,8 @@ typedef struct {
 
 static char  *ngx_http_agent_sqlite_read_sql[] = {
     "BEGIN",
-    "SELECT agent, last_seq, owner, queue_id, takeovers, takeover_seq"
-    " FROM conversations WHERE id = ?",
+    "SELECT agent, last_seq, owner, queue_id FROM conversations"
+    " WHERE id = ?",
     "SELECT seq, type, data FROM events WHERE conversation = ?1"
     " AND seq >= coalesce((SELECT max(seq) FROM events"
     " WHERE conversation = ?1 AND type = 'user_msg'), 1)"
@@ -158,11 +158,6 @@ ngx_http_agent_sqlite_read(ngx_str_t *path, ngx_http_agent_store_read_t *rd,
 
     rd->last_seq = sqlite3_column_int64(stmt, 1);
     rd->queue_id = sqlite3_column_int64(stmt, 3);
-
-    /* counted at the log's end, or before events that were lost since */
-
-    rd->takeovers = ((uint64_t) sqlite3_column_int64(stmt, 5) >= rd->last_seq)
-                    ? (ngx_uint_t) sqlite3_column_int64(stmt, 4) : 0;
 
     if (rd->after == NGX_HTTP_AGENT_STORE_TAIL) {
         stmt = stmts[NGX_HTTP_AGENT_SQLITE_R_TAIL];
