@@ -14,6 +14,9 @@
 #   make demo     nginx in the foreground with nginx.conf.example, on
 #                 AGENT_DEMO_PORT (8080), its provider on
 #                 AGENT_DEMO_PROVIDER_PORT (8081); Ctrl-C stops it
+#   make cluster  the demo on three nginx nodes sharing one PostgreSQL,
+#                 behind a front nginx on AGENT_DEMO_PORT (bin/cluster);
+#                 Ctrl-C stops it
 #   make fuzz     the libFuzzer targets of fuzz/, see the end of this file
 
 NGINX_SRC ?=	/usr/share/nginx/src
@@ -41,7 +44,8 @@ ASAN_MODULE :=	$(ASAN_DIR)/nginx/objs/ngx_http_agent_module.so
 ASAN_CFLAGS :=	-g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined
 ASAN_LDFLAGS :=	-fsanitize=address,undefined
 
-.PHONY: all test layers asan asan-build upstream upstream-build demo clean \
+.PHONY: all test layers asan asan-build upstream upstream-build demo \
+	demo-build cluster clean \
 	FORCE fuzz fuzz-build
 
 all: $(MODULE)
@@ -171,14 +175,19 @@ upstream: $(UPSTREAM_NGINX)
 	    $(PROVE) $(PROVE_FLAGS) $(UPSTREAM_TESTS)
 
 # the compiler's lines go to demo/build.log, their tail shown on failure
-demo:
+demo: demo-build
+	@bin/demo
+
+cluster: demo-build
+	@bin/cluster
+
+demo-build:
 	@mkdir -p demo
 	@echo 'building the module (first time: 1-3 minutes)...'
 	@$(MAKE) --no-print-directory all > demo/build.log 2>&1 \
 	    || { tail -n 30 demo/build.log; \
 	         echo 'the build failed: the whole log is in demo/build.log'; \
 	         exit 1; }
-	@bin/demo
 
 clean:
 	rm -rf $(B) demo

@@ -27,7 +27,8 @@
 const EVENT_TYPES = [
     'user_msg', 'assistant_msg', 'tool_call', 'tool_result', 'suspension',
     'resolution', 'turn_completed', 'turn_failed', 'cancelled',
-    'turn_halted', 'injection', 'summary', 'turn_started', 'state_changed',
+    'turn_halted', 'injection', 'summary', 'rewind', 'turn_started',
+    'state_changed',
     'text_delta', 'thinking_delta',
     'tool_call_delta', 'tool_progress', 'turn_ended', 'streaming_message'
 ];
@@ -317,6 +318,10 @@ export class Conversation extends EventTarget {
             this._ended(ev);
             break;
 
+        case 'rewind':
+            this._rewind(ev);
+            break;
+
         case 'turn_started':
             this.state = 'preparing';
             break;
@@ -458,6 +463,25 @@ export class Conversation extends EventTarget {
         }
     }
 
+    /* the context goes on from ev.to_seq: what came after it is a
+     * superseded branch (kept in the log), and leaves the page */
+    _rewind(ev) {
+        const at = this.items.findIndex(i => i.seq !== undefined
+                                             && i.seq > ev.to_seq);
+
+        if (at < 0) {
+            return;
+        }
+
+        for (const i of this.items.slice(at)) {
+            if (i.type === 'tool') {
+                this.calls.delete(i.call.id);
+            }
+        }
+
+        this.items = this.items.slice(0, at);
+    }
+
     _ended(ev) {
         this._drafts.clear();
         this.items = this.items.filter(i => !i.draft);
@@ -553,6 +577,30 @@ export class Conversation extends EventTarget {
 
         if (!this._closed && !this.connected) {
             this._open();   /* the first message made the conversation */
+        }
+
+        return r.body;
+    }
+
+    /* the last reply made again (or the reply to the user message of
+     * seq), from the same context; the old one stays in the log as a
+     * superseded branch.  The answer's JSON; throws as send() does
+     * (409 busy, not_on_branch, summarized, stale) */
+    async regenerate(seq) {
+        return this._rewound({ regenerate: seq ?? true });
+    }
+
+    /* the user message of seq given a new text: the context goes on from
+     * just before it */
+    async edit(seq, content, sourceId = randomId()) {
+        return this._rewound({ edit: seq, content, source_id: sourceId });
+    }
+
+    async _rewound(body) {
+        const r = await this._post('/messages', body);
+
+        if (!r.ok) {
+            throw apiError(r);
         }
 
         return r.body;

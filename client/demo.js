@@ -37,6 +37,9 @@ const described = new Map(); /* tool name -> its description */
 let frame = 0;
 let focusNext = null;        /* a new card's first control */
 let helpFolded = false;
+let queuedAfter = null;      /* the turn a queued message waits for */
+
+const QUEUED = 'Queued: it runs after the current turn.';
 
 window.conversation = conv;  /* for the console, and for tests */
 
@@ -126,6 +129,14 @@ function render() {
     document.body.dataset.state = conv.state;
     document.body.dataset.lastSeq = conv.lastSeq;
 
+    /* a queued message's turn has begun: it waits no more */
+    if (queuedAfter !== null && conv.turn > queuedAfter) {
+        queuedAfter = null;
+        if ($('status').textContent === QUEUED) {
+            say('');
+        }
+    }
+
     if (atEnd) {
         page.scrollTop = page.scrollHeight;
     }
@@ -142,15 +153,26 @@ function render() {
 
 function make(item) {
     switch (item.type) {
-    case 'user':
-        return h('li', { class: 'msg user' }, h('p', {}, item.content));
+    case 'user': {
+        const li = h('li', { class: 'msg user', 'data-seq': item.seq },
+                     h('p', {}, item.content));
+        li.append(h('button', { type: 'button', class: 'edit',
+                                title: 'Edit this message: the conversation '
+                                       + 'goes on from here',
+                                onclick: () => editUser(item, li) },
+                    'Edit'));
+        return li;
+    }
 
     case 'assistant':
         return h('li', { class: 'msg assistant' },
                  h('details', { class: 'thinking', hidden: true },
                    h('summary', {}, 'Thinking'), h('p')),
                  h('div', { class: 'text' }),
-                 h('span', { class: 'badge', hidden: true }));
+                 h('span', { class: 'badge', hidden: true }),
+                 h('button', { type: 'button', class: 'regenerate',
+                               hidden: true, onclick: regenerate },
+                   'Regenerate'));
 
     case 'tool':
         if (item.call.executor === 'provider') {
@@ -203,8 +225,16 @@ function update(item, el) {
         badge.hidden = item.status !== 'cancelled'
                        && item.status !== 'interrupted';
         badge.textContent = item.status;
+
+        /* the last reply, once the turn has ended, can be made again */
+        el.querySelector('.regenerate').hidden = conv.busy
+            || item !== conv.items.findLast(i => i.type === 'assistant');
         break;
     }
+
+    case 'user':
+        el.querySelector('.edit').hidden = conv.busy;
+        break;
 
     case 'tool':
         if (item.call.executor === 'provider') {
@@ -552,6 +582,57 @@ function value(f) {
     }
 }
 
+/* regenerate and edit: the log keeps the superseded branch, the page
+ * drops it when the rewind event comes; tool calls that ran are not
+ * undone */
+
+async function regenerate() {
+    try {
+        await conv.regenerate();
+        say('');
+    } catch (err) {
+        say('Not regenerated: ' + err.message);
+    }
+}
+
+function editUser(item, li) {
+    const area = h('textarea', { rows: 3 });
+    area.value = item.content;
+
+    const restore = () => {
+        form.remove();
+        li.querySelector('p').hidden = false;
+        li.querySelector('.edit').hidden = false;
+    };
+
+    const form = h('form', { class: 'edit-form' }, area,
+                   h('button', { type: 'submit' }, 'Send'),
+                   h('button', { type: 'button', onclick: restore },
+                     'Cancel'));
+
+    form.addEventListener('submit', async e => {
+        e.preventDefault();
+        const text = area.value.trim();
+
+        if (text === '') {
+            return;
+        }
+
+        try {
+            await conv.edit(item.seq, text);
+            say('');
+        } catch (err) {
+            say('Not edited: ' + err.message);
+            restore();
+        }
+    });
+
+    li.querySelector('p').hidden = true;
+    li.querySelector('.edit').hidden = true;
+    li.append(form);
+    area.focus();
+}
+
 /* the composer */
 
 $('composer').addEventListener('submit', async e => {
@@ -566,9 +647,12 @@ $('composer').addEventListener('submit', async e => {
 
     $('send').disabled = true;
     try {
+        const turn = conv.turn;
         const r = await conv.send(text);
         input.value = '';
-        say(r.queued ? 'Queued: it runs after the current turn.' : '');
+        say(r.queued ? QUEUED : '');
+        queuedAfter = r.queued ? turn : null;
+        schedule();
     } catch (err) {
         say('Not sent: ' + err.message);
     } finally {

@@ -9,7 +9,8 @@
  * in src/api/ngx_http_agent_message.c, so the file is compiled into the
  * target (the library's copy of it is then never linked).  The body is
  * given as ngx_http_agent_json_body() gives it: in the request's pool,
- * NUL-terminated.  The parser only uses r->pool.
+ * NUL-terminated.  The parser uses r->pool and the module's main
+ * configuration (no agent_trace: the fields carry no trace).
  *
  * Checks: the body is taken (NGX_OK, and the fields of the user_msg
  * event are a JSON object) or refused with a reason (NGX_DECLINED); a
@@ -32,10 +33,18 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ngx_http_request_t         r;
     ngx_http_agent_message_t   msg;
 
+    static void                        *main_conf[1];
+    static ngx_http_agent_main_conf_t   amcf;
+
     pool = ngx_http_agent_fuzz_pool();
+
+    /* the module's main configuration, the only one, and empty */
+    ngx_http_agent_module.ctx_index = 0;
+    main_conf[0] = &amcf;
 
     ngx_memzero(&r, sizeof(ngx_http_request_t));
     r.pool = pool;
+    r.main_conf = main_conf;
 
     body.data = ngx_http_agent_fuzz_copy(pool, data, size);
     body.len = size;

@@ -97,6 +97,31 @@ is(users($c), 'one two three', 'queued messages ran in order');
 is(scalar(grep { $_->{type} eq 'turn_completed' } @{$c->{messages}}), 3,
    'three turns completed');
 
+# a cancel with a message queued: answered once the cancelled turn is
+# down, while the queued message's turn runs on
+
+$mock->reset;
+$mock->script({ text => 'cut short here', chunks => 3, pause_after => 2 },
+              { text => 'the queued reply', chunks => 2, pause_after => 1 });
+
+post('q', 'q4', 'talk');
+$mock->wait_paused(0, 5);
+ok(post('q', 'q4', 'next')->{json}{queued}, 'a message queued');
+
+$r = cancel($t, 'q4');
+is($r && $r->{status}, 200, 'a cancel with a message queued: answered')
+    or diag($r && $r->{body});
+ok($r && $r->{json}{cancelled}, 'the turn cancelled');
+ok($mock->wait_paused(1, 5), 'the queued message\'s turn runs meanwhile');
+
+$mock->release;
+$c = wait_state($t, 'q4', 'idle');
+$c = wait_state($t, 'q4', 'idle') until users($c) eq 'talk next'
+    && $c->{messages}[-1]{type} eq 'turn_completed';
+is(log_types($c), 'user_msg assistant_msg cancelled user_msg assistant_msg '
+   . 'turn_completed', 'the turn cancelled, then the queued message ran');
+is($r && $r->{json}{seq}, $c->{messages}[2]{seq}, 'the answer\'s seq');
+
 # queue while awaiting input: after the waiting call's turn ends
 
 $mock->reset;

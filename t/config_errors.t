@@ -790,6 +790,23 @@ EOF
         conf => "    agent_zone zone=z:1m keep_everything;  #!\n",
         error => 'invalid parameter "keep_everything"',
     },
+    {
+        name => 'agent_trace with an unknown parameter',
+        conf => "    agent_trace /otlp name=agents;  #!\n",
+        error => 'invalid parameter "name=agents" of "agent_trace": '
+            . 'service=name expected',
+    },
+    {
+        name => 'agent_trace with an empty service',
+        conf => "    agent_trace /otlp service=;  #!\n",
+        error => 'invalid parameter "service=" of "agent_trace": '
+            . 'service=name expected',
+    },
+    {
+        name => 'agent_trace twice',
+        conf => "    agent_trace /otlp;\n    agent_trace /otlp2;  #!\n",
+        error => '"agent_trace" directive is duplicate',
+    },
 );
 
 # the base alone is legal, so each case fails for its own lines

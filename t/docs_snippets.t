@@ -19,7 +19,9 @@
 # serves and does not declare, with the mock provider as its provider.
 # Every server listens on a free port of 127.0.0.1; a file a snippet
 # reads (parameters_file, system_file) is written in the prefix.  A
-# snippet holds no literal "...".
+# PostgreSQL store's conninfo is replaced by that of a server of the
+# test's own (nginx -t connects to it), started for the first snippet
+# that has one.  A snippet holds no literal "...".
 
 use strict;
 use warnings;
@@ -30,6 +32,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use Test::Agent;
 use Test::Agent::MockProvider;
+use Test::Agent::Postgres;
 
 my $root = "$FindBin::Bin/..";
 my $mock = Test::Agent::MockProvider->new;
@@ -37,6 +40,7 @@ my $mport = $mock->port;
 
 my @files = ("$root/README.md", sort glob("$root/docs/*.md"));
 my @snippets;
+my $pg;
 
 for my $file (@files) {
     open my $fh, '<', $file or die "$file: $!\n";
@@ -56,7 +60,8 @@ ok(@snippets >= 8, 'the docs show nginx configurations');
 my %http = map { $_ => 1 } qw(agent_tool agent_mcp agent agent_zone
     agent_store agent_evict_idle agent_evict_awaiting agent_evict_unused
     agent_budget_zone agent_notify agent_client_grace agent_heartbeat
-    agent_delta_interval thread_pool upstream map);
+    agent_delta_interval agent_trace agent_trace_sample agent_trace_content
+    agent_trace_buffer thread_pool upstream map);
 
 for my $s (@snippets) {
     my $t = Test::Agent->new;
@@ -74,6 +79,19 @@ for my $s (@snippets) {
     }
 
     $conf = listens($conf);
+
+    if ($conf =~ /^\s*agent_store\s+"?postgres(?:ql)?:/m) {
+        my $why = Test::Agent::Postgres->missing;
+
+        SKIP: {
+            skip("$s->{where}: $why", 1) if $why;
+        }
+        next if $why;
+
+        $pg //= Test::Agent::Postgres->new;
+        my $store = $pg->directive;
+        $conf =~ s/^(\s*agent_store\s+)(?:"[^"]*"|\S+)/$1$store/mg;
+    }
 
     if ($first eq 'load_module') {
         $conf =~ s{^load_module \S+;}{'load_module ' . $t->module . ';'}me;
@@ -100,7 +118,65 @@ for my $s (@snippets) {
     is($rc, 0, "$s->{where} passes nginx -t") or diag("$out\n$conf");
 }
 
+# the directives documented are the module's: every directive of its
+# command tables has its syntax in docs/directives.md (a block's in the
+# block's table), and every one documented is in a table
+
+my %table = (
+    http => commands('src/api/ngx_http_agent_module.c',
+                     'ngx_http_agent_commands'),
+    agent => commands('src/conf/ngx_http_agent_conf.c',
+                      'ngx_http_agent_block_commands'),
+    agent_tool => commands('src/conf/ngx_http_agent_conf_tool.c',
+                           'ngx_http_agent_tool_commands'));
+
+ok(keys %{ $table{$_} } >= 10, "the command table of $_")
+    for sort keys %table;
+
+open my $dh, '<', "$root/docs/directives.md" or die "directives.md: $!\n";
+my $directives = do { local $/; <$dh> };
+close $dh;
+
+my %syntax;
+for my $block ($directives =~ /^ {4}Syntax: (.*?)^ {4}Default:/msg) {
+    $syntax{$1} = 1 while $block =~ /(?:^\s*|;\s*\|\s*)([a-z_]+)(?=[ ;])/mg;
+}
+
+is_deeply([sort grep { !$table{agent}{$_} } keys %syntax],
+          [sort keys %{ $table{http} }],
+          'docs/directives.md: the syntax of every http directive, '
+          . 'and of no other');
+
+for my $block (qw(agent agent_tool)) {
+    my ($section) = $directives =~ /^## \Q$block\E\n(.*?)^## /ms;
+    my %rows;
+
+    for my $first (($section // '') =~ /^\| (.*?) \|/mg) {
+        $rows{$1} = 1 while $first =~ /`([a-z_]+)[ ;]/g;
+    }
+
+    is_deeply([sort keys %rows], [sort keys %{ $table{$block} }],
+              "docs/directives.md: the $block block's table, "
+              . 'its directives all');
+}
+
 done_testing;
+
+# the names of a command table of the module's source
+
+sub commands {
+    my ($file, $name) = @_;
+
+    open my $fh, '<', "$root/$file" or die "$file: $!\n";
+    my $src = do { local $/; <$fh> };
+    close $fh;
+
+    my ($body) = $src =~ /^static\s+ngx_command_t\s+\Q$name\E\[\]\s*=\s*\{
+                          (.*?) ngx_null_command/msx;
+
+    return { map { $_ => 1 }
+             ($body // '') =~ /\{ ngx_string\("([a-z_]+)"\)/g };
+}
 
 # what the configuration around a fragment would declare
 

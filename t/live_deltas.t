@@ -80,6 +80,17 @@ sub until_ended {
     return $sse->events_until(sub { $_[0]{event} eq 'turn_ended' }, 15);
 }
 
+# the reply is held before its first piece until the subscribers have the
+# log so far, then released
+
+sub start_reply {
+    my (@sses) = @_;
+
+    $_->events_until(sub { $_[0]{event} eq 'user_msg' }, 10) for @sses;
+    ok($mock->wait_paused(0, 10), 'the reply held before it starts');
+    $mock->release(0);
+}
+
 sub chunk {
     my ($delta, $finish) = @_;
 
@@ -132,7 +143,8 @@ my $thinking = join ' ', map { "step$_" } 1 .. 60;      # 359 characters
 
 # the whole reply in one write: 229 pieces in a single read
 
-$mock->script({ raw => [reply_events($thinking, $text, 5)], latency => 0.5 });
+$mock->script({ raw => [reply_events($thinking, $text, 5)],
+                pause_after => 0 });
 
 send_message($t, 'one', 'go');
 
@@ -141,6 +153,7 @@ my ($same) = subscribe_worker('one', $lease);
 my ($other) = subscribe_worker('one', "!$lease");
 
 ok($same && $other, 'subscribers on both workers before the reply');
+start_reply($same, $other);
 
 my @same = until_ended($same);
 my @other = until_ended($other);
@@ -176,13 +189,14 @@ $_->stream->close for $same, $other;
 
 $mock->reset;
 $mock->script({ raw => [reply_events($thinking, $text, 3)],
-                pause_after => [60, 140, 220, 300], latency => 0.5 });
+                pause_after => [0, 60, 140, 220, 300] });
 
 send_message($t, 'bursts', 'go');
 
 $lease = wait_lease('bursts');
 ($same) = subscribe_worker('bursts', $lease);
 ($other) = subscribe_worker('bursts', "!$lease");
+start_reply($same, $other);
 
 for my $i (1 .. 4) {
     ok($mock->wait_paused(0, 5), "burst $i held");
@@ -215,13 +229,14 @@ $_->stream->close for $same, $other;
 my $long = join '', map { sprintf '%-399d|', $_ } 1 .. 220;
 
 $mock->reset;
-$mock->script({ raw => [reply_events('', $long, 400)], latency => 0.5,
-                delay => 0.005, pause_after => [20, 200] });
+$mock->script({ raw => [reply_events('', $long, 400)],
+                delay => 0.005, pause_after => [0, 20, 200] });
 
 send_message($t, 'slow', 'go');
 
 $lease = wait_lease('slow');
 my ($slow, $pid) = subscribe_worker('slow', "!$lease");
+start_reply($slow);
 
 ok($mock->wait_paused(0, 5), 'the reply started');
 sleep 0.3;

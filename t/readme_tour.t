@@ -35,6 +35,67 @@ my @blocks = ($tour // '') =~ /^```sh\n(.*?)^```$/msg;
 is(scalar @blocks, 4, 'the tour: a conversation, a tool, an approval, '
    . 'the store');
 
+# the README's first commands: ./run knows them (asked for none, it
+# says what it takes and fails, installing nothing)
+
+my ($top) = $readme =~ /^```sh\n(\.\/run demo.*?)^```$/ms;
+my @commands = ($top // '') =~ /^\.\/run (\w+)/mg;
+is("@commands", 'demo cluster test',
+   'the README starts with ./run demo, cluster and test');
+
+my $usage = `$root/run 2>&1`;
+is($? >> 8, 2, './run with no command fails');
+for my $command (@commands) {
+    like($usage, qr/\b$command\b/, "./run takes $command");
+}
+
+# bin/demo, which ./run demo runs, with a port it needs taken: it says
+# which and how to choose another, and stops.  It runs from a copy of
+# the checkout's layout (links), its demo/ directory the copy's own.
+
+{
+    my $copy = $t->testdir . '/checkout';
+    mkdir $copy or die "mkdir $copy: $!\n";
+    symlink("$root/$_", "$copy/$_") or die "symlink $_: $!\n"
+        for qw(bin t nginx.conf.example build client);
+
+    my $taken = IO::Socket::INET->new(LocalAddr => '127.0.0.1:0',
+                                      Listen => 1, ReuseAddr => 1)
+        or die "listen: $!\n";
+    my $tport = $taken->sockport;
+    my ($free, $pfree) = ($t->port(8090), $t->port(8092));
+    $t->release_ports;
+
+    my $said = `AGENT_DEMO_PORT=$free AGENT_DEMO_PROVIDER_PORT=$tport \\
+                timeout 20 $copy/bin/demo 2>&1 < /dev/null`;
+    is($? >> 8, 1, 'bin/demo, the provider\'s port taken: it fails');
+    like($said, qr/AGENT_DEMO_PROVIDER_PORT=\d+ \.\/run demo/,
+         'and says how to choose another') or diag($said);
+
+    SKIP: {
+        skip('no module built for /usr/sbin/nginx', 2)
+            unless -e "$root/build/nginx/objs/ngx_http_agent_module.so"
+                   && -x '/usr/sbin/nginx';
+
+        $said = `AGENT_DEMO_PORT=$tport AGENT_DEMO_PROVIDER_PORT=$pfree \\
+                 timeout 20 $copy/bin/demo 2>&1 < /dev/null`;
+        is($? >> 8, 1, 'bin/demo, nginx\'s port taken: it fails');
+        like($said, qr/127\.0\.0\.1:$tport is taken.*AGENT_DEMO_PORT=\d+ /s,
+             'and says how to choose another') or diag($said);
+    }
+
+    # bin/cluster (./run cluster), a node's port taken: it says so
+    # before it starts anything
+
+    $said = `AGENT_DEMO_PORT=$free AGENT_DEMO_PROVIDER_PORT=$pfree \\
+             AGENT_CLUSTER_NODE_PORT=$tport \\
+             timeout 20 $copy/bin/cluster 2>&1 < /dev/null`;
+    is($? >> 8, 1, 'bin/cluster, a node\'s port taken: it fails');
+    like($said, qr/127\.0\.0\.1:$tport is taken.*AGENT_CLUSTER_NODE_PORT=\d+ /s,
+         'and says how to choose another') or diag($said);
+    unlike($said, qr/PostgreSQL/, 'before PostgreSQL is started');
+}
+
 # nginx.conf.example as t/example.t runs it, the offline provider on 8081
 
 open $fh, '<', "$root/nginx.conf.example" or die "$!\n";
@@ -84,7 +145,7 @@ sub shell {
 }
 
 # the conversation once its turn is over (a slow machine's turns may
-# take longer than the tour's "sleep 1")
+# take longer than the tour's "sleep 2")
 
 sub conv {
     my ($id) = @_;

@@ -45,16 +45,6 @@ $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
     tools => $tools, agent => 'tools slow ask_user;', server => $server));
 $t->run;
 
-sub lease_of {
-    my ($cid) = @_;
-    for (1 .. 100) {
-        my $c = inspect($t, $cid)->{json};
-        return $c->{lease} if $c && $c->{lease};
-        select undef, undef, undef, 0.02;
-    }
-    return undef;
-}
-
 sub gapless {
     my ($c) = @_;
     my @seq = map { $_->{seq} } @{$c->{messages}};
@@ -69,7 +59,7 @@ $mock->script({ text => 'lost words', chunks => 2, pause_after => 2 },
 send_message($t, 'k1', 'hello');
 $mock->wait_paused(0, 5);
 
-my $pid = lease_of('k1');
+my $pid = lease_of($t, 'k1');
 ok($pid, 'a worker holds the turn');
 $t->kill_worker($pid);
 
@@ -95,7 +85,7 @@ $mock->script({ tool_calls => [{ id => 'call_k2', name => 'slow',
 send_message($t, 'k2', 'work');
 $mock->wait_requests(2, 5);
 
-$pid = lease_of('k2');
+$pid = lease_of($t, 'k2');
 $t->kill_worker($pid);
 
 $c = wait_state($t, 'k2', 'idle', 10);

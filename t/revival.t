@@ -158,8 +158,12 @@ for my $i (1 .. 24) {
 }
 
 # the last turn's flush lets the earlier ones go: a moment
-sleep 0.3;
-$used[1] = zone()->{used};
+
+for (1 .. 100) {
+    $used[1] = zone()->{used};
+    last if $used[1] - $used[0] <= 8192;
+    sleep 0.05;
+}
 
 cmp_ok($used[1] - $used[0], '<=', 8192,
        "zone bytes flat: after 4 turns $used[0], after 24 turns $used[1]");
@@ -176,9 +180,15 @@ for my $i (1 .. 20) {
     send_message($t, "z$i", "hello $i");
 }
 wait_state($t, "z$_", 'idle') for 1 .. 20;
-sleep 0.3;
-my $after = zone();
-my $per = ($after->{used} - $base->{used}) / 20;
+
+# once written, each lets its events go: a moment
+
+my $per;
+for (1 .. 100) {
+    $per = (zone()->{used} - $base->{used}) / 20;
+    last if $per <= 4096;
+    sleep 0.05;
+}
 diag("zone bytes per idle conversation: $per");
 cmp_ok($per, '<=', 4096,
        'an idle conversation, once written, keeps its record only');
@@ -256,10 +266,7 @@ like(sql("SELECT data FROM queued WHERE conversation = 'm1'"),
      qr/"content":"and then this".*"queue_id":1/,
      'written before it was acknowledged');
 
-my @workers = $t->worker_pids;
-kill 'KILL', $t->master_pid, @workers;
-$t->stop('KILL');
-delete $t->{unclean};    # killed on purpose
+$t->crash;
 $mock->release;
 
 $t->run;
@@ -325,8 +332,12 @@ is(wait_state($t, 'v2', 'idle')->{messages}[-1]{type}, 'turn_completed',
 
 # a message to an evicted conversation revives it first: seq goes on
 
-sleep 1.5;
-is(zone()->{conversations}, 0, 'evicted again');
+for (1 .. 100) {
+    $zc = zone()->{conversations};
+    last if $zc == 0;
+    sleep 0.1;
+}
+is($zc, 0, 'evicted again');
 is(send_message($t, 'v1', 'again')->{json}{seq}, 4,
    'message to an evicted conversation appends');
 

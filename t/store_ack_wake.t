@@ -62,11 +62,11 @@ my $first = message_on($a, 'w1');
 
 # its batch is on A's pool, waiting for the lock
 
-sleep 0.5;
+ok(wait_recorded($t, 'w1'), 'the message to worker A is in the zone');
 
 my $second = message_on($b, 'w2');
 
-sleep 0.5;
+ok(wait_recorded($t, 'w2'), 'the message to worker B is in the zone');
 
 is(metric($t, 'agent_store_batch_events_count'), $batches,
    'nothing is written while the lock is held');

@@ -71,7 +71,7 @@ ok($batches > 0, "$batches batches written before the lock");
 
 my $urgent = send_message_later($t, 'u1', 'urgent');
 
-sleep 0.3;
+ok(wait_recorded($t, 'u1'), 'the message is in the zone');
 
 is(metric($t, 'agent_store_batches_cut_total'), 0, 'no batch cut yet');
 

@@ -46,11 +46,11 @@ my $first = send_message_later($t, 'g1', 'first');
 
 # its batch is on the pool's thread, waiting for the lock
 
-sleep 0.5;
+ok(wait_recorded($t, 'g1'), 'the first message is in the zone');
 
 my @more = map { send_message_later($t, $_, 'meanwhile') } qw(g2 g3);
 
-sleep 0.5;
+ok(wait_recorded($t, $_), "the message to $_ is in the zone") for qw(g2 g3);
 
 is(metric($t, 'agent_store_batch_events_count'), $batches,
    'nothing is written while the lock is held');

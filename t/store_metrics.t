@@ -64,6 +64,8 @@ ok($db->lock, 'the database is locked by another process');
 
 my $later = send_message_later($t, 'm4', 'hello');
 
+# the lock held 0.6 s from when the message is in the zone
+ok(wait_recorded($t, 'm4'), 'm4: in the zone');
 sleep 0.6;
 
 $db->unlock;

@@ -144,9 +144,7 @@ $t->run;
 
 queued_again('r1');
 
-kill 'KILL', $t->master_pid, $t->worker_pids;
-$t->stop('KILL');
-delete $t->{unclean};    # killed on purpose
+$t->crash;
 $mock->release;
 
 $t->run;

@@ -261,7 +261,7 @@ $mock->stop;
 # runs meanwhile sends the context as it was, and the summary, recorded
 # after that turn's events, is sent first all the same
 
-$mock = new_mock(latency => 1.5);
+$mock = new_mock(latency => 5);
 $t = Test::Agent->new;
 
 $t->write_file_expand('nginx.conf', engine_conf($mock, tools => $ECHO_TOOL,
@@ -270,14 +270,13 @@ $t->run;
 
 turn($t, 'w', 'one');
 
-my $start = time;
 turn($t, 'w', 'two big');
 turn($t, 'w', 'three tool');
-ok(time - $start < 1.5, 'two turns done while the summary is made');
 
 @req = @{$mock->requests};
 my ($pending) = grep { user_text($_->{json}) eq $PROMPT } @req;
-ok($pending && !$pending->{finished}, 'the summary call still runs');
+ok($pending && !$pending->{finished},
+   'two turns done while the summary call still runs');
 is(scalar @{summaries($t, 'w')}, 0, 'no summary yet');
 
 my @three = grep { user_text($_->{json}) eq 'three tool' } @req;

@@ -70,7 +70,7 @@ sub results {
         last unless @m;
 
         push @r, grep { $_->{type} eq 'tool_result' } @m;
-        $after = $c->{next_after};
+        $after = $c->{next_after} // last;
     }
 
     return \@r;

@@ -12,11 +12,13 @@
 // per turn split between its event loop and its thread pool, from each
 // thread's schedstat, on stderr), PEERS_DELTA_INTERVAL
 // (agent_delta_interval of the module's rows but the "defaults" ones,
-// 20ms), PEERS_STORE_FLUSH (their agent_store flush=, 10ms) and
+// which set none, and the "agent_delta_interval 0" ones; 20ms), PEERS_STORE_FLUSH (their agent_store flush=, 10ms; 0: none) and
 // PEERS_COMMIT_DELAY (their agent_store commit_delay=, 2ms; 0: none),
 // PEERS_ROUNDS (1: every server run so many times, in turn, its figure
 // their median).  Only a run of every server and both pacings,
-// unprofiled, writes its table.
+// unprofiled, writes its tables: CPU per turn, and a turn's end (p50
+// and p99 of the time from the client's POST to the end of its
+// stream).
 //
 // One turn: the client sends the chat (useChat's body); the model asks
 // for get_weather with its arguments in 4 chunks; the tool runs; the
@@ -49,8 +51,9 @@ const module = process.env.PEERS_MODULE
 const profile = process.env.PEERS_PROFILE === '1';
 const threads = process.env.PEERS_THREADS === '1';
 /*
- * the module's rows but the "defaults" ones: live deltas joined over an
- * interval, the store's batches held for a while
+ * the tuned rows (neither the "defaults" nor the "agent_delta_interval 0"
+ * ones): live deltas joined over an interval, the store's batches held
+ * for a while
  */
 const deltaInterval = process.env.PEERS_DELTA_INTERVAL || '20ms';
 const storeFlush = process.env.PEERS_STORE_FLUSH || '10ms';
@@ -83,6 +86,14 @@ const servers = [
     { name: 'module-store-default',
       label: 'this module with `agent_store`, defaults (`agent_aisdk`)',
       start: (dir) => nginxStart(dir, moduleConf(dir, true, false)) },
+    { name: 'module-eager',
+      label: 'this module, zone only, `agent_delta_interval 0`'
+             + ' (`agent_aisdk`)',
+      start: (dir) => nginxStart(dir, moduleConf(dir, false, 'eager')) },
+    { name: 'module-store-eager',
+      label: 'this module with `agent_store`, `agent_delta_interval 0`'
+             + ' (`agent_aisdk`)',
+      start: (dir) => nginxStart(dir, moduleConf(dir, true, 'eager')) },
     { name: 'module', label: 'this module, zone only (`agent_aisdk`)',
       start: (dir) => nginxStart(dir, moduleConf(dir, false, true)) },
     { name: 'module-store',
@@ -194,11 +205,13 @@ http {
 ${httpGlobals(dir)}
     agent_zone zone=agents:256m;
     ${store ? `agent_store ${dir}/agent.db`
-              + (tuned ? ` flush=${storeFlush}` : '')
-              + (tuned && commitDelay !== '0'
+              + (tuned === true && storeFlush !== '0'
+                 ? ` flush=${storeFlush}` : '')
+              + (tuned === true && commitDelay !== '0'
                  ? ` commit_delay=${commitDelay}` : '')
               + (sync ? ` sync=${sync}` : '') + ';' : ''}
-    agent_delta_interval ${tuned ? deltaInterval : '0'};
+    ${tuned === 'eager' ? 'agent_delta_interval 0;'
+      : tuned ? `agent_delta_interval ${deltaInterval};` : ''}
 
     agent_tool get_weather {
         description "The weather in a city";
@@ -532,7 +545,20 @@ async function floorTurn(conv, n) {
     conv.messages = body.messages;
 }
 
-async function load(server, prefix, count) {
+/*
+ * A turn's time, from the client's POST to the end of its stream (the
+ * module's own API: to turn_completed; the floor: both replies, and the
+ * client's tool step between them), in ms, of the measured turns
+ */
+
+function percentile(values, p) {
+    const v = [...values].sort((a, b) => a - b);
+
+    return v.length ? v[Math.min(v.length - 1, Math.floor(p * v.length))]
+        : NaN;
+}
+
+async function load(server, prefix, count, times) {
     let next = 0;
 
     const worker = async () => {
@@ -541,8 +567,14 @@ async function load(server, prefix, count) {
                            ui: !server.name.startsWith('langgraph') };
 
             for (let n = 1; n <= TURNS; n++) {
+                const t0 = process.hrtime.bigint();
+
                 await (server.floor ? floorTurn
                        : server.events ? eventsTurn : chatTurn)(conv, n);
+
+                if (times) {
+                    times.push(Number(process.hrtime.bigint() - t0) / 1e6);
+                }
             }
         }
     };
@@ -679,7 +711,9 @@ async function measure(server, pacing) {
         const t0 = Date.now();
         const s0 = await served();
 
-        await load(server, `run-${pacing}`, conversations);
+        const times = [];
+
+        await load(server, `run-${pacing}`, conversations, times);
 
         /* two model calls a turn, no more (no retries, no extra calls) */
         const calls = await served() - s0;
@@ -735,7 +769,8 @@ async function measure(server, pacing) {
               errors.slice(0, 3).join('\n'));
 
         return { ms: 1000 * (c1 - c0) / turns, turns, wall, top,
-                 pids: pids.length };
+                 pids: pids.length, p50: percentile(times, 0.5),
+                 p99: percentile(times, 0.99) };
 
     } finally {
         await stop(proc);
@@ -859,11 +894,13 @@ async function main() {
                 const r = await measure(s, pacing);
                 results[s.name] = results[s.name] || {};
                 results[s.name][pacing] = results[s.name][pacing] || [];
-                results[s.name][pacing].push(r.ms);
+                results[s.name][pacing].push(r);
                 process.stdout.write(
                     `${s.name} ${pacing}`
                     + (rounds > 1 ? ` (round ${round})` : '')
                     + `: ${r.ms.toFixed(2)} ms per turn`
+                    + `, a turn's end p50 ${r.p50.toFixed(1)}`
+                    + ` p99 ${r.p99.toFixed(1)} ms`
                     + ` (${r.turns} turns, ${r.wall.toFixed(1)} s,`
                     + ` ${r.pids} processes)\n`);
 
@@ -877,25 +914,35 @@ async function main() {
     }
 
     const after = machine();
-    const fmt = (all) => {
+    const fmt = (all, key) => {
         if (!all) {
             return '-';
         }
 
-        const ms = median(all);
+        const ms = median(all.map((r) => r[key]));
         return ms < 1 ? ms.toFixed(2) : ms.toFixed(1);
     };
     const cols = pacings.map((p) => (p === 'trickle'
         ? 'tokens trickled 1 ms apart' : 'whole reply in one write'));
-    let md = `| per turn, CPU ms (lower is better) | ${cols.join(' | ')} |\n`
-        + `| --- |${pacings.map(() => ' --- |').join('')}\n`;
+    const table = (title, cell) => {
+        let t = `| ${title} | ${cols.join(' | ')} |\n`
+            + `| --- |${pacings.map(() => ' --- |').join('')}\n`;
 
-    for (const s of servers) {
-        if (results[s.name]) {
-            md += `| ${s.label} | ${pacings.map((p) => fmt(results[s.name][p]))
-                .join(' | ')} |\n`;
+        for (const s of servers) {
+            if (results[s.name]) {
+                t += `| ${s.label} | ${pacings.map(
+                    (p) => cell(results[s.name][p])).join(' | ')} |\n`;
+            }
         }
-    }
+
+        return t;
+    };
+    let md = table('per turn, CPU ms (lower is better)',
+                   (all) => fmt(all, 'ms'))
+        + '\n'
+        + table('a turn\'s end from its POST, ms, p50 / p99',
+                (all) => (all ? `${fmt(all, 'p50')} / ${fmt(all, 'p99')}`
+                          : '-'));
 
     const m = after;
     const note = `${conversations} conversations of ${TURNS} turns (${

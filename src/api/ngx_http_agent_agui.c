@@ -32,6 +32,7 @@
 #include "ngx_http_agent_store.h"
 #include "ngx_http_agent_provider.h"
 #include "ngx_http_agent_message.h"
+#include "ngx_http_agent_branch.h"
 #include "ngx_http_agent_resolve.h"
 #include "ngx_http_agent_events.h"
 #include "ngx_http_agent_format.h"
@@ -84,6 +85,9 @@ ngx_http_agent_agui_handler(ngx_http_request_t *r)
 {
     ngx_int_t   rc;
     ngx_str_t  *owner;
+
+    /* a node whose lease lapsed drops its zone first (agent_node) */
+    (void) ngx_http_agent_revive_lease();
 
     if (!(r->method & NGX_HTTP_POST)) {
         return ngx_http_agent_json_method(r, "POST");
@@ -579,6 +583,7 @@ ngx_http_agent_agui_resolve(ngx_http_request_t *r,
     char                        *err;
     uint64_t                     first;
     ngx_int_t                    rc;
+    ngx_str_t                   *approver;
     ngx_uint_t                   i;
     ngx_http_agent_zone_t       *z;
     ngx_http_agent_conv_t       *conv;
@@ -609,6 +614,23 @@ ngx_http_agent_agui_resolve(ngx_http_request_t *r,
         default:
             return NGX_ERROR;
         }
+    }
+
+    /* who answers, as agent_resolve records it (agent_approver) */
+
+    rc = ngx_http_agent_api_approver(r, &approver);
+
+    if (rc == NGX_DECLINED) {
+        in->rc = ngx_http_agent_api_anonymous(r);
+        return NGX_ABORT;
+    }
+
+    if (rc != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < in->nanswers; i++) {
+        in->answers[i].approver = approver;
     }
 
     rc = ngx_http_agent_resolve_apply(r, in->answers, in->nanswers, &first,
@@ -672,7 +694,9 @@ ngx_http_agent_agui_new(ngx_http_request_t *r,
 {
     ngx_int_t                   rc;
     ngx_str_t                   s;
-    yajl_val                    list, m;
+    yajl_val                    list, m, v;
+    ngx_uint_t                  i;
+    ngx_http_agent_chat_t       chat;
     ngx_http_agent_zone_t      *z;
     ngx_http_agent_conv_t      *conv;
     ngx_http_agent_message_t    msg;
@@ -711,13 +735,33 @@ ngx_http_agent_agui_new(ngx_http_request_t *r,
 
         msg.client_tools = in->tools;
 
-        if (ngx_http_agent_message_fields(r->pool, &msg) != NGX_OK) {
+        if (ngx_http_agent_message_fields(r, &msg) != NGX_OK) {
             return NGX_ERROR;
         }
 
         msg.answer = ngx_http_agent_agui_stream;
 
-        return ngx_http_agent_message_accept(r, &in->id, &msg);
+        /*
+         * the thread's messages place the new one: after the turn of the
+         * last user or assistant message before it (a tool's or a
+         * reasoning message belongs to an assistant message's turn)
+         */
+
+        ngx_memzero(&chat, sizeof(ngx_http_agent_chat_t));
+
+        for (i = list->u.array.len - 1; i > 0; i--) {
+            v = ngx_http_agent_provider_get(list->u.array.values[i - 1],
+                                            "role");
+
+            if (ngx_http_agent_provider_is(v, "user")
+                || ngx_http_agent_provider_is(v, "assistant"))
+            {
+                chat.anchor = list->u.array.values[i - 1];
+                break;
+            }
+        }
+
+        return ngx_http_agent_branch_message(r, &in->id, &msg, &chat);
     }
 
     amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);

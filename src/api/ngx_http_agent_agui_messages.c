@@ -39,8 +39,73 @@ ngx_http_agent_agui_msgs_init(ngx_http_agent_agui_msgs_t *m,
     }
 
     m->failed = yajl_gen_array_open(m->g);
+    m->pool = pool;
 
-    return NGX_OK;
+    return ngx_array_init(&m->users, pool, 4, 2 * sizeof(uint64_t));
+}
+
+
+/*
+ * A rewind to seq to: the messages from the first user message after it
+ * on are a superseded branch.  The array is made again from what came
+ * before them (a rewind goes to just before a user message, where
+ * nothing is open).
+ */
+
+void
+ngx_http_agent_agui_msgs_rewind(ngx_http_agent_agui_msgs_t *m, uint64_t to)
+{
+    size_t                len;
+    uint64_t             *u;
+    ngx_str_t             before;
+    ngx_uint_t            i;
+    const unsigned char  *json;
+
+    u = m->users.elts;
+
+    for (i = 0; i < m->users.nelts; i++) {
+        if (u[2 * i] > to) {
+            break;
+        }
+    }
+
+    if (i == m->users.nelts || m->failed
+        || yajl_gen_get_buf(m->g, &json, &len) != yajl_gen_status_ok)
+    {
+        return;
+    }
+
+    /* after the "[" */
+
+    before.len = u[2 * i + 1] - 1;
+    before.data = ngx_pnalloc(m->pool, before.len + 1);
+
+    m->users.nelts = i;
+
+    if (before.data == NULL) {
+        m->failed = 1;
+        return;
+    }
+
+    ngx_memcpy(before.data, json + 1, before.len);
+
+    m->g = ngx_http_agent_json_gen(m->pool);
+
+    if (m->g == NULL) {
+        m->failed = 1;
+        return;
+    }
+
+    m->failed |= yajl_gen_array_open(m->g);
+
+    if (before.len) {
+        m->failed |= ngx_http_agent_json_verbatim(m->g, &before);
+    }
+
+    m->assistant = 0;
+    m->calls = 0;
+    m->parent_len = 0;
+    m->answer_call_len = 0;
 }
 
 
@@ -162,11 +227,26 @@ void
 ngx_http_agent_agui_msgs_user(ngx_http_agent_agui_msgs_t *m, uint64_t seq,
     yajl_val root)
 {
-    u_char     buf[NGX_INT64_LEN + sizeof("user_")];
-    ngx_str_t  id, content;
-    yajl_gen   g;
+    u_char                buf[NGX_INT64_LEN + sizeof("user_")];
+    size_t                len;
+    uint64_t             *u;
+    ngx_str_t             id, content;
+    yajl_gen              g;
+    const unsigned char  *json;
 
     ngx_http_agent_agui_msgs_close(m);
+
+    u = ngx_array_push(&m->users);
+
+    if (u == NULL
+        || yajl_gen_get_buf(m->g, &json, &len) != yajl_gen_status_ok)
+    {
+        m->failed = 1;
+        return;
+    }
+
+    u[0] = seq;
+    u[1] = len;
 
     if (ngx_http_agent_agui_get(root, "source_id", &id) != NGX_OK) {
         id.data = buf;

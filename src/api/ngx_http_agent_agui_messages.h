@@ -24,6 +24,13 @@
 typedef struct {
     yajl_gen       g;
     ngx_uint_t     failed;
+    ngx_pool_t    *pool;
+
+    /*
+     * where each user message begins in the generator's buffer, for a
+     * rewind: {seq, len}
+     */
+    ngx_array_t    users;
 
     /* the last assistant message, which the calls after it join */
     u_char         parent[NGX_HTTP_AGENT_AGUI_ID_LEN];
@@ -45,6 +52,8 @@ typedef struct {
 
 ngx_int_t ngx_http_agent_agui_msgs_init(ngx_http_agent_agui_msgs_t *m,
     ngx_pool_t *pool);
+void ngx_http_agent_agui_msgs_rewind(ngx_http_agent_agui_msgs_t *m,
+    uint64_t to);
 void ngx_http_agent_agui_msgs_user(ngx_http_agent_agui_msgs_t *m,
     uint64_t seq, yajl_val root);
 void ngx_http_agent_agui_msgs_assistant(ngx_http_agent_agui_msgs_t *m,

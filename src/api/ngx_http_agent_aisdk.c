@@ -33,7 +33,10 @@
 #include "ngx_http_agent_provider.h"
 #include "ngx_http_agent_store.h"
 #include "ngx_http_agent_revive.h"
+#include "ngx_http_agent_zone.h"
+#include "ngx_http_agent_branch.h"
 #include "ngx_http_agent_aisdk.h"
+
 
 
 static void ngx_http_agent_aisdk_body(ngx_http_request_t *r);
@@ -50,6 +53,8 @@ static ngx_int_t ngx_http_agent_aisdk_id(ngx_http_request_t *r,
     ngx_str_t *fallback, ngx_str_t *id, ngx_int_t *rc);
 static ngx_int_t ngx_http_agent_aisdk_answer(ngx_http_request_t *r,
     ngx_str_t *id, uint64_t from);
+static ngx_int_t ngx_http_agent_aisdk_history(ngx_http_request_t *r,
+    yajl_val root, ngx_str_t *id, ngx_http_agent_message_t *msg);
 
 
 ngx_int_t
@@ -58,6 +63,9 @@ ngx_http_agent_aisdk_handler(ngx_http_request_t *r)
     u_char     *last, *start;
     ngx_int_t   rc;
     ngx_str_t   id, tail, *owner;
+
+    /* a node whose lease lapsed drops its zone first (agent_node) */
+    (void) ngx_http_agent_revive_lease();
 
     if (r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD)) {
 
@@ -201,7 +209,7 @@ ngx_http_agent_aisdk_body(ngx_http_request_t *r)
 
     if (rc == NGX_OK) {
         msg.answer = ngx_http_agent_aisdk_answer;
-        rc = ngx_http_agent_message_accept(r, &id, &msg);
+        rc = ngx_http_agent_aisdk_history(r, root, &id, &msg);
 
     } else if (rc == NGX_DECLINED) {
         rc = ngx_http_agent_json_error(r, NGX_HTTP_BAD_REQUEST,
@@ -274,7 +282,7 @@ ngx_http_agent_aisdk_message(ngx_http_request_t *r, yajl_val root,
         msg->source_id.len = ngx_strlen(msg->source_id.data);
     }
 
-    if (ngx_http_agent_message_fields(r->pool, msg) != NGX_OK) {
+    if (ngx_http_agent_message_fields(r, msg) != NGX_OK) {
         return NGX_ERROR;
     }
 
@@ -632,4 +640,51 @@ ngx_http_agent_aisdk_answer(ngx_http_request_t *r, ngx_str_t *id,
 
     return ngx_http_agent_events_stream(r, id, from,
                                         &ngx_http_agent_format_aisdk, 0);
+}
+
+
+/*
+ * useChat's regenerate() and edits: "trigger" "regenerate-message" (the
+ * chat ends with the user message whose reply is made again), a
+ * "messageId" with "submit-message" (sendMessage({ text, messageId }):
+ * that user message's new text), or a chat whose messages leave out
+ * turns of the conversation (setMessages, then sendMessage).  The
+ * message before the new one says where the chat is in the current
+ * branch: an assistant message is its turn's ("msg_T"), a user message
+ * its source id.  A new message after the last turn is taken as ever;
+ * the others need the branch, read first, and go after a rewind.
+ */
+
+static ngx_int_t
+ngx_http_agent_aisdk_history(ngx_http_request_t *r, yajl_val root,
+    ngx_str_t *id, ngx_http_agent_message_t *msg)
+{
+    yajl_val                  v;
+    ngx_str_t                 s;
+    ngx_http_agent_chat_t     chat;
+
+    ngx_memzero(&chat, sizeof(ngx_http_agent_chat_t));
+
+    v = ngx_http_agent_provider_get(root, "trigger");
+
+    if (ngx_http_agent_provider_string(v, &s) == NGX_OK
+        && s.len == sizeof("regenerate-message") - 1
+        && ngx_strncmp(s.data, "regenerate-message", s.len) == 0)
+    {
+        chat.regenerate = 1;
+    }
+
+    v = ngx_http_agent_provider_get(root, "messageId");
+
+    if (!chat.regenerate && v && YAJL_IS_STRING(v)) {
+        chat.edit = 1;
+    }
+
+    v = ngx_http_agent_provider_get(root, "messages");
+
+    if (v->u.array.len > 1) {
+        chat.anchor = v->u.array.values[v->u.array.len - 2];
+    }
+
+    return ngx_http_agent_branch_message(r, id, msg, &chat);
 }

@@ -77,6 +77,8 @@ ngx_http_agent_api_request(ngx_http_request_t *r, ngx_uint_t methods,
     switch (ngx_http_agent_api_conversation_id(r, id)) {
 
     case NGX_OK:
+        /* a node whose lease lapsed drops its zone first (agent_node) */
+        (void) ngx_http_agent_revive_lease();
         return NGX_OK;
 
     case NGX_DECLINED:

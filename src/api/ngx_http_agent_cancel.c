@@ -182,8 +182,13 @@ ngx_http_agent_cancel_poll(ngx_event_t *ev)
 
     conv = ngx_http_agent_conv_find_locked(z, &ctx->id);
 
-    down = (conv == NULL || conv->lease == 0);
+    /*
+     * down: no turn runs, or the turn's cancelled event is logged (a
+     * queued message's turn may hold the lease already)
+     */
+
     seq = conv ? conv->cancelled : 0;
+    down = (conv == NULL || conv->lease == 0 || seq > ctx->before);
     state = conv ? conv->state : NGX_HTTP_AGENT_IDLE;
 
     ngx_http_agent_zone_unlock(z);

@@ -52,8 +52,6 @@ typedef struct {
 
 static ngx_int_t ngx_http_agent_events_send(ngx_http_agent_events_sub_t *sub,
     ngx_chain_t *out);
-static ngx_int_t ngx_http_agent_events_update(
-    ngx_http_agent_events_sub_t *sub);
 static void ngx_http_agent_events_more(ngx_http_agent_events_sub_t *sub);
 static void ngx_http_agent_events_finish(ngx_http_agent_events_sub_t *sub);
 static void ngx_http_agent_events_close(ngx_http_agent_events_sub_t *sub,
@@ -82,6 +80,9 @@ ngx_http_agent_events_handler(ngx_http_request_t *r)
     uint64_t   after;
     ngx_int_t  rc;
     ngx_str_t  id;
+
+    /* a node whose lease lapsed drops its zone first (agent_node) */
+    (void) ngx_http_agent_revive_lease();
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return ngx_http_agent_events_request_not_allowed(r);
@@ -132,11 +133,9 @@ ngx_http_agent_events_stream(ngx_http_request_t *r, ngx_str_t *id,
     ngx_int_t                     rc;
     ngx_str_t                    *owner;
     ngx_chain_t                  *out, **ll;
-    ngx_connection_t             *c;
     ngx_pool_cleanup_t           *cln;
     ngx_http_agent_zone_t        *z;
     ngx_http_agent_conv_t        *conv;
-    ngx_http_core_loc_conf_t     *clcf;
     ngx_http_agent_loc_conf_t    *alcf;
     ngx_http_agent_main_conf_t   *amcf;
     ngx_http_agent_events_sub_t  *sub;
@@ -177,6 +176,7 @@ ngx_http_agent_events_stream(ngx_http_request_t *r, ngx_str_t *id,
     sub->seq = after;
     sub->interval = amcf->heartbeat;
     sub->limit = alcf->events_buffer;
+    sub->written = (amcf->node != NULL && amcf->store != NULL);
 
     /* set before the pid is registered: every way out unregisters it */
 
@@ -264,7 +264,9 @@ ngx_http_agent_events_stream(ngx_http_request_t *r, ngx_str_t *id,
 
         sub->partial = 1;
 
-        if (rc == NGX_OK && !sub->stalled) {
+        /* (behind an event not written yet, both wait for the pull) */
+
+        if (rc == NGX_OK && !sub->stalled && sub->pos == conv->pos) {
             rc = ngx_http_agent_events_partial_locked(sub, conv, &ll);
         }
 
@@ -276,6 +278,25 @@ ngx_http_agent_events_stream(ngx_http_request_t *r, ngx_str_t *id,
     ngx_http_agent_zone_unlock(z);
 
     if (rc == NGX_HTTP_NOT_FOUND) {
+
+        /*
+         * agent_events on a node: a conversation another node owns is
+         * followed in the store (ngx_http_agent_events_follow.c)
+         */
+
+        if (format == &ngx_http_agent_format_sse
+            && !(flags & NGX_HTTP_AGENT_EVENTS_TURN))
+        {
+            ctx = ngx_http_agent_revive_follower(r);
+            if (ctx == NULL) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
+            if (ctx->elsewhere) {
+                return ngx_http_agent_events_follow(sub);
+            }
+        }
+
         return ngx_http_agent_revive_not_found(r, &sub->id);
     }
 
@@ -310,7 +331,27 @@ ngx_http_agent_events_stream(ngx_http_request_t *r, ngx_str_t *id,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    rc = ngx_http_agent_events_request_header(r, format);
+    return ngx_http_agent_events_begin(sub, out);
+}
+
+
+/*
+ * The stream's start: the header, the subscriber in the worker's topics,
+ * what it has so far (out), and then its wake-ups and heartbeats
+ */
+
+ngx_int_t
+ngx_http_agent_events_begin(ngx_http_agent_events_sub_t *sub,
+    ngx_chain_t *out)
+{
+    ngx_int_t                  rc;
+    ngx_connection_t          *c;
+    ngx_http_request_t        *r;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    r = sub->request;
+
+    rc = ngx_http_agent_events_request_header(r, sub->format);
 
     if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
         return rc;
@@ -468,7 +509,7 @@ ngx_http_agent_events_send(ngx_http_agent_events_sub_t *sub, ngx_chain_t *out)
  * the subscriber is gone.
  */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_agent_events_update(ngx_http_agent_events_sub_t *sub)
 {
     ngx_int_t     rc;
@@ -620,6 +661,10 @@ ngx_http_agent_events_unregister(ngx_http_agent_events_sub_t *sub)
         ngx_delete_posted_event(&sub->wake);
     }
 
+    if (sub->follow) {
+        ngx_http_agent_events_follow_end(sub);
+    }
+
     topic = sub->topic;
 
     if (topic) {
@@ -713,7 +758,7 @@ ngx_http_agent_events_wake_handler(ngx_event_t *ev)
 static void
 ngx_http_agent_events_heartbeat_handler(ngx_event_t *ev)
 {
-    ngx_msec_t                    idle;
+    ngx_msec_t                    idle, next;
     ngx_chain_t                  *cl;
     ngx_connection_t             *c;
     ngx_http_request_t           *r;
@@ -751,8 +796,15 @@ ngx_http_agent_events_heartbeat_handler(ngx_event_t *ev)
         idle = 0;
     }
 
-    ngx_add_timer(ev, idle < sub->interval ? sub->interval - idle
-                                           : sub->interval);
+    next = (idle < sub->interval) ? sub->interval - idle : sub->interval;
+
+    /* a follower's heartbeat polls the store (a notification lost) */
+
+    if (sub->follow) {
+        next = ngx_min(next, NGX_HTTP_AGENT_EVENTS_POLL);
+    }
+
+    ngx_add_timer(ev, next);
 
 done:
 

@@ -24,6 +24,9 @@
 #include "ngx_http_agent_events_sub.h"
 
 
+static ngx_uint_t ngx_http_agent_events_written_locked(
+    ngx_http_agent_events_sub_t *sub, ngx_http_agent_conv_t *conv,
+    ngx_http_agent_event_t **evs, ngx_uint_t n, ngx_uint_t *held);
 static ngx_int_t ngx_http_agent_events_copy_locked(
     ngx_http_agent_events_sub_t *sub, ngx_http_agent_event_t **evs,
     ngx_uint_t n, ngx_uint_t strict, ngx_chain_t ***ll, ngx_uint_t *used);
@@ -66,6 +69,52 @@ ngx_http_agent_events_history_locked(ngx_http_agent_events_sub_t *sub,
 
 
 /*
+ * On a node (agent_node) a canonical event goes to subscribers once it is
+ * written (the conversation's flushed seq): one that is not may never be,
+ * if the node dies or loses the conversation first, and the new owner
+ * gives its seq to another event.  Of n events in order, those before the
+ * first canonical one not written yet; *held: there is one (evs[n]).  The
+ * batch's end wakes the subscribers (ngx_http_agent_store_done()).  Live
+ * deltas before it go at once; those after it wait with it, in order.
+ */
+
+static ngx_uint_t
+ngx_http_agent_events_written_locked(ngx_http_agent_events_sub_t *sub,
+    ngx_http_agent_conv_t *conv, ngx_http_agent_event_t **evs, ngx_uint_t n,
+    ngx_uint_t *held)
+{
+    ngx_uint_t  i;
+
+    *held = 0;
+
+    if (!sub->written) {
+        return n;
+    }
+
+    for (i = 0; i < n; i++) {
+
+        /* a live event's seq is 0 */
+
+        if (evs[i]->seq > conv->flushed) {
+            *held = 1;
+            return i;
+        }
+    }
+
+    return n;
+}
+
+
+ngx_int_t
+ngx_http_agent_events_stored(ngx_http_agent_events_sub_t *sub,
+    ngx_http_agent_event_t **evs, ngx_uint_t n, ngx_chain_t ***ll,
+    ngx_uint_t *used)
+{
+    return ngx_http_agent_events_copy_locked(sub, evs, n, 0, ll, used);
+}
+
+
+/*
  * The canonical events after sub->seq, as far as the limit takes them;
  * the live tail starts after them, or, if the limit stopped them, the
  * cursor waits before the first one left.
@@ -75,13 +124,15 @@ ngx_int_t
 ngx_http_agent_events_snapshot_locked(ngx_http_agent_events_sub_t *sub,
     ngx_http_agent_conv_t *conv, ngx_chain_t ***ll)
 {
-    ngx_uint_t               n, used;
+    ngx_uint_t               n, used, held;
     ngx_http_agent_event_t  *evs[NGX_HTTP_AGENT_EVENTS_BATCH];
 
     do {
         n = ngx_http_agent_log_after_locked(conv, sub->seq, evs,
                                             NGX_HTTP_AGENT_EVENTS_BATCH);
-        if (n == 0) {
+        n = ngx_http_agent_events_written_locked(sub, conv, evs, n, &held);
+
+        if (n == 0 && !held) {
             break;
         }
 
@@ -94,6 +145,12 @@ ngx_http_agent_events_snapshot_locked(ngx_http_agent_events_sub_t *sub,
         if (used < n) {
             sub->stalled = 1;
             sub->pos = evs[used]->pos - 1;
+            return NGX_OK;
+        }
+
+        if (held) {
+            /* the live tail starts before the first not written yet */
+            sub->pos = evs[n]->pos - 1;
             return NGX_OK;
         }
 
@@ -227,7 +284,7 @@ ngx_http_agent_events_pull(ngx_http_agent_events_sub_t *sub,
 {
     size_t                   busy;
     ngx_int_t                rc;
-    ngx_uint_t               n, i, used;
+    ngx_uint_t               n, i, used, held;
     ngx_chain_t            **ll;
     ngx_http_agent_zone_t   *z;
     ngx_http_agent_conv_t   *conv;
@@ -244,6 +301,11 @@ ngx_http_agent_events_pull(ngx_http_agent_events_sub_t *sub,
     sub->stalled = 0;
 
     ll = out;
+
+    if (sub->follow) {
+        return ngx_http_agent_events_follow_pull(sub, &ll);
+    }
+
     rc = NGX_OK;
     n = 0;
 
@@ -276,6 +338,8 @@ ngx_http_agent_events_pull(ngx_http_agent_events_sub_t *sub,
 
         n = ngx_http_agent_log_since_locked(conv, sub->pos, evs,
                                                NGX_HTTP_AGENT_EVENTS_BATCH);
+        n = ngx_http_agent_events_written_locked(sub, conv, evs, n, &held);
+
         if (n == 0) {
             break;
         }
@@ -296,7 +360,8 @@ ngx_http_agent_events_pull(ngx_http_agent_events_sub_t *sub,
             break;
         }
 
-        if (n < NGX_HTTP_AGENT_EVENTS_BATCH) {
+        if (held || n < NGX_HTTP_AGENT_EVENTS_BATCH) {
+            /* (the rest waits for its write, which wakes the subscriber) */
             break;
         }
     }

@@ -43,6 +43,13 @@
  */
 #define NGX_HTTP_AGENT_EVENTS_SLOW       (64 * 1024)
 
+/* a follower's heartbeat, which polls the store, at least so often */
+#define NGX_HTTP_AGENT_EVENTS_POLL       3000
+
+
+/* a follower's: served from the store (ngx_http_agent_events_follow.c) */
+typedef struct ngx_http_agent_events_follow_s  ngx_http_agent_events_follow_t;
+
 
 typedef struct {
     ngx_str_node_t                   sn;        /* key: crc32 of the id */
@@ -85,6 +92,9 @@ struct ngx_http_agent_events_sub_s {
     ngx_event_t                      wake;
     ngx_event_t                      heartbeat;
 
+    /* another node owns the conversation: its events come from the store */
+    ngx_http_agent_events_follow_t  *follow;
+
     unsigned                         registered:1;  /* pid in the zone */
     unsigned                         stalled:1;
     unsigned                         done:1;
@@ -94,6 +104,12 @@ struct ngx_http_agent_events_sub_s {
 
     /* the reply so far is yet to be sent: until then it holds the deltas */
     unsigned                         partial:1;
+
+    /*
+     * on a node (agent_node): canonical events are sent once written, and
+     * what follows one not written yet waits with it
+     */
+    unsigned                         written:1;
 };
 
 
@@ -116,6 +132,35 @@ ngx_int_t ngx_http_agent_events_caught_up_locked(
  */
 ngx_int_t ngx_http_agent_events_pull(ngx_http_agent_events_sub_t *sub,
     ngx_chain_t **out);
+
+/*
+ * Events read from the store (a follower's), as far as the limit takes
+ * them; *used: how many were dealt with
+ */
+ngx_int_t ngx_http_agent_events_stored(ngx_http_agent_events_sub_t *sub,
+    ngx_http_agent_event_t **evs, ngx_uint_t n, ngx_chain_t ***ll,
+    ngx_uint_t *used);
+
+/*
+ * Reads and sends what is new.  NGX_DONE: the request was finalized and
+ * the subscriber is gone.
+ */
+ngx_int_t ngx_http_agent_events_update(ngx_http_agent_events_sub_t *sub);
+
+/* the start of the stream, once what it begins with is in out */
+ngx_int_t ngx_http_agent_events_begin(ngx_http_agent_events_sub_t *sub,
+    ngx_chain_t *out);
+
+/*
+ * A follower (ngx_http_agent_events_follow.c): a subscriber of agent_events
+ * on a node that does not own the conversation, served from the store,
+ * canonical events only: its start, what follows its cursor (as
+ * ngx_http_agent_events_pull() says), its end
+ */
+ngx_int_t ngx_http_agent_events_follow(ngx_http_agent_events_sub_t *sub);
+ngx_int_t ngx_http_agent_events_follow_pull(ngx_http_agent_events_sub_t *sub,
+    ngx_chain_t ***ll);
+void ngx_http_agent_events_follow_end(ngx_http_agent_events_sub_t *sub);
 
 /* an output buffer of at least size bytes, from the subscriber's free */
 ngx_chain_t *ngx_http_agent_events_buf(ngx_http_agent_events_sub_t *sub,

@@ -16,6 +16,7 @@
 #include "ngx_http_agent_message.h"
 #include "ngx_http_agent_expire.h"
 #include "ngx_http_agent_store.h"
+#include "ngx_http_agent_revive.h"
 
 
 /*
@@ -45,13 +46,18 @@ typedef struct {
 } ngx_http_agent_expired_t;
 
 
+/* conversations that leave the zone at rest, per round */
+#define NGX_HTTP_AGENT_EVICT_ROUND  64
+
+
 static void ngx_http_agent_expire_handler(ngx_event_t *ev);
 static ngx_uint_t ngx_http_agent_expire_conv_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv, uint64_t now);
 static void ngx_http_agent_expire_resume(ngx_http_agent_main_conf_t *amcf,
     ngx_http_agent_expired_t *e);
-static void ngx_http_agent_expire_evict_locked(
-    ngx_http_agent_main_conf_t *amcf, ngx_http_agent_zone_t *z);
+static ngx_uint_t ngx_http_agent_expire_evict_locked(
+    ngx_http_agent_main_conf_t *amcf, ngx_http_agent_zone_t *z,
+    ngx_http_agent_gone_t *gone);
 static ngx_uint_t ngx_http_agent_expire_stalled_locked(
     ngx_http_agent_zone_t *z, ngx_http_agent_expired_t *expired,
     ngx_uint_t n);
@@ -86,13 +92,16 @@ ngx_http_agent_expire_handler(ngx_event_t *ev)
     ngx_cycle_t *cycle = ev->data;
 
     uint64_t                     now;
-    ngx_uint_t                   n, i, k;
+    ngx_str_t                    id;
+    ngx_uint_t                   n, i, k, ngone;
     ngx_http_agent_fsm_t         fsm;
     ngx_time_t                  *tp;
     ngx_queue_t                 *q, *next;
     ngx_http_agent_zone_t       *z;
     ngx_http_agent_conv_t       *conv;
     ngx_http_agent_expired_t     expired[NGX_HTTP_AGENT_EXPIRE_RESUME];
+    ngx_http_agent_gone_t        gone[NGX_HTTP_AGENT_EVICT_ROUND
+                                      + NGX_HTTP_AGENT_UNUSED_ROUND];
     ngx_http_agent_main_conf_t  *amcf;
 
     if (ngx_exiting || ngx_terminate || ngx_quit) {
@@ -101,6 +110,12 @@ ngx_http_agent_expire_handler(ngx_event_t *ev)
 
     /* a cancel whose wake-up was lost is seen here */
     ngx_http_agent_turn_cancel_check();
+
+    /*
+     * a node whose lease lapsed (agent_node) drops its zone before it
+     * expires or takes over anything of it
+     */
+    (void) ngx_http_agent_revive_lease();
 
     amcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_agent_module);
     z = amcf->zone;
@@ -202,13 +217,25 @@ ngx_http_agent_expire_handler(ngx_event_t *ev)
         n = ngx_http_agent_expire_stalled_locked(z, expired, n);
     }
 
+    ngone = 0;
+
     if (amcf->store) {
-        ngx_http_agent_expire_evict_locked(amcf, z);
+        ngone = ngx_http_agent_expire_evict_locked(amcf, z, gone);
     }
 
-    (void) ngx_http_agent_conv_unused_locked(z, amcf->evict_unused);
+    ngone += ngx_http_agent_conv_unused_locked(z, amcf->evict_unused,
+                                               &gone[ngone]);
 
     ngx_http_agent_zone_unlock(z);
+
+    /* on a node, the store lets them go: any node may claim them */
+
+    for (i = 0; i < ngone; i++) {
+        id.data = gone[i].id;
+        id.len = gone[i].id_len;
+
+        ngx_http_agent_store_let_go(&id, gone[i].epoch, gone[i].seq);
+    }
 
     for (i = 0; i < n; i++) {
         ngx_http_agent_expire_resume(amcf, &expired[i]);
@@ -388,21 +415,21 @@ ngx_http_agent_expire_stalled_locked(ngx_http_agent_zone_t *z,
 /*
  * Conversations at rest longer than agent_evict_idle (or, waiting for
  * input, agent_evict_awaiting) leave the zone, least recently used first;
- * the store has all of them, and a request or the sweep brings them back.
+ * the store has all of them, and a request or the sweep brings them back
+ * (on a node, any node: the store lets them go).
  */
 
-#define NGX_HTTP_AGENT_EVICT_ROUND  64
-
-static void
+static ngx_uint_t
 ngx_http_agent_expire_evict_locked(ngx_http_agent_main_conf_t *amcf,
-    ngx_http_agent_zone_t *z)
+    ngx_http_agent_zone_t *z, ngx_http_agent_gone_t *gone)
 {
     ngx_msec_t              limit, oldest;
-    ngx_uint_t              n;
+    ngx_uint_t              n, ngone;
     ngx_queue_t            *q, *next;
     ngx_http_agent_conv_t  *conv;
 
     oldest = ngx_min(amcf->evict_idle, amcf->evict_awaiting);
+    ngone = 0;
 
     for (q = ngx_queue_head(&z->sh->lru), n = 0;
          q != ngx_queue_sentinel(&z->sh->lru)
@@ -441,6 +468,9 @@ ngx_http_agent_expire_evict_locked(ngx_http_agent_main_conf_t *amcf,
                        "agent conversation \"%*s\" leaves the zone",
                        conv->id_len, conv->id);
 
+        ngx_http_agent_conv_gone_locked(conv, &gone[ngone++]);
         ngx_http_agent_conv_evict_locked(z, conv);
     }
+
+    return ngone;
 }

@@ -282,6 +282,10 @@ ngx_http_agent_agui_event(ngx_http_agent_events_sub_t *sub, ngx_buf_t *b,
 
     switch (ev->type) {
 
+    case NGX_HTTP_AGENT_EV_REWIND:
+        /* the superseded branch leaves the messages snapshot */
+        return ngx_http_agent_agui_history(a, ev, root);
+
     case NGX_HTTP_AGENT_EV_TEXT_DELTA:
     case NGX_HTTP_AGENT_EV_THINKING_DELTA:
 
@@ -361,6 +365,7 @@ static ngx_int_t
 ngx_http_agent_agui_history(ngx_http_agent_agui_t *a,
     ngx_http_agent_event_t *ev, yajl_val root)
 {
+    yajl_val    v;
     ngx_str_t   id, name, args, content;
     ngx_uint_t  ok;
 
@@ -368,6 +373,15 @@ ngx_http_agent_agui_history(ngx_http_agent_agui_t *a,
 
     case NGX_HTTP_AGENT_EV_USER_MSG:
         ngx_http_agent_agui_msgs_user(&a->msgs, ev->seq, root);
+        break;
+
+    case NGX_HTTP_AGENT_EV_REWIND:
+        v = ngx_http_agent_provider_get(root, "to_seq");
+
+        if (v && YAJL_IS_INTEGER(v) && YAJL_GET_INTEGER(v) >= 0) {
+            ngx_http_agent_agui_msgs_rewind(&a->msgs, YAJL_GET_INTEGER(v));
+        }
+
         break;
 
     case NGX_HTTP_AGENT_EV_ASSISTANT_MSG:

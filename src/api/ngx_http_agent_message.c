@@ -18,18 +18,30 @@
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_message.h"
+#include "ngx_http_agent_trace.h"
 #include "ngx_http_agent_store.h"
 #include "ngx_http_agent_budget.h"
 #include "ngx_http_agent_conf.h"
 #include "ngx_http_agent_provider.h"
+#include "ngx_http_agent_branch.h"
 
 
 #define NGX_HTTP_AGENT_SOURCE_ID_LEN  128
 
 
+/* a regenerate or an edit, while the branch is read */
+typedef struct {
+    ngx_str_t                  id;
+    ngx_http_agent_message_t   msg;
+    ngx_http_agent_branch_t    branch;
+} ngx_http_agent_message_ctx_t;
+
+
 static void ngx_http_agent_message_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_agent_message_parse(ngx_http_request_t *r,
     ngx_str_t *body, ngx_http_agent_message_t *msg, char **err);
+static ngx_int_t ngx_http_agent_message_rewind(yajl_val root,
+    ngx_http_agent_message_t *msg, char **err);
 static ngx_int_t ngx_http_agent_message_output(ngx_http_request_t *r,
     yajl_val output, ngx_http_agent_message_t *msg, char **err);
 static ngx_int_t ngx_http_agent_message_answer(ngx_http_request_t *r,
@@ -41,6 +53,12 @@ static ngx_int_t ngx_http_agent_message_queued(ngx_http_request_t *r,
     ngx_str_t *id, ngx_http_agent_store_queued_t *queued, ngx_str_t *json);
 static void ngx_http_agent_message_queued_done(
     ngx_http_agent_store_read_t *rd, ngx_int_t rc, void *data);
+static ngx_int_t ngx_http_agent_message_rewound(ngx_http_request_t *r,
+    ngx_str_t *id, ngx_http_agent_message_t *msg);
+static ngx_int_t ngx_http_agent_message_branch(ngx_http_request_t *r,
+    void *data);
+static ngx_int_t ngx_http_agent_message_stale_locked(ngx_http_request_t *r,
+    ngx_http_agent_conv_t *conv, ngx_http_agent_message_t *msg);
 static ngx_int_t ngx_http_agent_message_busy_locked(ngx_http_request_t *r,
     ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv,
     ngx_http_agent_message_t *msg, uint32_t hash);
@@ -108,7 +126,88 @@ ngx_http_agent_message_body(ngx_http_request_t *r)
         return;
     }
 
+    if (msg.regenerate || msg.edit) {
+        ngx_http_finalize_request(r,
+                                  ngx_http_agent_message_rewound(r, &id, &msg));
+        return;
+    }
+
     ngx_http_finalize_request(r, ngx_http_agent_message_accept(r, &id, &msg));
+}
+
+
+/*
+ * "regenerate" (true: the last reply, or the seq of a user message whose
+ * reply is made again) or "edit" (the seq of a user message, "content"
+ * its new text): the branch is read first, and the message taken after
+ * a rewind to before that user message.
+ */
+
+static ngx_int_t
+ngx_http_agent_message_rewound(ngx_http_request_t *r, ngx_str_t *id,
+    ngx_http_agent_message_t *msg)
+{
+    ngx_http_agent_message_ctx_t  *ctx;
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_agent_message_ctx_t));
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->id = *id;
+    ctx->msg = *msg;
+
+    return ngx_http_agent_branch_read(r, &ctx->id, &ctx->branch,
+                                      ngx_http_agent_message_branch, ctx);
+}
+
+
+static ngx_int_t
+ngx_http_agent_message_branch(ngx_http_request_t *r, void *data)
+{
+    ngx_http_agent_message_ctx_t *ctx = data;
+
+    ngx_int_t                      i;
+    ngx_http_agent_message_t      *msg;
+    ngx_http_agent_branch_turn_t  *t;
+
+    msg = &ctx->msg;
+
+    if (!ctx->branch.ready) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    t = ctx->branch.turns.elts;
+
+    if (ctx->branch.turns.nelts == 0) {
+        return ngx_http_agent_json_error(r, NGX_HTTP_CONFLICT, "no_message",
+                                         "the conversation has no message "
+                                         "to regenerate or edit");
+    }
+
+    i = ctx->branch.turns.nelts - 1;
+
+    if (msg->target) {
+        i = ngx_http_agent_branch_find(&ctx->branch, msg->target);
+
+        if (i == NGX_ERROR) {
+            return ngx_http_agent_json_error(r, NGX_HTTP_CONFLICT,
+                                             "not_on_branch",
+                                             "the seq is not a user message "
+                                             "of the conversation's current "
+                                             "branch");
+        }
+    }
+
+    if (msg->regenerate) {
+        msg->content = t[i].content;
+
+        if (msg->source_id.len == 0) {
+            msg->source_id = t[i].source_id;
+        }
+    }
+
+    return ngx_http_agent_branch_rewind(r, &ctx->branch, i, &ctx->id, msg);
 }
 
 
@@ -171,15 +270,29 @@ ngx_http_agent_message_parse(ngx_http_request_t *r, ngx_str_t *body,
         goto declined;
     }
 
-    v = yajl_tree_get(root, content_path, yajl_t_string);
+    rc = ngx_http_agent_message_rewind(root, msg, err);
 
-    if (v == NULL || v->u.string[0] == '\0') {
-        *err = "\"content\" must be a non-empty string";
+    if (rc != NGX_OK) {
         goto declined;
     }
 
-    msg->content.data = (u_char *) v->u.string;
-    msg->content.len = ngx_strlen(msg->content.data);
+    v = yajl_tree_get(root, content_path, yajl_t_any);
+
+    if (msg->regenerate) {
+        if (v != NULL) {
+            *err = "\"regenerate\" takes the message's own content: "
+                   "\"content\" is for \"edit\"";
+            goto declined;
+        }
+
+    } else if (v == NULL || !YAJL_IS_STRING(v) || v->u.string[0] == '\0') {
+        *err = "\"content\" must be a non-empty string";
+        goto declined;
+
+    } else {
+        msg->content.data = (u_char *) v->u.string;
+        msg->content.len = ngx_strlen(msg->content.data);
+    }
 
     v = yajl_tree_get(root, source_path, yajl_t_any);
 
@@ -206,16 +319,24 @@ ngx_http_agent_message_parse(ngx_http_request_t *r, ngx_str_t *body,
         }
     }
 
-    rc = ngx_http_agent_message_fields(r->pool, msg);
+    rc = ngx_http_agent_message_fields(r, msg);
 
-    /* the parsed strings go with the tree: keep only what was generated */
+    /*
+     * the parsed strings go with the tree: keep only what was generated,
+     * and an edit's content (its fields are made again after a rewind)
+     */
 
     msg->source_id.data = msg->source_id.len
         ? ngx_pstrdup(r->pool, &msg->source_id) : NULL;
 
+    msg->content.data = msg->content.len
+        ? ngx_pstrdup(r->pool, &msg->content) : NULL;
+
     ngx_http_agent_json_free(root);
 
-    if (msg->source_id.len && msg->source_id.data == NULL) {
+    if ((msg->source_id.len && msg->source_id.data == NULL)
+        || (msg->content.len && msg->content.data == NULL))
+    {
         return NGX_ERROR;
     }
 
@@ -228,6 +349,56 @@ declined:
     }
 
     return NGX_DECLINED;
+}
+
+
+/*
+ * "regenerate": true (the last reply) or the seq of a user message;
+ * "edit": the seq of a user message
+ */
+
+static ngx_int_t
+ngx_http_agent_message_rewind(yajl_val root, ngx_http_agent_message_t *msg,
+    char **err)
+{
+    yajl_val  regenerate, edit;
+
+    regenerate = ngx_http_agent_provider_get(root, "regenerate");
+    edit = ngx_http_agent_provider_get(root, "edit");
+
+    if (regenerate && edit) {
+        *err = "\"regenerate\" and \"edit\" cannot go together";
+        return NGX_DECLINED;
+    }
+
+    if (regenerate) {
+        if (YAJL_IS_TRUE(regenerate)) {
+            msg->regenerate = 1;
+            return NGX_OK;
+        }
+
+        if (!YAJL_IS_INTEGER(regenerate) || YAJL_GET_INTEGER(regenerate) <= 0)
+        {
+            *err = "\"regenerate\" must be true or the seq of a user "
+                   "message";
+            return NGX_DECLINED;
+        }
+
+        msg->regenerate = 1;
+        msg->target = YAJL_GET_INTEGER(regenerate);
+    }
+
+    if (edit) {
+        if (!YAJL_IS_INTEGER(edit) || YAJL_GET_INTEGER(edit) <= 0) {
+            *err = "\"edit\" must be the seq of a user message";
+            return NGX_DECLINED;
+        }
+
+        msg->edit = 1;
+        msg->target = YAJL_GET_INTEGER(edit);
+    }
+
+    return NGX_OK;
 }
 
 
@@ -307,22 +478,36 @@ ngx_http_agent_message_output(ngx_http_request_t *r, yajl_val output,
 
 /*
  * the user_msg's fields: {"content": ..., "source_id": ..., "output": ...,
- * "client_tools": [...]}, the tools as they were checked
+ * "client_tools": [...], "trace": {...}}, the tools as they were checked;
+ * the trace is kept with the turn, so that the turn resumed, taken over
+ * or revived stays in it
  */
 
 ngx_int_t
-ngx_http_agent_message_fields(ngx_pool_t *pool,
+ngx_http_agent_message_fields(ngx_http_request_t *r,
     ngx_http_agent_message_t *msg)
 {
-    yajl_gen    g;
-    ngx_uint_t  failed;
+    yajl_gen                     g;
+    ngx_uint_t                   failed;
+    ngx_http_agent_trace_t       tc;
+    ngx_http_agent_main_conf_t  *amcf;
 
-    g = ngx_http_agent_json_gen(pool);
+    amcf = ngx_http_get_module_main_conf(r, ngx_http_agent_module);
+
+    g = ngx_http_agent_json_gen(r->pool);
     if (g == NULL) {
         return NGX_ERROR;
     }
 
     failed = yajl_gen_map_open(g);
+
+    /* first: the turn's start finds it there (NGX_HTTP_AGENT_REWIND_PREFIX) */
+
+    if (msg->rewind) {
+        failed |= ngx_http_agent_json_key(g, "rewind_to");
+        failed |= yajl_gen_integer(g, (long long) msg->rewind_to);
+    }
+
     failed |= ngx_http_agent_json_key(g, "content");
     failed |= ngx_http_agent_json_str(g, &msg->content);
 
@@ -339,6 +524,13 @@ ngx_http_agent_message_fields(ngx_pool_t *pool,
     if (msg->client_tools.len) {
         failed |= ngx_http_agent_json_key(g, "client_tools");
         failed |= ngx_http_agent_json_verbatim(g, &msg->client_tools);
+    }
+
+    if (amcf->trace.len) {
+        ngx_http_agent_trace_request(r, &tc, amcf->trace_sample);
+
+        failed |= ngx_http_agent_json_key(g, "trace");
+        failed |= ngx_http_agent_trace_json(g, &tc);
     }
 
     failed |= yajl_gen_map_close(g);
@@ -401,6 +593,7 @@ ngx_http_agent_message_busy_locked(ngx_http_request_t *r,
 
     queued.id = ++conv->queue_id;
     queued.front = (alcf->busy == NGX_HTTP_AGENT_BUSY_INTERRUPT);
+    queued.epoch = conv->epoch;
     queued.data.data = ngx_pnalloc(r->pool, msg->fields.len + 32);
 
     if (queued.data.data == NULL) {
@@ -520,23 +713,10 @@ ngx_http_agent_message_queued(ngx_http_request_t *r, ngx_str_t *id,
     ack->request = r;
     ack->json = *json;
 
-    switch (ngx_http_agent_store_enqueue(r->pool, id, queued,
+    return ngx_http_agent_store_posted(r,
+               ngx_http_agent_store_enqueue(r->pool, id, queued,
                                          ngx_http_agent_message_queued_done,
-                                         ack))
-    {
-    case NGX_OK:
-        break;
-
-    case NGX_BUSY:
-        return ngx_http_agent_store_busy_answer(r);
-
-    default:
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    r->main->count++;
-
-    return NGX_DONE;
+                                         ack));
 }
 
 
@@ -546,6 +726,7 @@ ngx_http_agent_message_queued_done(ngx_http_agent_store_read_t *rd,
 {
     ngx_http_agent_queued_ack_t *ack = data;
 
+    ngx_str_t            none;
     ngx_connection_t    *c;
     ngx_http_request_t  *r;
 
@@ -555,6 +736,26 @@ ngx_http_agent_message_queued_done(ngx_http_agent_store_read_t *rd,
     if (rc == NGX_OK) {
         ngx_http_finalize_request(r,
             ngx_http_agent_json_send(r, NGX_HTTP_ACCEPTED, &ack->json));
+
+    } else if (rc == NGX_ABORT) {
+
+        /*
+         * the store's fence: another node took the conversation, whose
+         * log will not have the message; it leaves this node's zone
+         */
+
+        ngx_log_error(NGX_LOG_ERR, c->log, 0,
+                      "agent conversation \"%V\": ownership lost, another "
+                      "node took it over; the queued message is not "
+                      "written", &rd->id);
+
+        if (ngx_http_agent_store_lost) {
+            ngx_http_agent_store_lost(&rd->id);
+        }
+
+        ngx_str_null(&none);
+        ngx_http_finalize_request(r,
+            ngx_http_agent_store_elsewhere_answer(r, &none));
 
     } else {
         ngx_http_finalize_request(r,
@@ -647,11 +848,23 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
         return ngx_http_agent_api_foreign(r);
     }
 
-    if (hash) {
+    if (msg->rewind) {
+        rc = ngx_http_agent_message_stale_locked(r, conv, msg);
+
+        if (rc != NGX_OK) {
+            ngx_http_agent_zone_unlock(z);
+            return rc;
+        }
+    }
+
+    /* the newest first: an edit may have given a source id a new turn */
+
+    if (hash && !msg->fresh && !msg->rewind) {
         for (i = 0; i < ngx_min(conv->nsources, NGX_HTTP_AGENT_SOURCE_IDS);
              i++)
         {
-            src = &conv->sources[i];
+            src = &conv->sources[(conv->nsources - 1 - i)
+                                 % NGX_HTTP_AGENT_SOURCE_IDS];
 
             if (src->hash == hash) {
                 turn = src->turn;
@@ -722,7 +935,36 @@ ngx_http_agent_message_accept(ngx_http_request_t *r, ngx_str_t *id,
     }
 
     return ngx_http_agent_message_answer(r, NGX_HTTP_ACCEPTED, id, turn, seq,
-                                         0);
+                                         msg->rewind ? 2 : 0);
+}
+
+
+/*
+ * A rewind decided on a branch that is no longer the conversation's (a
+ * message taken since), or while a summary of it is being made, is
+ * refused; the client may send it again.
+ */
+
+static ngx_int_t
+ngx_http_agent_message_stale_locked(ngx_http_request_t *r,
+    ngx_http_agent_conv_t *conv, ngx_http_agent_message_t *msg)
+{
+    if (conv->turn_seq != msg->turn_seq) {
+        return ngx_http_agent_json_error(r, NGX_HTTP_CONFLICT, "stale",
+                                         "the conversation took a message "
+                                         "while its history was read: send "
+                                         "the request again");
+    }
+
+    if (conv->summarizing) {
+        return ngx_http_agent_json_error(r, NGX_HTTP_CONFLICT,
+                                         "summarizing",
+                                         "a summary of the conversation is "
+                                         "being made: send the request "
+                                         "again once it is recorded");
+    }
+
+    return NGX_OK;
 }
 
 
@@ -732,16 +974,24 @@ ngx_http_agent_message_answer(ngx_http_request_t *r, ngx_uint_t status,
 {
     ngx_str_t  json;
 
-    json.data = ngx_pnalloc(r->pool, id->len + 96);
+    json.data = ngx_pnalloc(r->pool, id->len + 160);
     if (json.data == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
+
+    /*
+     * duplicate 2: a rewind went before the message (at seq - 1, to the
+     * seq its fields said); the calls of the branch it superseded ran
+     */
 
     json.len = ngx_sprintf(json.data,
                            "{\"conversation\":\"%V\",\"turn\":%ui,"
                            "\"seq\":%uL%s}",
                            id, turn, seq,
-                           duplicate ? ",\"duplicate\":true" : "")
+                           duplicate == 1 ? ",\"duplicate\":true"
+                           : duplicate == 2
+                           ? ",\"rewound\":true,\"tool_calls_undone\":false"
+                           : "")
                - json.data;
 
     return ngx_http_agent_store_ack(r, id, seq, status, &json);

@@ -36,6 +36,23 @@ typedef struct {
     ngx_str_t                          client_tools;
 
     ngx_http_agent_message_answer_pt   answer;   /* NULL: JSON */
+
+    /*
+     * a rewind first: the context goes on from rewind_to, decided on the
+     * branch whose newest user_msg was turn_seq (a message taken since
+     * makes it stale)
+     */
+    uint64_t                           rewind_to;
+    uint64_t                           turn_seq;
+
+    /* asked of the message location: the user_msg's seq, 0 the last */
+    uint64_t                           target;
+
+    unsigned                           rewind:1;
+    unsigned                           regenerate:1;
+    unsigned                           edit:1;
+    /* a new message whatever its source_id: not looked for as a resend */
+    unsigned                           fresh:1;
 } ngx_http_agent_message_t;
 
 
@@ -45,8 +62,11 @@ ngx_int_t ngx_http_agent_message_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_agent_message_body_read(ngx_http_request_t *r,
     ngx_str_t *body, ngx_int_t *rc);
 
-/* msg->fields from its content, source_id and client_tools */
-ngx_int_t ngx_http_agent_message_fields(ngx_pool_t *pool,
+/*
+ * msg->fields from its content, source_id and client_tools, and with
+ * agent_trace the turn's trace context, the request's traceparent's child
+ */
+ngx_int_t ngx_http_agent_message_fields(ngx_http_request_t *r,
     ngx_http_agent_message_t *msg);
 
 /* the message taken for conversation id, its turn started, answered */

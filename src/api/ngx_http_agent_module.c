@@ -31,6 +31,8 @@
 #include "ngx_http_agent_fsm.h"
 #include "ngx_http_agent_budget.h"
 #include "ngx_http_agent_notify.h"
+#include "ngx_http_agent_trace.h"
+#include "ngx_http_agent_otlp.h"
 #include "ngx_http_agent_summary.h"
 #include "ngx_http_agent_list.h"
 #include "ngx_http_agent_create.h"
@@ -57,6 +59,10 @@ static char *ngx_http_agent_events_buffer_check(ngx_conf_t *cf, void *post,
     void *data);
 static ngx_int_t ngx_http_agent_error_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_agent_postconfiguration(ngx_conf_t *cf);
+static char *ngx_http_agent_trace(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_agent_trace_sample(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static ngx_int_t ngx_http_agent_init_module(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_agent_init_process(ngx_cycle_t *cycle);
 static void ngx_http_agent_exit_process(ngx_cycle_t *cycle);
@@ -324,6 +330,34 @@ static ngx_command_t  ngx_http_agent_commands[] = {
       offsetof(ngx_http_agent_main_conf_t, notify),
       NULL },
 
+    { ngx_string("agent_trace"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE12,
+      ngx_http_agent_trace,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("agent_trace_sample"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_agent_trace_sample,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_agent_main_conf_t, trace_sample),
+      NULL },
+
+    { ngx_string("agent_trace_content"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_agent_main_conf_t, trace_content),
+      NULL },
+
+    { ngx_string("agent_trace_buffer"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_agent_main_conf_t, trace_buffer),
+      NULL },
+
     { ngx_string("agent_list"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_agent_list,
@@ -416,6 +450,9 @@ ngx_http_agent_create_main_conf(ngx_conf_t *cf)
     amcf->evict_idle = NGX_CONF_UNSET_MSEC;
     amcf->evict_awaiting = NGX_CONF_UNSET_MSEC;
     amcf->evict_unused = NGX_CONF_UNSET_MSEC;
+    amcf->trace_sample = NGX_CONF_UNSET_UINT;
+    amcf->trace_content = NGX_CONF_UNSET;
+    amcf->trace_buffer = NGX_CONF_UNSET_SIZE;
 
     return amcf;
 }
@@ -429,7 +466,10 @@ ngx_http_agent_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_http_agent_main_conf_t  *amcf = conf;
 
     ngx_conf_init_msec_value(amcf->heartbeat, 15000);
-    ngx_conf_init_msec_value(amcf->delta_interval, 0);
+    if (amcf->delta_interval == NGX_CONF_UNSET_MSEC) {
+        amcf->delta_interval = NGX_HTTP_AGENT_DELTA_AUTO;
+        amcf->delta_auto = 1;
+    }
 
     if (amcf->store && amcf->zone == NULL) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -444,6 +484,9 @@ ngx_http_agent_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_msec_value(amcf->evict_idle, 600000);
     ngx_conf_init_msec_value(amcf->evict_awaiting, 3600000);
     ngx_conf_init_msec_value(amcf->evict_unused, 600000);
+    ngx_conf_init_uint_value(amcf->trace_sample, NGX_HTTP_AGENT_TRACE_ONE);
+    ngx_conf_init_value(amcf->trace_content, 0);
+    ngx_conf_init_size_value(amcf->trace_buffer, 1024 * 1024);
 
     return ngx_http_agent_conf_resolve(cf, amcf);
 }
@@ -773,6 +816,8 @@ ngx_http_agent_merge_api(ngx_conf_t *cf, ngx_http_agent_loc_conf_t *conf)
 static ngx_int_t
 ngx_http_agent_postconfiguration(ngx_conf_t *cf)
 {
+    ngx_http_agent_main_conf_t  *amcf;
+
     if (ngx_http_agent_turn_init_filters(cf) != NGX_OK) {
         return NGX_ERROR;
     }
@@ -798,6 +843,13 @@ ngx_http_agent_postconfiguration(ngx_conf_t *cf)
     ngx_http_agent_fsm_next = ngx_http_agent_turn_next;
     ngx_http_agent_store_revive = ngx_http_agent_revive;
     ngx_http_agent_store_lost = ngx_http_agent_revive_lost;
+    ngx_http_agent_store_lease = ngx_http_agent_revive_lease;
+
+    amcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_agent_module);
+
+    ngx_http_agent_trace_ended_locked = amcf->trace.len
+                                        ? ngx_http_agent_otlp_ended_locked
+                                        : NULL;
 
     return NGX_OK;
 }
@@ -888,6 +940,81 @@ ngx_http_agent_error_filter(ngx_http_request_t *r)
 }
 
 
+/* agent_trace uri [service=name] */
+
+static char *
+ngx_http_agent_trace(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_agent_main_conf_t  *amcf = conf;
+
+    ngx_str_t  *value;
+
+    if (amcf->trace.data) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == 0) {
+        return "has an empty uri";
+    }
+
+    amcf->trace = value[1];
+    ngx_str_set(&amcf->trace_service, "nginx");
+
+    if (cf->args->nelts == 2) {
+        return NGX_CONF_OK;
+    }
+
+    if (value[2].len <= sizeof("service=") - 1
+        || ngx_strncmp(value[2].data, "service=", sizeof("service=") - 1)
+           != 0
+        || ngx_http_agent_json_utf8(&value[2]) != NGX_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid parameter \"%V\" of \"agent_trace\": "
+                           "service=name expected", &value[2]);
+        return NGX_CONF_ERROR;
+    }
+
+    amcf->trace_service.data = value[2].data + sizeof("service=") - 1;
+    amcf->trace_service.len = value[2].len - (sizeof("service=") - 1);
+
+    return NGX_CONF_OK;
+}
+
+
+/* agent_trace_sample ratio: from 0 to 1, kept in millionths */
+
+static char *
+ngx_http_agent_trace_sample(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_agent_main_conf_t  *amcf = conf;
+
+    ngx_int_t   n;
+    ngx_str_t  *value;
+
+    if (amcf->trace_sample != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    n = ngx_atofp(value[1].data, value[1].len, 6);
+
+    if (n == NGX_ERROR || n > NGX_HTTP_AGENT_TRACE_ONE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"agent_trace_sample\" must be a number from "
+                           "0 to 1, not \"%V\"", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    amcf->trace_sample = n;
+
+    return NGX_CONF_OK;
+}
+
+
 /* in the master, as the configuration is loaded: which build runs */
 
 static ngx_int_t
@@ -941,6 +1068,10 @@ ngx_http_agent_exit_process(ngx_cycle_t *cycle)
     }
 
     ngx_http_agent_wake_exit_process(cycle);
+
+    if (amcf->trace.len) {
+        ngx_http_agent_otlp_exit(cycle->log);
+    }
 
     if (amcf->store) {
         ngx_http_agent_store_exit_process(cycle);

@@ -250,6 +250,17 @@ ngx_http_agent_prometheus_handler(ngx_http_request_t *r)
     ngx_http_agent_prom_print(&p, "agent_turn_steps_later_total %uA\n",
                               m->steps_later);
 
+    if (amcf->trace.len) {
+        ngx_http_agent_prom_head(&p, "agent_trace_spans_total", "counter",
+                                 "Spans of turns sent to the collector "
+                                 "(exported) or given up (dropped).");
+        ngx_http_agent_prom_print(&p, "agent_trace_spans_total"
+                                  "{outcome=\"exported\"} %uA\n"
+                                  "agent_trace_spans_total"
+                                  "{outcome=\"dropped\"} %uA\n",
+                                  m->spans[0], m->spans[1]);
+    }
+
     ngx_http_agent_prom_zone(&p, z, amcf->store != NULL);
 
     if (p.failed) {

@@ -19,6 +19,7 @@
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_tools.h"
 #include "ngx_http_agent_wake.h"
+#include "ngx_http_agent_trace.h"
 #include "ngx_http_agent_resolve.h"
 #include "ngx_http_agent_store.h"
 
@@ -681,6 +682,8 @@ ngx_http_agent_resolve_record_locked(ngx_http_request_t *r,
         failed |= ngx_http_agent_json_key(g, "during_call");
         failed |= yajl_gen_bool(g, 1);
     }
+
+    failed |= ngx_http_agent_trace_resolver_json(r, g);
 
     failed |= yajl_gen_map_close(g);
 

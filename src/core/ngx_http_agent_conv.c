@@ -118,10 +118,9 @@ ngx_http_agent_conv_mint_locked(ngx_http_agent_zone_t *z,
 }
 
 
-#define NGX_HTTP_AGENT_UNUSED_ROUND  64
-
 ngx_uint_t
-ngx_http_agent_conv_unused_locked(ngx_http_agent_zone_t *z, ngx_msec_t limit)
+ngx_http_agent_conv_unused_locked(ngx_http_agent_zone_t *z, ngx_msec_t limit,
+    ngx_http_agent_gone_t *gone)
 {
     ngx_uint_t              i, n;
     ngx_queue_t            *q, *next;
@@ -169,11 +168,23 @@ ngx_http_agent_conv_unused_locked(ngx_http_agent_zone_t *z, ngx_msec_t limit)
                        "agent conversation \"%*s\" was never used, freed",
                        conv->id_len, conv->id);
 
+        ngx_http_agent_conv_gone_locked(conv, &gone[n]);
         ngx_http_agent_conv_delete_locked(z, conv);
         n++;
     }
 
     return n;
+}
+
+
+void
+ngx_http_agent_conv_gone_locked(ngx_http_agent_conv_t *conv,
+    ngx_http_agent_gone_t *gone)
+{
+    ngx_memcpy(gone->id, conv->id, conv->id_len);
+    gone->id_len = conv->id_len;
+    gone->epoch = conv->epoch;
+    gone->seq = conv->seq;
 }
 
 

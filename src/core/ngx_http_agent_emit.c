@@ -15,6 +15,11 @@
 #include "ngx_http_agent_emit.h"
 
 
+static ngx_int_t ngx_http_agent_emit_group(ngx_http_agent_zone_t *zone,
+    ngx_str_t *id, ngx_http_agent_emit_event_t *events, ngx_uint_t n,
+    ngx_http_agent_delta_t *delta);
+
+
 ngx_int_t
 ngx_http_agent_emit(ngx_http_agent_zone_t *zone, ngx_str_t *id,
     ngx_uint_t type, ngx_str_t *fields)
@@ -27,10 +32,37 @@ ngx_int_t
 ngx_http_agent_emit_delta(ngx_http_agent_zone_t *zone, ngx_str_t *id,
     ngx_uint_t type, ngx_str_t *fields, ngx_http_agent_delta_t *delta)
 {
-    ngx_uint_t               n;
-    ngx_pid_t                pids[NGX_HTTP_AGENT_SUB_WORKERS];
-    ngx_http_agent_conv_t   *conv;
-    ngx_http_agent_event_t  *ev;
+    ngx_http_agent_emit_event_t  ev;
+
+    ev.type = type;
+    ev.fields = *fields;
+
+    return ngx_http_agent_emit_group(zone, id, &ev, 1, delta);
+}
+
+
+ngx_int_t
+ngx_http_agent_emit_all(ngx_http_agent_zone_t *zone, ngx_str_t *id,
+    ngx_http_agent_emit_event_t *events, ngx_uint_t n)
+{
+    return ngx_http_agent_emit_group(zone, id, events, n, NULL);
+}
+
+
+/*
+ * The events (and the delta first, if any) in one hold of the zone's
+ * lock; the conversation's subscribers are woken if any event went in
+ */
+
+static ngx_int_t
+ngx_http_agent_emit_group(ngx_http_agent_zone_t *zone, ngx_str_t *id,
+    ngx_http_agent_emit_event_t *events, ngx_uint_t n,
+    ngx_http_agent_delta_t *delta)
+{
+    ngx_int_t               rc;
+    ngx_uint_t              i, npids;
+    ngx_pid_t               pids[NGX_HTTP_AGENT_SUB_WORKERS];
+    ngx_http_agent_conv_t  *conv;
 
     ngx_http_agent_zone_lock(zone);
 
@@ -45,17 +77,25 @@ ngx_http_agent_emit_delta(ngx_http_agent_zone_t *zone, ngx_str_t *id,
         ngx_http_agent_partial_add_locked(zone, conv, delta);
     }
 
-    ev = ngx_http_agent_log_add_locked(zone, conv, type, fields);
+    rc = NGX_OK;
 
-    n = ngx_http_agent_conv_sub_pids_locked(conv, pids);
+    for (i = 0; i < n; i++) {
+        if (ngx_http_agent_log_add_locked(zone, conv, events[i].type,
+                                          &events[i].fields)
+            == NULL)
+        {
+            rc = NGX_ERROR;
+            break;
+        }
+    }
+
+    npids = ngx_http_agent_conv_sub_pids_locked(conv, pids);
 
     ngx_http_agent_zone_unlock(zone);
 
-    if (ev == NULL) {
-        return NGX_ERROR;
+    if (i) {
+        ngx_http_agent_wake(id, pids, npids);
     }
 
-    ngx_http_agent_wake(id, pids, n);
-
-    return NGX_OK;
+    return rc;
 }

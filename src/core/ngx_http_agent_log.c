@@ -17,6 +17,7 @@
 #include "ngx_http_agent_module.h"
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_metrics.h"
+#include "ngx_http_agent_trace.h"
 #include "ngx_http_agent_partial.h"
 
 
@@ -335,6 +336,12 @@ ngx_http_agent_log_add_locked(ngx_http_agent_zone_t *z,
         }
 
         ngx_http_agent_metrics_event_locked(z, conv, type, fields);
+
+        if (ngx_http_agent_event_terminal(type)
+            && ngx_http_agent_trace_ended_locked)
+        {
+            ngx_http_agent_trace_ended_locked(z, conv, ev);
+        }
 
         return ev;
     }

@@ -606,6 +606,19 @@ ngx_http_agent_metrics_step_later(ngx_http_agent_zone_t *z)
 }
 
 
+/* spans the collector took (exported), or that were dropped */
+
+void
+ngx_http_agent_metrics_spans(ngx_http_agent_zone_t *z, ngx_uint_t exported,
+    ngx_uint_t n)
+{
+    if (z->sh->metrics && n) {
+        (void) ngx_atomic_fetch_add(&z->sh->metrics->spans[exported ? 0 : 1],
+                                    n);
+    }
+}
+
+
 void
 ngx_http_agent_metrics_store(ngx_http_agent_zone_t *z, ngx_uint_t events,
     ngx_uint_t cut, ngx_int_t rc, ngx_uint_t usec)

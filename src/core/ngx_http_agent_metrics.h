@@ -141,6 +141,9 @@ struct ngx_http_agent_metrics_sh_s {
      */
     ngx_atomic_t                  history[2];
 
+    /* spans of turns exported to the collector, and dropped */
+    ngx_atomic_t                  spans[2];
+
     /* slots are allocated as names are declared, and never freed */
     ngx_http_agent_metrics_agent_t *agents[NGX_HTTP_AGENT_METRICS_AGENTS];
     ngx_http_agent_metrics_tool_t  *tools[NGX_HTTP_AGENT_METRICS_TOOLS];
@@ -176,6 +179,8 @@ void ngx_http_agent_metrics_event_locked(ngx_http_agent_zone_t *z,
 
 void ngx_http_agent_metrics_takeover(ngx_http_agent_zone_t *z);
 void ngx_http_agent_metrics_step_later(ngx_http_agent_zone_t *z);
+void ngx_http_agent_metrics_spans(ngx_http_agent_zone_t *z,
+    ngx_uint_t exported, ngx_uint_t n);
 /* a batch written in usec (cut: ended early for an input), or not (rc) */
 void ngx_http_agent_metrics_store(ngx_http_agent_zone_t *z,
     ngx_uint_t events, ngx_uint_t cut, ngx_int_t rc, ngx_uint_t usec);

@@ -184,6 +184,15 @@ typedef struct {
 typedef struct ngx_http_agent_zone_s  ngx_http_agent_zone_t;
 
 
+/*
+ * agent_delta_interval unset: live deltas held this long (ms), and the
+ * provider's connection left unread meanwhile, only while the worker takes
+ * in more than NGX_HTTP_AGENT_DELTA_BUSY pieces of replies in as long
+ */
+#define NGX_HTTP_AGENT_DELTA_AUTO  10
+#define NGX_HTTP_AGENT_DELTA_BUSY  32
+
+
 typedef struct {
     ngx_array_t                   tools;      /* ngx_http_agent_tool_t * */
     ngx_array_t                   agents;     /* ngx_http_agent_t * */
@@ -195,8 +204,12 @@ typedef struct {
     ngx_msec_t                    heartbeat;
     ngx_msec_t                    client_grace;
 
-    /* live deltas of a turn: at most one live event per interval */
+    /*
+     * live deltas of a turn: at most one live event per interval; unset,
+     * a short one while the worker is busy (delta_auto)
+     */
     ngx_msec_t                    delta_interval;
+    ngx_flag_t                    delta_auto;
 
     /* at rest this long, a conversation leaves the zone (with a store) */
     ngx_msec_t                    evict_idle;
@@ -210,6 +223,18 @@ typedef struct {
 
     /* agent_notify: for agents without a notify of their own */
     ngx_str_t                     notify;
+
+    /*
+     * agent_trace: the OTLP/HTTP location turns' spans are posted to, or
+     * empty, and the service.name of its spans; the share of turns
+     * sampled, in millionths; message content in the spans; the spans a
+     * worker holds for the collector, at most
+     */
+    ngx_str_t                     trace;
+    ngx_str_t                     trace_service;
+    ngx_uint_t                    trace_sample;
+    ngx_flag_t                    trace_content;
+    size_t                        trace_buffer;
 } ngx_http_agent_main_conf_t;
 
 

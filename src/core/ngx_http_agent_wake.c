@@ -69,6 +69,8 @@ static socklen_t ngx_http_agent_wake_addr(struct sockaddr_un *sun,
 static void ngx_http_agent_wake_read_handler(ngx_event_t *rev);
 static void ngx_http_agent_wake_flush_handler(ngx_event_t *ev);
 static void ngx_http_agent_wake_gone(ngx_http_agent_wake_msg_t *msg);
+static void ngx_http_agent_wake_clear(ngx_http_agent_sub_worker_t *w,
+    ngx_pid_t pid);
 static ngx_int_t ngx_http_agent_wake_send(ngx_http_agent_wake_ctx_t *ctx,
     ngx_http_agent_wake_msg_t *msg);
 
@@ -465,13 +467,16 @@ ngx_http_agent_wake_flush_handler(ngx_event_t *ev)
 }
 
 
-/* a dead worker's subscribers of the conversation are gone with it */
+/*
+ * a dead worker's subscribers of the conversation are gone with it, and
+ * those it served from the store
+ */
 
 static void
 ngx_http_agent_wake_gone(ngx_http_agent_wake_msg_t *msg)
 {
     ngx_str_t                    id;
-    ngx_uint_t                   i;
+    ngx_http_agent_sh_t         *sh;
     ngx_http_agent_conv_t       *conv;
     ngx_http_agent_main_conf_t  *amcf;
 
@@ -484,22 +489,36 @@ ngx_http_agent_wake_gone(ngx_http_agent_wake_msg_t *msg)
     id.data = msg->id;
     id.len = msg->len;
 
+    sh = amcf->zone->sh;
+
     ngx_http_agent_zone_lock(amcf->zone);
 
     conv = ngx_http_agent_conv_find_locked(amcf->zone, &id);
 
-    for (i = 0; conv && i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
-        if (conv->subs[i].pid == msg->pid) {
-            conv->subs[i].count = 0;
-            conv->subs[i].pid = 0;
-        }
-    }
-
     if (conv) {
+        ngx_http_agent_wake_clear(conv->subs, msg->pid);
         ngx_http_agent_log_rest_locked(amcf->zone, conv);
     }
 
+    if (sh->node && sh->node->followers) {
+        ngx_http_agent_wake_clear(sh->node->followers, msg->pid);
+    }
+
     ngx_http_agent_zone_unlock(amcf->zone);
+}
+
+
+static void
+ngx_http_agent_wake_clear(ngx_http_agent_sub_worker_t *w, ngx_pid_t pid)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < NGX_HTTP_AGENT_SUB_WORKERS; i++) {
+        if (w[i].pid == pid) {
+            w[i].count = 0;
+            w[i].pid = 0;
+        }
+    }
 }
 
 

@@ -36,6 +36,7 @@ ngx_str_t  ngx_http_agent_event_names[] = {
     ngx_string("turn_halted"),
     ngx_string("injection"),
     ngx_string("summary"),
+    ngx_string("rewind"),
     ngx_string("turn_started"),
     ngx_string("state_changed"),
     ngx_string("text_delta"),
@@ -184,6 +185,7 @@ ngx_http_agent_zone_init(ngx_shm_zone_t *shm_zone, void *data)
     z->shpool->data = z->sh;
     z->sh->mcp = NULL;
     z->sh->acking = NULL;
+    z->sh->node = NULL;
 
     ngx_rbtree_init(&z->sh->rbtree, &z->sh->sentinel,
                     ngx_http_agent_rbtree_insert_value);
@@ -424,4 +426,60 @@ ngx_http_agent_expire_locked(ngx_http_agent_zone_t *z,
 static void
 ngx_http_agent_zone_kick_none(void)
 {
+}
+
+
+/*
+ * The monotonic clock in ms, the same in every process of the machine: a
+ * node's lease is counted on it (a pause or a change of the wall clock
+ * does not stop it), read afresh rather than the event loop's cached time
+ */
+
+ngx_msec_t
+ngx_http_agent_zone_clock(void)
+{
+    struct timespec  ts;
+
+    (void) clock_gettime(CLOCK_MONOTONIC, &ts);
+
+    return (ngx_msec_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+
+/*
+ * What a node (agent_node) keeps in the zone, made by its first use: its
+ * lease starts fresh then.  NULL if the zone has no room.
+ */
+
+ngx_http_agent_node_sh_t *
+ngx_http_agent_zone_node_locked(ngx_http_agent_zone_t *z)
+{
+    ngx_http_agent_node_sh_t  *node;
+
+    if (z->sh->node) {
+        return z->sh->node;
+    }
+
+    node = ngx_slab_calloc_locked(z->shpool, sizeof(ngx_http_agent_node_sh_t));
+    if (node == NULL) {
+        return NULL;
+    }
+
+    node->beat = ngx_http_agent_zone_clock();
+    z->sh->node = node;
+
+    return node;
+}
+
+
+/* lapses of the node's lease that dropped the zone, ever (0 off a node) */
+
+ngx_uint_t
+ngx_http_agent_zone_drops(ngx_http_agent_zone_t *z)
+{
+    ngx_http_agent_node_sh_t  *node;
+
+    node = z->sh->node;
+
+    return node ? node->drops : 0;
 }

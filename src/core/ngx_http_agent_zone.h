@@ -247,6 +247,30 @@ typedef struct {
 
 
 typedef struct {
+    /* the worker that listens for the store's notifications */
+    ngx_pid_t                     listener;
+
+    /*
+     * the workers with subscribers the listener relays the notifications
+     * to, those of conversations another node owns
+     * (NGX_HTTP_AGENT_SUB_WORKERS slots, allocated with the first)
+     */
+    ngx_http_agent_sub_worker_t  *followers;
+
+    /*
+     * the node's lease: the monotonic clock's ms before the last
+     * heartbeat that succeeded was sent; lapsed once the conversations it
+     * held were dropped for a lease gone stale
+     */
+    ngx_msec_t                    beat;
+    ngx_uint_t                    lapsed;
+
+    /* lapses that dropped the zone, ever: a turn started before one ends */
+    ngx_uint_t                    drops;
+} ngx_http_agent_node_sh_t;
+
+
+typedef struct {
     ngx_rbtree_t                  rbtree;
     ngx_rbtree_node_t             sentinel;
     ngx_queue_t                   lru;        /* least recently used first */
@@ -270,6 +294,13 @@ typedef struct {
      * NGX_HTTP_AGENT_SUB_WORKERS slots, allocated with the first input
      */
     ngx_http_agent_sub_worker_t  *acking;
+
+    /*
+     * on a node (agent_node), what only a node needs, allocated with the
+     * first use: the header stays within 256 bytes, a slab's size class,
+     * so that the smallest zone keeps its pages
+     */
+    ngx_http_agent_node_sh_t     *node;
 
     /* conversations that left the zone, ever: a revival checks it */
     ngx_uint_t                    evicted;
@@ -327,13 +358,14 @@ struct ngx_http_agent_zone_s {
 #define NGX_HTTP_AGENT_EV_TURN_HALTED       9
 #define NGX_HTTP_AGENT_EV_INJECTION         10
 #define NGX_HTTP_AGENT_EV_SUMMARY           11
-#define NGX_HTTP_AGENT_EV_TURN_STARTED      12
-#define NGX_HTTP_AGENT_EV_STATE_CHANGED     13
-#define NGX_HTTP_AGENT_EV_TEXT_DELTA        14
-#define NGX_HTTP_AGENT_EV_THINKING_DELTA    15
-#define NGX_HTTP_AGENT_EV_TOOL_CALL_DELTA   16
-#define NGX_HTTP_AGENT_EV_TOOL_PROGRESS     17
-#define NGX_HTTP_AGENT_EV_TURN_ENDED        18
+#define NGX_HTTP_AGENT_EV_REWIND           12
+#define NGX_HTTP_AGENT_EV_TURN_STARTED      13
+#define NGX_HTTP_AGENT_EV_STATE_CHANGED     14
+#define NGX_HTTP_AGENT_EV_TEXT_DELTA        15
+#define NGX_HTTP_AGENT_EV_THINKING_DELTA    16
+#define NGX_HTTP_AGENT_EV_TOOL_CALL_DELTA   17
+#define NGX_HTTP_AGENT_EV_TOOL_PROGRESS     18
+#define NGX_HTTP_AGENT_EV_TURN_ENDED        19
 
 #define ngx_http_agent_event_canonical(type)                                 \
     ((type) < NGX_HTTP_AGENT_EV_TURN_STARTED)
@@ -344,6 +376,15 @@ struct ngx_http_agent_zone_s {
      || (type) == NGX_HTTP_AGENT_EV_TURN_FAILED                              \
      || (type) == NGX_HTTP_AGENT_EV_CANCELLED                                \
      || (type) == NGX_HTTP_AGENT_EV_TURN_HALTED)
+
+/*
+ * the events that are part of no turn: a summary, and a rewind (the
+ * context goes on from its to_seq; the user_msg that follows it starts
+ * the next turn)
+ */
+#define ngx_http_agent_event_outside(type)                                   \
+    ((type) == NGX_HTTP_AGENT_EV_SUMMARY                                     \
+     || (type) == NGX_HTTP_AGENT_EV_REWIND)
 
 #define ngx_http_agent_event_delta(type)                                     \
     ((type) >= NGX_HTTP_AGENT_EV_TEXT_DELTA                                  \
@@ -382,8 +423,24 @@ ngx_http_agent_conv_t *ngx_http_agent_conv_create_locked(
     ngx_http_agent_zone_t *z, ngx_str_t *id);
 void ngx_http_agent_conv_mint_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
+/*
+ * a record that left the zone at rest, kept for the store to let it go
+ * (ngx_http_agent_store_let_go) once the zone is unlocked
+ */
+typedef struct {
+    u_char                        id[NGX_HTTP_AGENT_ID_LEN];
+    size_t                        id_len;
+    uint64_t                      epoch;
+    uint64_t                      seq;
+} ngx_http_agent_gone_t;
+
+/* at most so many records a round: gone has room for as many */
+#define NGX_HTTP_AGENT_UNUSED_ROUND  64
+
 ngx_uint_t ngx_http_agent_conv_unused_locked(ngx_http_agent_zone_t *z,
-    ngx_msec_t limit);
+    ngx_msec_t limit, ngx_http_agent_gone_t *gone);
+void ngx_http_agent_conv_gone_locked(ngx_http_agent_conv_t *conv,
+    ngx_http_agent_gone_t *gone);
 void ngx_http_agent_conv_delete_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv);
 ngx_int_t ngx_http_agent_conv_evictable_locked(ngx_http_agent_conv_t *conv);
@@ -401,6 +458,10 @@ ngx_http_agent_event_t *ngx_http_agent_log_restore_locked(
     ngx_http_agent_zone_t *z, ngx_http_agent_conv_t *conv, uint64_t seq,
     ngx_uint_t type, ngx_str_t *data);
 void ngx_http_agent_zone_reserve_locked(ngx_http_agent_zone_t *z);
+ngx_msec_t ngx_http_agent_zone_clock(void);
+ngx_http_agent_node_sh_t *ngx_http_agent_zone_node_locked(
+    ngx_http_agent_zone_t *z);
+ngx_uint_t ngx_http_agent_zone_drops(ngx_http_agent_zone_t *z);
 ngx_queue_t *ngx_http_agent_log_turn_locked(ngx_http_agent_conv_t *conv);
 
 /*

@@ -93,6 +93,8 @@ static ngx_int_t ngx_http_agent_fsm_act_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_fsm_t *fsm);
 static ngx_int_t ngx_http_agent_fsm_start_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv, ngx_http_agent_fsm_t *fsm);
+static ngx_int_t ngx_http_agent_fsm_rewind_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_str_t *fields);
 static void ngx_http_agent_fsm_next_locked(ngx_http_agent_zone_t *z,
     ngx_http_agent_conv_t *conv, ngx_http_agent_fsm_t *fsm);
 static ngx_int_t ngx_http_agent_fsm_state_locked(ngx_http_agent_zone_t *z,
@@ -220,6 +222,16 @@ static ngx_http_agent_fsm_row_t  ngx_http_agent_fsm_table[] = {
     { NGX_HTTP_AGENT_FSM_WAIT, PREPARING|STREAMING|EXECUTING,
       NGX_HTTP_AGENT_FSM_NONE_WAITS,
       NGX_HTTP_AGENT_FSM_SAME, NGX_HTTP_AGENT_FSM_KEEP,
+      NGX_HTTP_AGENT_FSM_NOTHING, -1, NGX_HTTP_AGENT_FSM_STAY },
+
+    /*
+     * a turn taken over from a worker that died between a call's
+     * suspension and the state it would have set: it waits
+     */
+
+    { NGX_HTTP_AGENT_FSM_WAIT, PREPARING|STREAMING|EXECUTING,
+      NGX_HTTP_AGENT_FSM_WAITING,
+      NGX_HTTP_AGENT_AWAITING_INPUT, NGX_HTTP_AGENT_FSM_GIVE,
       NGX_HTTP_AGENT_FSM_NOTHING, -1, NGX_HTTP_AGENT_FSM_STAY },
 
     /* the ends of a turn */
@@ -549,7 +561,7 @@ ngx_http_agent_fsm_start_locked(ngx_http_agent_zone_t *z,
 
     ngx_str_set(&empty, "{}");
 
-    /* a summary made after the last turn ended is not part of it */
+    /* a summary or a rewind made after the last turn ended is not in it */
 
     for (q = ngx_queue_last(&conv->log);
          q != ngx_queue_sentinel(&conv->log);
@@ -557,7 +569,7 @@ ngx_http_agent_fsm_start_locked(ngx_http_agent_zone_t *z,
     {
         ev = ngx_queue_data(q, ngx_http_agent_event_t, queue);
 
-        if (ev->type == NGX_HTTP_AGENT_EV_SUMMARY) {
+        if (ngx_http_agent_event_outside(ev->type)) {
             continue;
         }
 
@@ -578,6 +590,10 @@ ngx_http_agent_fsm_start_locked(ngx_http_agent_zone_t *z,
         }
 
         break;
+    }
+
+    if (ngx_http_agent_fsm_rewind_locked(z, conv, fsm->fields) != NGX_OK) {
+        return NGX_ERROR;
     }
 
     conv->turn++;
@@ -601,6 +617,58 @@ ngx_http_agent_fsm_start_locked(ngx_http_agent_zone_t *z,
         src->hash = fsm->hash;
         src->turn = conv->turn;
         src->seq = ev->seq;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * A message whose fields begin {"rewind_to":N, (a regenerate or an edit,
+ * NGX_HTTP_AGENT_REWIND_PREFIX) is preceded by a rewind {"to_seq":N}: the
+ * context goes on from seq N, and the events between it and the rewind
+ * are a superseded branch, kept in the log.  The user_msg keeps the
+ * member, as the message's queued copy in the store has it.
+ */
+
+static ngx_int_t
+ngx_http_agent_fsm_rewind_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_str_t *fields)
+{
+    u_char     *p, *last, buf[NGX_INT64_LEN + sizeof("{\"to_seq\":}")];
+    ngx_str_t   rewind;
+
+    if (fields->len <= sizeof(NGX_HTTP_AGENT_REWIND_PREFIX) - 1
+        || ngx_strncmp(fields->data, NGX_HTTP_AGENT_REWIND_PREFIX,
+                       sizeof(NGX_HTTP_AGENT_REWIND_PREFIX) - 1)
+           != 0)
+    {
+        return NGX_OK;
+    }
+
+    p = fields->data + sizeof(NGX_HTTP_AGENT_REWIND_PREFIX) - 1;
+    last = fields->data + fields->len;
+
+    for (rewind.data = p; p < last && *p >= '0' && *p <= '9'; p++) {
+        /* void */
+    }
+
+    if (p == rewind.data || (size_t) (p - rewind.data) > NGX_INT64_LEN
+        || p == last || *p != ',')
+    {
+        return NGX_OK;
+    }
+
+    rewind.len = ngx_sprintf(buf, "{\"to_seq\":%*s}", p - rewind.data,
+                             rewind.data)
+                 - buf;
+    rewind.data = buf;
+
+    if (ngx_http_agent_log_add_locked(z, conv, NGX_HTTP_AGENT_EV_REWIND,
+                                      &rewind)
+        == NULL)
+    {
+        return NGX_ERROR;
     }
 
     return NGX_OK;

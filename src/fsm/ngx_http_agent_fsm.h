@@ -76,6 +76,12 @@ typedef struct {
 #define NGX_HTTP_AGENT_SETTLE_LOST        2   /* its call's worker died */
 #define NGX_HTTP_AGENT_SETTLE_SERVER      3   /* its MCP server gave up */
 
+/*
+ * a message's fields that begin so (then the seq, then a comma) rewind
+ * the context to that seq before its user_msg
+ */
+#define NGX_HTTP_AGENT_REWIND_PREFIX      "{\"rewind_to\":"
+
 #define NGX_HTTP_AGENT_UNPAIRED                                              \
     "[failed] the turn ended before the call had a result"
 

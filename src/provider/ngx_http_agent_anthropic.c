@@ -388,6 +388,17 @@ ngx_http_agent_anthropic_message_start(ngx_http_agent_anthropic_ctx_t *ctx,
     ngx_http_agent_anthropic_usage(reply,
                                    ngx_http_agent_provider_get(msg, "usage"));
 
+    if (ngx_http_agent_provider_string(ngx_http_agent_provider_get(msg,
+                                                                   "model"),
+                                       &id)
+        == NGX_OK
+        && ngx_http_agent_bytes_set(reply->pool, &reply->response_model,
+                                    id.data, id.len)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
     if (ngx_http_agent_provider_string(ngx_http_agent_provider_get(msg, "id"),
                                        &id)
         != NGX_OK)

@@ -487,6 +487,17 @@ ngx_http_agent_openai_chat_chunk(ngx_http_agent_openai_chat_ctx_t *ctx,
         return ngx_http_agent_openai_chat_error(ctx, v);
     }
 
+    if (reply->response_model.len == 0
+        && ngx_http_agent_provider_string(
+               ngx_http_agent_provider_get(chunk, "model"), &id)
+           == NGX_OK
+        && ngx_http_agent_bytes_set(reply->pool, &reply->response_model,
+                                    id.data, id.len)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
     if (reply->response_id.len == 0
         && ngx_http_agent_provider_string(
                ngx_http_agent_provider_get(chunk, "id"), &id)

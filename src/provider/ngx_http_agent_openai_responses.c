@@ -720,6 +720,14 @@ ngx_http_agent_openai_responses_completed(
         return NGX_ERROR;
     }
 
+    if (reply->response_model.len == 0
+        && ngx_http_agent_openai_responses_set(reply, &reply->response_model,
+                                  ngx_http_agent_provider_get(resp, "model"))
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
     ctx->state = sw_done;
     reply->complete = 1;
 

@@ -96,6 +96,7 @@ struct ngx_http_agent_reply_s {
 
     ngx_http_agent_bytes_t        finish_reason;
     ngx_http_agent_bytes_t        response_id;
+    ngx_http_agent_bytes_t        response_model;
 
     /* at most NGX_HTTP_AGENT_TOKENS_MAX each */
     ngx_uint_t                    input_tokens;

@@ -45,6 +45,10 @@ static ngx_uint_t ngx_http_agent_request_uint(yajl_val v);
 static ngx_int_t ngx_http_agent_request_summary(ngx_http_agent_request_t *r);
 static ngx_uint_t ngx_http_agent_request_summarized(
     ngx_http_agent_request_t *r, yajl_val event);
+static ngx_int_t ngx_http_agent_request_branch(ngx_http_agent_request_t *r);
+static uint64_t ngx_http_agent_request_head(ngx_str_t *event, char *name);
+static ngx_uint_t ngx_http_agent_request_ordinal(ngx_http_agent_request_t *r,
+    ngx_uint_t turn);
 
 
 ngx_int_t
@@ -67,11 +71,13 @@ ngx_http_agent_request_build(ngx_http_agent_request_format_t *format,
     r.g = ngx_http_agent_json_gen(pool);
     r.sub = ngx_http_agent_json_gen(pool);
 
-    if (r.g == NULL || r.sub == NULL) {
+    if (r.g == NULL || r.sub == NULL
+        || ngx_http_agent_request_branch(&r) != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
-    if (ngx_http_agent_output_find(pool, events, nevents, &r.output)
+    if (ngx_http_agent_output_find(pool, r.events, r.nevents, &r.output)
         != NGX_OK)
     {
         return NGX_ERROR;
@@ -609,8 +615,9 @@ ngx_http_agent_request_retention(ngx_http_agent_request_t *r)
         }
 
         if (i == r->nevents - 1) {
-            r->turn = ngx_http_agent_request_uint(
-                          ngx_http_agent_provider_get(ev, "turn"));
+            r->turn = ngx_http_agent_request_ordinal(r,
+                          ngx_http_agent_request_uint(
+                              ngx_http_agent_provider_get(ev, "turn")));
         }
 
         if (r->left
@@ -681,8 +688,9 @@ ngx_http_agent_request_expired(ngx_http_agent_request_t *r, yajl_val event)
     expired = 0;
 
     if (retention->turns) {
-        turn = ngx_http_agent_request_uint(
-                   ngx_http_agent_provider_get(event, "turn"));
+        turn = ngx_http_agent_request_ordinal(r,
+                   ngx_http_agent_request_uint(
+                       ngx_http_agent_provider_get(event, "turn")));
         expired = (turn + retention->turns <= r->turn);
     }
 
@@ -808,4 +816,148 @@ ngx_http_agent_request_summarized(ngx_http_agent_request_t *r,
                                                                   "seq"));
 
     return seq && seq <= r->summary_to;
+}
+
+
+/*
+ * The current branch of the log: a rewind (to_seq N, at seq R) leaves
+ * out the events between N and R, a superseded branch.  A rewind goes
+ * only to a seq of the branch then current, so an event is superseded
+ * exactly when a later rewind goes to before it: the walk from the end
+ * keeps the lowest to_seq seen.  Without a rewind the log is the branch.
+ */
+
+static ngx_int_t
+ngx_http_agent_request_branch(ngx_http_agent_request_t *r)
+{
+    uint64_t     seq, to;
+    yajl_val     ev;
+    ngx_str_t   *out;
+    ngx_uint_t   i, n, rewinds, users;
+
+    static u_char  type[] = "{\"type\":\"rewind\"";
+    static u_char  user[] = "{\"type\":\"user_msg\"";
+
+    rewinds = 0;
+
+    for (i = 0; i < r->nevents; i++) {
+        if (r->events[i].len >= sizeof(type) - 1
+            && ngx_strncmp(r->events[i].data, type, sizeof(type) - 1) == 0)
+        {
+            rewinds++;
+        }
+    }
+
+    if (rewinds == 0) {
+        return NGX_OK;
+    }
+
+    out = ngx_palloc(r->pool, r->nevents * sizeof(ngx_str_t));
+    r->turns = ngx_palloc(r->pool, r->nevents * sizeof(ngx_uint_t));
+
+    if (out == NULL || r->turns == NULL) {
+        return NGX_ERROR;
+    }
+
+    n = r->nevents;
+    users = r->nevents;
+    to = (uint64_t) -1;
+
+    for (i = r->nevents; i > 0; i--) {
+        seq = ngx_http_agent_request_head(&r->events[i - 1], ",\"seq\":");
+
+        if (seq > to) {
+            continue;
+        }
+
+        out[--n] = r->events[i - 1];
+
+        /* the branch's turns, in order, each by its user message */
+
+        if (r->events[i - 1].len >= sizeof(user) - 1
+            && ngx_strncmp(r->events[i - 1].data, user, sizeof(user) - 1)
+               == 0)
+        {
+            r->turns[--users] = (ngx_uint_t) ngx_http_agent_request_head(
+                                    &r->events[i - 1], ",\"turn\":");
+        }
+
+        if (r->events[i - 1].len < sizeof(type) - 1
+            || ngx_strncmp(r->events[i - 1].data, type, sizeof(type) - 1)
+               != 0)
+        {
+            continue;
+        }
+
+        ev = ngx_http_agent_provider_event(r->pool, &r->scratch,
+                                           &r->events[i - 1]);
+        if (ev == NULL) {
+            return NGX_ERROR;
+        }
+
+        to = ngx_min(to, (uint64_t) ngx_http_agent_request_uint(
+                             ngx_http_agent_provider_get(ev, "to_seq")));
+
+        ngx_http_agent_json_free(ev);
+    }
+
+    r->turns += users;
+    r->nturns = r->nevents - users;
+
+    r->events = out + n;
+    r->nevents -= n;
+
+    return NGX_OK;
+}
+
+
+/*
+ * A member of a canonical event's head, {"type":"...","seq":N,"turn":N:
+ * name is ",\"seq\":" or ",\"turn\":"; 0 if it is not there
+ */
+
+static uint64_t
+ngx_http_agent_request_head(ngx_str_t *event, char *name)
+{
+    u_char    *p, *last;
+    size_t     len;
+    uint64_t   n;
+
+    len = ngx_strlen(name);
+    last = event->data + ngx_min(event->len, 96);
+
+    p = ngx_strlcasestrn(event->data, last, (u_char *) name, len - 1);
+    if (p == NULL) {
+        return 0;
+    }
+
+    n = 0;
+
+    for (p += len; p < last && *p >= '0' && *p <= '9'; p++) {
+        n = n * 10 + (*p - '0');
+    }
+
+    return n;
+}
+
+
+/*
+ * A turn's place in the branch, for retention's "turns": the turns a
+ * rewind superseded do not count (without a rewind, the turn itself).
+ */
+
+static ngx_uint_t
+ngx_http_agent_request_ordinal(ngx_http_agent_request_t *r, ngx_uint_t turn)
+{
+    ngx_uint_t  i;
+
+    if (r->turns == NULL) {
+        return turn;
+    }
+
+    for (i = 0; i < r->nturns && r->turns[i] <= turn; i++) {
+        /* void */
+    }
+
+    return i;
 }

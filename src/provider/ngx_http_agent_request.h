@@ -130,6 +130,13 @@ struct ngx_http_agent_request_s {
     ngx_uint_t                       *left;
     unsigned                          retain:1;
 
+    /*
+     * after a rewind, the turns of the branch in order (their user
+     * messages'), by which retention counts turns; NULL without one
+     */
+    ngx_uint_t                       *turns;
+    ngx_uint_t                        nturns;
+
     /* the structured output the turn's message asks for, if any */
     ngx_http_agent_output_t           output;
 

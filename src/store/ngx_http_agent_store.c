@@ -69,11 +69,18 @@ typedef struct {
     /* the WAL wants its checkpoint */
     ngx_uint_t                    checkpoint;
 
-    /* NGX_ABORT: the conversation another node took, in the pool */
+    /*
+     * NGX_ABORT: the conversation another node took, in the pool; or,
+     * with lost_seq, one whose log holds another event at that seq
+     */
     ngx_str_t                     lost;
+    uint64_t                      lost_seq;
 
     /* the zone's count of inputs when the batch was claimed, see waits */
     ngx_atomic_uint_t             inputs;
+
+    /* the zone's count of lapses then, see stale */
+    ngx_uint_t                    drops;
     ngx_uint_t                    input;      /* the batch is an input's */
 
     /* the audit's rows that go with the batch, in a pool of their own */
@@ -98,6 +105,7 @@ static void ngx_http_agent_store_thread(void *data, ngx_log_t *log);
 static void ngx_http_agent_store_write(ngx_http_agent_flush_t *f,
     ngx_uint_t (*waits)(void *data), ngx_log_t *log);
 static ngx_uint_t ngx_http_agent_store_waits(void *data);
+static ngx_uint_t ngx_http_agent_store_stale(void *data);
 static ngx_uint_t ngx_http_agent_store_more(void *data, ngx_uint_t written,
     ngx_http_agent_store_event_t **events);
 static uint64_t ngx_http_agent_store_last(ngx_http_agent_store_event_t *ev,
@@ -109,6 +117,7 @@ static void ngx_http_agent_store_release(ngx_http_agent_flush_t *f);
 static void ngx_http_agent_store_done(ngx_event_t *ev);
 static ngx_int_t ngx_http_agent_store_next(ngx_http_agent_zone_t *z);
 static void ngx_http_agent_store_lose(ngx_http_agent_flush_t *f);
+static void ngx_http_agent_store_wake_subscribers(ngx_http_agent_flush_t *f);
 static ngx_uint_t ngx_http_agent_store_written_locked(
     ngx_http_agent_flush_t *f);
 
@@ -132,6 +141,7 @@ ngx_int_t  (*ngx_http_agent_store_revive)(ngx_http_request_t *r,
 
 /* drops a conversation another node took (set at configuration) */
 void  (*ngx_http_agent_store_lost)(ngx_str_t *id);
+ngx_int_t  (*ngx_http_agent_store_lease)(void);
 
 
 ngx_int_t
@@ -160,6 +170,10 @@ ngx_http_agent_store_init_process(ngx_cycle_t *cycle)
     ngx_http_agent_store_busy = 0;
     ngx_http_agent_store_due = 0;
     ngx_http_agent_store_ack_init_process();
+
+    if (ngx_http_agent_pg_listen_init_process(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
 #if (NGX_LINUX && defined __GLIBC__ && defined M_TRIM_THRESHOLD)
 
@@ -205,6 +219,11 @@ ngx_http_agent_store_exit_process(ngx_cycle_t *cycle)
     scf = amcf->store;
 
     ngx_http_agent_store_exit_flush(cycle);
+
+    /* rows queued after the flush took its own, by the turns it ended */
+    ngx_http_agent_store_audit_exit(cycle->log);
+
+    ngx_http_agent_pg_listen_exit_process();
 
     scf->store->close();
 
@@ -255,6 +274,11 @@ ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle)
         rc = f->rc;
         n = f->written;
 
+        if (rc == NGX_ABORT) {
+            /* before the rows go: the conversation may be named there */
+            ngx_http_agent_store_lose(f);
+        }
+
         if (f->rows_pool) {
             if (rc != NGX_OK) {
                 ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
@@ -266,7 +290,6 @@ ngx_http_agent_store_exit_flush(ngx_cycle_t *cycle)
         }
 
         if (rc == NGX_ABORT) {
-            ngx_http_agent_store_lose(f);
             ngx_destroy_pool(f->pool);
             continue;
         }
@@ -451,6 +474,15 @@ ngx_http_agent_store_flush(ngx_event_t *ev)
                                                ngx_http_agent_module);
     scf = amcf->store;
 
+    /*
+     * a node whose lease lapsed (agent_node) drops its zone before a
+     * batch takes any of it: the fence would refuse it anyway
+     */
+
+    if (amcf->node && ngx_http_agent_store_lease) {
+        (void) ngx_http_agent_store_lease();
+    }
+
     /* with flush=, the audit's rows alone wait for its timer */
 
     alone = (scf->flush == 0 || ev->timedout);
@@ -473,7 +505,7 @@ ngx_http_agent_store_flush(ngx_event_t *ev)
 
     if (f == NULL) {
         if (ngx_http_agent_store_refused == 2
-            && ngx_http_agent_store_dirty(ev->data))
+            && ngx_http_agent_store_dirty(amcf->zone))
         {
             /*
              * after a failure the claims went: another worker writing now
@@ -637,6 +669,7 @@ ngx_http_agent_store_claim(ngx_cycle_t *cycle, ngx_uint_t behind,
     }
 
     f->inputs = z->sh->inputs;
+    f->drops = ngx_http_agent_zone_drops(z);
     f->input = acked;
 
     ngx_http_agent_zone_unlock(z);
@@ -767,6 +800,7 @@ ngx_http_agent_store_write(ngx_http_agent_flush_t *f,
     b.nrows = f->rows ? f->rows->nelts : 0;
     b.waits = waits;
     b.more = waits ? ngx_http_agent_store_more : NULL;
+    b.stale = ngx_http_agent_store_stale;
     b.nmore = 0;
     b.data = f;
     b.input = f->input;
@@ -775,10 +809,12 @@ ngx_http_agent_store_write(ngx_http_agent_flush_t *f,
     f->more = 0;
 
     ngx_str_null(&b.lost);
+    b.lost_seq = 0;
 
     f->rc = f->conf->store->write(&f->conf->path, &b, log);
     f->written = (f->rc == NGX_ABORT) ? 0 : b.nevents;
     f->lost = b.lost;
+    f->lost_seq = b.lost_seq;
 
     if (f->rc == NGX_ABORT) {
         f->more = 0;
@@ -803,6 +839,27 @@ ngx_http_agent_store_waits(void *data)
     ngx_http_agent_flush_t *f = data;
 
     return f->zone->sh->inputs != f->inputs;
+}
+
+
+/*
+ * The node's lease lapsed since the batch was claimed (agent_node): every
+ * record of the zone was dropped with what it had not written, this
+ * batch's too.  A conversation claimed again since keeps its epoch, so
+ * the fence would let the batch in after the revival read the log
+ * without it, and the revived copy would write its own events at the
+ * batch's seqs: the writer checks this before its commit, while the
+ * server holds the rows the batch locked, so that a revival's claim
+ * either waits for the commit (and reads the batch) or finds it rolled
+ * back.
+ */
+
+static ngx_uint_t
+ngx_http_agent_store_stale(void *data)
+{
+    ngx_http_agent_flush_t *f = data;
+
+    return ngx_http_agent_zone_drops(f->zone) != f->drops;
 }
 
 
@@ -966,6 +1023,17 @@ ngx_http_agent_store_done(ngx_event_t *ev)
     }
 
     if (f->rc != NGX_OK && f->rows) {
+
+        /*
+         * the lost conversation's rows are refused as its events are;
+         * those of one whose log differs from its copy are this node's
+         * calls all the same, and go with the next batch
+         */
+
+        if (f->lost_seq == 0) {
+            ngx_http_agent_store_audit_drop(f->rows, &f->lost);
+        }
+
         ngx_http_agent_store_audit_back(f->rows_pool, f->rows);
         f->rows_pool = NULL;
     }
@@ -976,6 +1044,10 @@ ngx_http_agent_store_done(ngx_event_t *ev)
 
     rc = f->rc;
     z = f->zone;
+
+    if (rc == NGX_OK) {
+        ngx_http_agent_store_wake_subscribers(f);
+    }
 
     /* the batch left a backlog: it was cut, or full */
     rest = (f->written < f->nevents
@@ -1033,9 +1105,12 @@ ngx_http_agent_store_done(ngx_event_t *ev)
 /*
  * The fence refused the batch: another node took one of its
  * conversations (its heartbeat was late for longer than its ttl, and a
- * node claimed the conversation meanwhile).  Nothing of the batch was
- * written; the conversation leaves this node, its turn and subscribers
- * end, and the rest of the batch is written again without it.
+ * node claimed the conversation meanwhile), or the log holds another
+ * event at a seq of the batch (the zone's copy is not the log's).
+ * Nothing of the batch was written; the conversation leaves this node,
+ * its turn and subscribers end, and the rest of the batch is written
+ * again without it.  The log is the truth: a request or the sweep
+ * revives the conversation from it.
  */
 
 static void
@@ -1045,13 +1120,75 @@ ngx_http_agent_store_lose(ngx_http_agent_flush_t *f)
         return;
     }
 
-    ngx_log_error(NGX_LOG_ERR, f->log, 0,
-                  "agent conversation \"%V\": ownership lost, another node "
-                  "took it over; its events not written here are dropped",
-                  &f->lost);
+    if (f->lost_seq) {
+        ngx_log_error(NGX_LOG_ERR, f->log, 0,
+                      "agent conversation \"%V\": the log at seq %uL holds "
+                      "another event than this node's; its events not "
+                      "written here are dropped, and it is revived from the "
+                      "log when asked for", &f->lost, f->lost_seq);
+
+    } else {
+        ngx_log_error(NGX_LOG_ERR, f->log, 0,
+                      "agent conversation \"%V\": ownership lost, another "
+                      "node took it over; its events not written here are "
+                      "dropped", &f->lost);
+    }
 
     if (ngx_http_agent_store_lost) {
         ngx_http_agent_store_lost(&f->lost);
+    }
+}
+
+
+/*
+ * On a node (agent_node) subscribers are sent canonical events once they
+ * are written: the conversations of the batch wake theirs, in every
+ * worker, as an event added to the log does.
+ */
+
+static void
+ngx_http_agent_store_wake_subscribers(ngx_http_agent_flush_t *f)
+{
+    ngx_str_t                     id;
+    ngx_uint_t                    i, n, total;
+    ngx_pid_t                     pids[NGX_HTTP_AGENT_SUB_WORKERS + 1];
+    ngx_http_agent_conv_t        *conv;
+    ngx_http_agent_main_conf_t   *amcf;
+    ngx_http_agent_store_event_t *ev;
+
+    amcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_agent_module);
+    if (amcf->node == NULL) {
+        return;
+    }
+
+    ev = f->events;
+    total = f->nevents + f->more;
+
+    for (i = 0; i < total; i++) {
+
+        /* a conversation's events come together: its first wakes */
+
+        if (i > 0 && ev[i].conv.len == ev[i - 1].conv.len
+            && ngx_memcmp(ev[i].conv.data, ev[i - 1].conv.data,
+                          ev[i].conv.len)
+               == 0)
+        {
+            continue;
+        }
+
+        id = ev[i].conv;
+
+        ngx_http_agent_zone_lock(f->zone);
+
+        conv = ngx_http_agent_conv_find_locked(f->zone, &id);
+        n = conv ? ngx_http_agent_conv_sub_pids_locked(conv, pids) : 0;
+
+        ngx_http_agent_zone_unlock(f->zone);
+
+        if (n) {
+            ngx_http_agent_wake(&id, pids, n);
+        }
     }
 }
 

@@ -37,11 +37,20 @@ typedef struct {
 } ngx_http_agent_store_source_t;
 
 
+/* a waiting call of a revived conversation already notified of */
+typedef struct {
+    ngx_str_t                     call;
+    ngx_str_t                     kind;
+} ngx_http_agent_store_notified_t;
+
+
 /* a message waiting for its turn; front: it goes before the others */
 typedef struct {
     int64_t                       id;
     ngx_uint_t                    front;
     ngx_str_t                     data;
+    /* to queue: the conversation's epoch on this node, the fence */
+    uint64_t                      epoch;
 } ngx_http_agent_store_queued_t;
 
 
@@ -63,6 +72,8 @@ typedef struct {
     ngx_str_t                     id;
     uint64_t                      after;
     uint64_t                      upto;
+    /* a follower's read (the table's follow): at most so many events */
+    ngx_uint_t                    limit;
 
     ngx_str_t                     agent;
     ngx_str_t                     owner;
@@ -82,6 +93,15 @@ typedef struct {
     /* with after NGX_HTTP_AGENT_STORE_TAIL only, empty otherwise */
     ngx_array_t                  *sources;    /* store_source_t */
     ngx_array_t                  *queued;     /* store_queued_t */
+    /*
+     * and, if the store keeps it, the waiting calls whose notification
+     * was delivered, by any node: store_notified_t; NULL otherwise
+     */
+    ngx_array_t                  *notified;
+
+    /* a notification delivered, to record instead of a read */
+    ngx_str_t                     call;
+    ngx_str_t                     call_kind;
 
     /* a message to queue instead of a read */
     ngx_http_agent_store_queued_t queue;
@@ -118,15 +138,25 @@ typedef struct {
     ngx_uint_t                  (*more)(void *data, ngx_uint_t written,
                                         ngx_http_agent_store_event_t **events);
     ngx_uint_t                    nmore;
+    /*
+     * true once the node's lease lapsed since the batch was collected:
+     * its conversations left the zone unwritten, and one claimed again
+     * since (the epoch kept) read the log without the batch, which then
+     * must not commit
+     */
+    ngx_uint_t                  (*stale)(void *data);
     void                         *data;
     ngx_uint_t                    input;
     ngx_uint_t                    checkpoint;
     /*
      * set by write, which then returns NGX_ABORT and wrote nothing:
      * the conversation (one of the batch's events' conv) that another
-     * node has taken, whose events this node may no longer write
+     * node has taken, whose events this node may no longer write; or,
+     * with lost_seq, one whose log holds another event at lost_seq than
+     * the batch's (the zone's copy is not the log's)
      */
     ngx_str_t                     lost;
+    uint64_t                      lost_seq;
 } ngx_http_agent_store_batch_t;
 
 
@@ -143,12 +173,16 @@ typedef struct {
     /*
      * on a thread of the pool: the conversations that need a worker,
      * those with a call past its deadline at now (ms) and those whose
-     * log ends inside a turn
+     * log ends inside a turn; on a node its heartbeat first (NGX_ERROR if
+     * that failed, NGX_DECLINED if only the sweep did)
      */
     ngx_int_t                   (*sweep)(ngx_str_t *path, uint64_t now,
                                          ngx_array_t *ids, ngx_pool_t *pool,
                                          ngx_log_t *log);
-    /* on a thread of the pool: rd->queue, for rd->id */
+    /*
+     * on a thread of the pool: rd->queue, for rd->id; NGX_ABORT: another
+     * node owns the conversation, nothing was written
+     */
     ngx_int_t                   (*enqueue)(ngx_str_t *path,
                                            ngx_http_agent_store_read_t *rd,
                                            ngx_log_t *log);
@@ -181,6 +215,41 @@ typedef struct {
      * nothing written, a crash of the machine may lose the last commits)
      */
     void                        (*init_process)(ngx_uint_t sync);
+    /*
+     * on a thread of the pool, for a subscriber on a node that does not
+     * own the conversation: the row (last_seq 0: none) and at most
+     * rd->limit events after rd->after, in one snapshot; never a claim.
+     * NULL: a store of one node, whose subscribers are all in the zone.
+     */
+    ngx_int_t                   (*follow)(ngx_str_t *path,
+                                          ngx_http_agent_store_read_t *rd,
+                                          ngx_pool_t *pool, ngx_log_t *log);
+    /*
+     * on a thread of the pool, NULL if the store has no owners: rd->id,
+     * at rest and all of it written, left this worker's zone; a node
+     * that still holds it at rd->epoch lets it go, so that another may
+     * claim it at once; rd->last_seq 0: a created id never used, whose
+     * row goes
+     */
+    ngx_int_t                   (*release)(ngx_str_t *path,
+                                           ngx_http_agent_store_read_t *rd,
+                                           ngx_log_t *log);
+    /*
+     * on a thread of the pool, NULL if the store keeps no created ids:
+     * the row of rd->id, which agent_create made, bound to rd->agent and
+     * rd->owner; NGX_DECLINED: the id is taken
+     */
+    ngx_int_t                   (*create)(ngx_str_t *path,
+                                          ngx_http_agent_store_read_t *rd,
+                                          ngx_log_t *log);
+    /*
+     * on a thread of the pool, NULL if the store does not keep it: the
+     * notification of rd->id's waiting call rd->call (rd->call_kind) was
+     * delivered, and a revival (on any node) finds it so
+     */
+    ngx_int_t                   (*notified)(ngx_str_t *path,
+                                            ngx_http_agent_store_read_t *rd,
+                                            ngx_log_t *log);
 } ngx_http_agent_store_t;
 
 
@@ -248,8 +317,20 @@ ngx_int_t ngx_http_agent_store_read(ngx_pool_t *owner, ngx_str_t *id,
     uint64_t after, uint64_t upto, ngx_http_agent_store_read_pt handler,
     void *data);
 
+/*
+ * a follower's read (the table's follow): the row and at most limit
+ * events after "after"; NGX_DECLINED: the store has no follow
+ */
+ngx_int_t ngx_http_agent_store_follow(ngx_pool_t *owner, ngx_str_t *id,
+    uint64_t after, ngx_uint_t limit, ngx_http_agent_store_read_pt handler,
+    void *data);
+
 /* 503 unavailable: the pool's queue refused a read, nothing was done */
 ngx_int_t ngx_http_agent_store_busy_answer(ngx_http_request_t *r);
+ngx_int_t ngx_http_agent_store_posted(ngx_http_request_t *r, ngx_int_t rc);
+
+/* 503 unavailable: the store's read of the conversation failed */
+ngx_int_t ngx_http_agent_store_unread_answer(ngx_http_request_t *r);
 
 /* writes a queued message on the pool, then the handler runs */
 ngx_int_t ngx_http_agent_store_enqueue(ngx_pool_t *owner, ngx_str_t *id,
@@ -262,6 +343,24 @@ ngx_int_t ngx_http_agent_store_enqueue(ngx_pool_t *owner, ngx_str_t *id,
  */
 ngx_int_t ngx_http_agent_store_takeover(ngx_pool_t *owner, ngx_str_t *id,
     uint64_t seq, ngx_http_agent_store_read_pt handler, void *data);
+
+/*
+ * the store's release of a conversation that left the zone at rest, if
+ * it has one (seq: the record's last, 0 if it had no event)
+ */
+void ngx_http_agent_store_let_go(ngx_str_t *id, uint64_t epoch, uint64_t seq);
+
+/* records a notification delivered, if the store keeps that */
+void ngx_http_agent_store_notified(ngx_str_t *id, ngx_str_t *call,
+    ngx_str_t *kind);
+
+/*
+ * writes the row of a created id on the pool, then the handler runs;
+ * NGX_DECLINED: the store keeps no created ids, nothing was started
+ */
+ngx_int_t ngx_http_agent_store_create(ngx_pool_t *owner, ngx_str_t *id,
+    ngx_str_t *agent, ngx_str_t *conv_owner,
+    ngx_http_agent_store_read_pt handler, void *data);
 
 /* a round of the expiry timer: at most one sweep a second in the zone */
 void ngx_http_agent_store_sweep(ngx_http_agent_zone_t *z, uint64_t now);
@@ -279,6 +378,14 @@ void ngx_http_agent_store_checkpoint(ngx_http_agent_store_conf_t *scf);
 extern ngx_http_agent_store_t  ngx_http_agent_store_sqlite;
 extern ngx_http_agent_store_t  ngx_http_agent_store_pg;
 
+/*
+ * PostgreSQL on a node: the listener of the store's notifications, in
+ * one worker of the node (ngx_http_agent_store_pg_listen.c); nothing
+ * with another store or without agent_node
+ */
+ngx_int_t ngx_http_agent_pg_listen_init_process(ngx_cycle_t *cycle);
+void ngx_http_agent_pg_listen_exit_process(void);
+
 /* the revival of a conversation from the store: the turn's, set at init */
 extern ngx_int_t  (*ngx_http_agent_store_revive)(ngx_http_request_t *r,
     ngx_str_t *id);
@@ -288,6 +395,9 @@ extern ngx_int_t  (*ngx_http_agent_store_revive)(ngx_http_request_t *r,
  * its subscribers end (the turn's, set at init)
  */
 extern void  (*ngx_http_agent_store_lost)(ngx_str_t *id);
+
+/* the node's lease checked, its conversations dropped if it lapsed */
+extern ngx_int_t  (*ngx_http_agent_store_lease)(void);
 
 /* 421 owned_elsewhere: another node owns the conversation, at addr */
 ngx_int_t ngx_http_agent_store_elsewhere_answer(ngx_http_request_t *r,

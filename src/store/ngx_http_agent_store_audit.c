@@ -140,6 +140,28 @@ ngx_http_agent_store_audit_take(ngx_array_t **rows)
 }
 
 
+/* a worker that exits: the rows still queued are not written */
+
+void
+ngx_http_agent_store_audit_exit(ngx_log_t *log)
+{
+    if (ngx_http_agent_audit_pool == NULL) {
+        return;
+    }
+
+    if (ngx_http_agent_audit_rows && ngx_http_agent_audit_rows->nelts) {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "agent store could not write %ui model call rows as "
+                      "the worker exits", ngx_http_agent_audit_rows->nelts);
+    }
+
+    ngx_destroy_pool(ngx_http_agent_audit_pool);
+
+    ngx_http_agent_audit_pool = NULL;
+    ngx_http_agent_audit_rows = NULL;
+}
+
+
 /*
  * The rows of a batch that was not written come back, ahead of those
  * queued meanwhile (a call's start before its end), for the next batch
@@ -175,6 +197,39 @@ ngx_http_agent_store_audit_back(ngx_pool_t *pool, ngx_array_t *rows)
     }
 
     ngx_destroy_pool(newer_pool);
+}
+
+
+void
+ngx_http_agent_store_audit_drop(ngx_array_t *rows, ngx_str_t *conv)
+{
+    ngx_uint_t                   i, n;
+    ngx_http_agent_audit_row_t  *r;
+
+    if (conv->len == 0) {
+        return;
+    }
+
+    r = rows->elts;
+
+    for (i = 0, n = 0; i < rows->nelts; i++) {
+        if (r[i].conv.len == conv->len
+            && ngx_memcmp(r[i].conv.data, conv->data, conv->len) == 0)
+        {
+            continue;
+        }
+
+        r[n++] = r[i];
+    }
+
+    if (n < rows->nelts) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "agent conversation \"%V\": %ui model call rows "
+                      "dropped, another node owns it", conv,
+                      rows->nelts - n);
+    }
+
+    rows->nelts = n;
 }
 
 

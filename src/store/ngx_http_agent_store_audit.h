@@ -37,6 +37,8 @@ typedef struct {
     uint64_t                      started;    /* ms since the epoch */
     ngx_pid_t                     worker;
     ngx_uint_t                    end;
+    /* the conversation's epoch on this node as the call started */
+    uint64_t                      epoch;
 } ngx_http_agent_audit_row_t;
 
 
@@ -63,6 +65,9 @@ ngx_int_t ngx_http_agent_store_audit(ngx_http_agent_audit_row_t *row);
 ngx_pool_t *ngx_http_agent_store_audit_take(ngx_array_t **rows);
 void ngx_http_agent_store_audit_back(ngx_pool_t *pool, ngx_array_t *rows);
 ngx_uint_t ngx_http_agent_store_audit_queued(void);
+void ngx_http_agent_store_audit_exit(ngx_log_t *log);
+/* the rows of a conversation this node lost (conv may be empty) taken out */
+void ngx_http_agent_store_audit_drop(ngx_array_t *rows, ngx_str_t *conv);
 
 typedef void (*ngx_http_agent_audit_page_pt)(ngx_http_request_t *r,
     ngx_http_agent_audit_page_t *page, ngx_int_t rc);

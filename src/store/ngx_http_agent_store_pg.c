@@ -36,7 +36,7 @@
 #define NGX_HTTP_AGENT_PG_INT8S   1016
 #define NGX_HTTP_AGENT_PG_TEXTS   1009
 
-#define NGX_HTTP_AGENT_PG_PARAMS  16
+#define NGX_HTTP_AGENT_PG_PARAMS  18
 
 
 /* a call's parameters, arrays built in one buffer */
@@ -58,6 +58,9 @@ static ngx_int_t ngx_http_agent_pg_send_events(PGconn *conn,
     ngx_http_agent_store_event_t *ev, ngx_uint_t n, ngx_log_t *log);
 static ngx_int_t ngx_http_agent_pg_send_rows(PGconn *conn,
     ngx_http_agent_audit_row_t *rows, ngx_uint_t n, ngx_log_t *log);
+static ngx_int_t ngx_http_agent_pg_send_notify(PGconn *conn,
+    ngx_http_agent_store_event_t *ev, ngx_uint_t n,
+    ngx_http_agent_store_event_t *more, ngx_uint_t nmore, ngx_log_t *log);
 static ngx_int_t ngx_http_agent_pg_sync(PGconn *conn, ngx_uint_t nrows,
     ngx_http_agent_store_batch_t *b, ngx_log_t *log);
 static void ngx_http_agent_pg_lost(ngx_http_agent_store_batch_t *b,
@@ -70,6 +73,7 @@ static void ngx_http_agent_pg_text(ngx_http_agent_pg_params_t *pp,
 static void ngx_http_agent_pg_int8(ngx_http_agent_pg_params_t *pp,
     int64_t v);
 static void ngx_http_agent_pg_end(ngx_http_agent_pg_params_t *pp);
+static void ngx_http_agent_pg_node_param(ngx_http_agent_pg_params_t *pp);
 static u_char *ngx_http_agent_pg_put32(u_char *p, uint32_t v);
 static void ngx_http_agent_pg_close(void);
 
@@ -86,7 +90,11 @@ ngx_http_agent_store_t  ngx_http_agent_store_pg = {
     ngx_http_agent_pg_list,
     ngx_http_agent_pg_audit_page,
     ngx_http_agent_pg_close,
-    ngx_http_agent_pg_init_process
+    ngx_http_agent_pg_init_process,
+    ngx_http_agent_pg_read,
+    ngx_http_agent_pg_release,
+    ngx_http_agent_pg_create,
+    ngx_http_agent_pg_notified
 };
 
 
@@ -102,7 +110,7 @@ ngx_http_agent_pg_write(ngx_str_t *conninfo, ngx_http_agent_store_batch_t *b,
     ngx_log_t *log)
 {
     PGconn                        *conn;
-    ngx_uint_t                     n, i, m, cut, synced;
+    ngx_uint_t                     n, i, m, cut, synced, stale;
     ngx_http_agent_store_event_t  *more;
 
     conn = ngx_http_agent_pg_writer;
@@ -124,11 +132,14 @@ ngx_http_agent_pg_write(ngx_str_t *conninfo, ngx_http_agent_store_batch_t *b,
     }
 
     n = b->nevents;
+    more = NULL;
     b->nmore = 0;
     ngx_str_null(&b->lost);
+    b->lost_seq = 0;
 
     cut = (!b->input && b->waits);
     synced = 0;
+    stale = 0;
 
     if (!PQsendQueryParams(conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0)) {
         goto failed;
@@ -185,6 +196,27 @@ ngx_http_agent_pg_write(ngx_str_t *conninfo, ngx_http_agent_store_batch_t *b,
         goto failed;
     }
 
+    /* on a node, the subscribers of other nodes learn of the commit */
+
+    if (ngx_http_agent_pg_node.id.len
+        && ngx_http_agent_pg_send_notify(conn, b->events, n,
+                                         more, b->nmore, log)
+           != NGX_OK)
+    {
+        goto failed;
+    }
+
+    /* the node's lease lapsed meanwhile: the batch goes with the zone */
+
+    if (b->stale && b->stale(b->data)) {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "agent store \"%s\": the node's lease lapsed while "
+                      "a batch was written, it is rolled back",
+                      ngx_http_agent_pg_name);
+        stale = 1;
+        goto failed;
+    }
+
     if (!PQsendQueryParams(conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0)
         || ngx_http_agent_pg_sync(conn, b->nrows, b, log) != NGX_OK)
     {
@@ -202,7 +234,7 @@ failed:
      * it had of the batch, and the next batch connects again
      */
 
-    if (b->lost.len == 0) {
+    if (b->lost.len == 0 && !stale) {
         ngx_http_agent_pg_log(NGX_LOG_ERR, log, conn, NULL, "write");
     }
 
@@ -279,7 +311,7 @@ ngx_http_agent_pg_send_events(PGconn *conn, ngx_http_agent_store_event_t *ev,
     ngx_http_agent_pg_array(&pp, NGX_HTTP_AGENT_PG_INT8);
     for (i = 0; i < n; i++) {
         ngx_http_agent_pg_int8(&pp,
-                        ev[i].type == NGX_HTTP_AGENT_EV_SUMMARY ? 0
+                        ngx_http_agent_event_outside(ev[i].type) ? 0
                         : ngx_http_agent_event_terminal(ev[i].type) ? 2 : 1);
     }
     ngx_http_agent_pg_end(&pp);
@@ -292,12 +324,7 @@ ngx_http_agent_pg_send_events(PGconn *conn, ngx_http_agent_store_event_t *ev,
 
     /* the node, and the epoch each event is written under: the fence */
 
-    pp.values[pp.n] = ngx_http_agent_pg_node.id.len
-                      ? (char *) ngx_http_agent_pg_node.id.data : "";
-    pp.lengths[pp.n] = ngx_http_agent_pg_node.id.len;
-    pp.formats[pp.n] = 1;
-    pp.types[pp.n] = NGX_HTTP_AGENT_PG_TEXT;
-    pp.n++;
+    ngx_http_agent_pg_node_param(&pp);
 
     ngx_http_agent_pg_array(&pp, NGX_HTTP_AGENT_PG_INT8);
     for (i = 0; i < n; i++) {
@@ -308,6 +335,78 @@ ngx_http_agent_pg_send_events(PGconn *conn, ngx_http_agent_store_event_t *ev,
     rc = ngx_http_agent_pg_send(conn,
                             "SELECT agent_write($1, $2, $3, $4, $5, $6, $7,"
                             " $8, $9)",
+                            &pp);
+
+    ngx_free(pp.buf);
+
+    return rc;
+}
+
+
+/*
+ * One notification per conversation of the batch, of its last seq
+ * ("<id>:<seq>", at most 64 + 21 bytes), sent with the commit: not one
+ * per event, since every notifying commit takes the server's one lock
+ * of the notification queue.  The server sends them only if the batch
+ * commits, and to every listener (ngx_http_agent_store_pg_listen.c).
+ */
+
+static ngx_int_t
+ngx_http_agent_pg_send_notify(PGconn *conn, ngx_http_agent_store_event_t *ev,
+    ngx_uint_t n, ngx_http_agent_store_event_t *more, ngx_uint_t nmore,
+    ngx_log_t *log)
+{
+    size_t                         size;
+    ngx_int_t                      rc;
+    ngx_uint_t                     i, k;
+    ngx_http_agent_pg_params_t     pp;
+    ngx_http_agent_store_event_t  *e, *all[2];
+    ngx_uint_t                     count[2];
+
+    all[0] = ev;
+    count[0] = n;
+    all[1] = more;
+    count[1] = nmore;
+
+    size = 2 * 20;
+
+    for (k = 0; k < 2; k++) {
+        for (i = 0; i < count[k]; i++) {
+            size += 4 + 12 + all[k][i].conv.len;
+        }
+    }
+
+    ngx_memzero(&pp, sizeof(ngx_http_agent_pg_params_t));
+
+    pp.buf = ngx_alloc(size, log);
+    if (pp.buf == NULL) {
+        return NGX_ERROR;
+    }
+
+    pp.p = pp.buf;
+    pp.nelts = n + nmore;
+
+    ngx_http_agent_pg_array(&pp, NGX_HTTP_AGENT_PG_TEXT);
+    for (k = 0; k < 2; k++) {
+        for (i = 0; i < count[k]; i++) {
+            e = &all[k][i];
+            ngx_http_agent_pg_text(&pp, e->conv.data, e->conv.len);
+        }
+    }
+    ngx_http_agent_pg_end(&pp);
+
+    ngx_http_agent_pg_array(&pp, NGX_HTTP_AGENT_PG_INT8);
+    for (k = 0; k < 2; k++) {
+        for (i = 0; i < count[k]; i++) {
+            ngx_http_agent_pg_int8(&pp, all[k][i].seq);
+        }
+    }
+    ngx_http_agent_pg_end(&pp);
+
+    rc = ngx_http_agent_pg_send(conn,
+                            "SELECT pg_notify('" NGX_HTTP_AGENT_PG_CHANNEL
+                            "', c || ':' || max(s)) FROM unnest($1::text[],"
+                            " $2::bigint[]) AS u(c, s) GROUP BY c",
                             &pp);
 
     ngx_free(pp.buf);
@@ -328,11 +427,11 @@ ngx_http_agent_pg_send_rows(PGconn *conn, ngx_http_agent_audit_row_t *rows,
     ngx_http_agent_audit_row_t  *r;
     ngx_http_agent_pg_params_t   pp;
 
-    size = 15 * 20;
+    size = 16 * 20;
 
     for (i = 0; i < n; i++) {
         r = &rows[i];
-        size += 15 * 4 + 10 * 8 + r->conv.len + r->adapter.len
+        size += 16 * 4 + 11 * 8 + r->conv.len + r->adapter.len
                 + r->model.len + r->status.len + r->error.len;
     }
 
@@ -376,12 +475,18 @@ ngx_http_agent_pg_send_rows(PGconn *conn, ngx_http_agent_audit_row_t *rows,
     ngx_http_agent_pg_int8s(first);
     ngx_http_agent_pg_int8s(duration);
 
+    /* the node, and the epoch of each row's call: the fence */
+
+    ngx_http_agent_pg_node_param(&pp);
+    ngx_http_agent_pg_int8s(epoch);
+
 #undef ngx_http_agent_pg_texts
 #undef ngx_http_agent_pg_int8s
 
     rc = ngx_http_agent_pg_send(conn,
                             "SELECT agent_audit($1, $2, $3, $4, $5, $6, $7,"
-                            " $8, $9, $10, $11, $12, $13, $14, $15)",
+                            " $8, $9, $10, $11, $12, $13, $14, $15, $16,"
+                            " $17)",
                             &pp);
 
     ngx_free(pp.buf);
@@ -458,7 +563,10 @@ ngx_http_agent_pg_sync(PGconn *conn, ngx_uint_t nrows,
 
             state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
 
-            if (state && ngx_strcmp(state, "AG001") == 0) {
+            if (state
+                && (ngx_strcmp(state, "AG001") == 0
+                    || ngx_strcmp(state, "AG002") == 0))
+            {
                 ngx_http_agent_pg_lost(b, res);
             }
 
@@ -475,14 +583,16 @@ ngx_http_agent_pg_sync(PGconn *conn, ngx_uint_t nrows,
 
 
 /*
- * The fence refused the batch: the conversation another node took (the
- * error's detail), as the batch's events name it
+ * The fence refused the batch (AG001): the conversation another node
+ * took (the error's detail), as the batch's events or audit rows name
+ * it; or the log holds another event at one of the batch's seqs (AG002,
+ * the seq in the error's hint), and the conversation goes as if lost
  */
 
 static void
 ngx_http_agent_pg_lost(ngx_http_agent_store_batch_t *b, PGresult *res)
 {
-    char        *id;
+    char        *id, *seq;
     size_t       len;
     ngx_uint_t   i;
 
@@ -491,6 +601,9 @@ ngx_http_agent_pg_lost(ngx_http_agent_store_batch_t *b, PGresult *res)
         return;
     }
 
+    seq = PQresultErrorField(res, PG_DIAG_MESSAGE_HINT);
+    b->lost_seq = seq ? (uint64_t) strtoull(seq, NULL, 10) : 0;
+
     len = ngx_strlen(id);
 
     for (i = 0; i < b->nevents + b->nmore; i++) {
@@ -498,6 +611,15 @@ ngx_http_agent_pg_lost(ngx_http_agent_store_batch_t *b, PGresult *res)
             && ngx_memcmp(b->events[i].conv.data, id, len) == 0)
         {
             b->lost = b->events[i].conv;
+            return;
+        }
+    }
+
+    for (i = 0; i < b->nrows; i++) {
+        if (b->rows[i].conv.len == len
+            && ngx_memcmp(b->rows[i].conv.data, id, len) == 0)
+        {
+            b->lost = b->rows[i].conv;
             return;
         }
     }
@@ -549,6 +671,20 @@ static void
 ngx_http_agent_pg_end(ngx_http_agent_pg_params_t *pp)
 {
     pp->lengths[pp->n] = (u_char *) pp->p - (u_char *) pp->values[pp->n];
+    pp->n++;
+}
+
+
+/* the node's id, "" without agent_node: nothing is fenced */
+
+static void
+ngx_http_agent_pg_node_param(ngx_http_agent_pg_params_t *pp)
+{
+    pp->values[pp->n] = ngx_http_agent_pg_node.id.len
+                        ? (char *) ngx_http_agent_pg_node.id.data : "";
+    pp->lengths[pp->n] = ngx_http_agent_pg_node.id.len;
+    pp->formats[pp->n] = 1;
+    pp->types[pp->n] = NGX_HTTP_AGENT_PG_TEXT;
     pp->n++;
 }
 

@@ -29,6 +29,12 @@
 
 #define NGX_HTTP_AGENT_PG_TIMEOUT         5000
 
+/*
+ * the channel of the notifications a batch's commit sends on a node:
+ * "<conversation>:<last seq written>", one per conversation a batch
+ */
+#define NGX_HTTP_AGENT_PG_CHANNEL         "agent"
+
 /* the master's, which may wait for another node's migration */
 #define NGX_HTTP_AGENT_PG_OPEN_TIMEOUT    60000
 
@@ -49,6 +55,9 @@ ngx_int_t ngx_http_agent_pg_open(ngx_str_t *conninfo, ngx_log_t *log);
 /* the conninfo's name for the logs, a password left out */
 void ngx_http_agent_pg_set_name(ngx_str_t *conninfo);
 
+/* a connection started, with the module's settings, not waited for */
+PGconn *ngx_http_agent_pg_start(ngx_str_t *conninfo);
+
 /*
  * A connection with the session's settings (timeouts, sync), waited for
  * at most timeout ms; NULL: an error, logged at level
@@ -58,6 +67,13 @@ PGconn *ngx_http_agent_pg_connect(ngx_str_t *conninfo, ngx_msec_t timeout,
 
 /* whether a commit waits for the server's disk (init_process) */
 void ngx_http_agent_pg_init_process(ngx_uint_t sync);
+
+/*
+ * the connection's socket ready for events (POLLIN, POLLOUT), waited for
+ * until the deadline, or only looked at (deadline 0); NGX_AGAIN: not ready
+ */
+ngx_int_t ngx_http_agent_pg_wait(PGconn *conn, short events,
+    ngx_msec_t deadline);
 
 /* ms of a clock that only goes forward, for the deadlines of threads */
 ngx_msec_t ngx_http_agent_pg_msec(void);
@@ -91,6 +107,36 @@ PGresult *ngx_http_agent_pg_query(ngx_str_t *conninfo, PGconn **conn,
     const int *lengths, const int *formats, const char *what,
     ngx_log_t *log);
 
+/*
+ * The same, for a statement that may run twice (read-only, or one whose
+ * second run changes nothing and answers as the first): tried once more
+ * on a new connection if the kept one was found broken
+ */
+PGresult *ngx_http_agent_pg_query_again(ngx_str_t *conninfo, PGconn **conn,
+    const char *sql, int n, const Oid *types, const char *const *values,
+    const int *lengths, const int *formats, const char *what,
+    ngx_log_t *log);
+
+/* work on a connection, which the caller gives back (NGX_OK or an error) */
+typedef ngx_int_t (*ngx_http_agent_pg_handler_pt)(PGconn *conn, void *data,
+    ngx_log_t *log);
+
+/*
+ * The handler on a kept connection, given back after; once more on a
+ * new connection if the kept one was found broken: for work that may
+ * run twice
+ */
+ngx_int_t ngx_http_agent_pg_retry(ngx_str_t *conninfo,
+    ngx_http_agent_pg_handler_pt handler, void *data, const char *what,
+    ngx_log_t *log);
+
+/*
+ * whether the connection broke under a statement that failed (logged
+ * with what, the other kept connections closed)
+ */
+ngx_uint_t ngx_http_agent_pg_broken(PGconn *conn, const char *what,
+    ngx_log_t *log);
+
 /* the connections kept for reads, the sweep, the list and the audit */
 PGconn *ngx_http_agent_pg_get(ngx_str_t *conninfo, ngx_log_t *log);
 /* ok 0: an error came on it, it is closed */
@@ -105,6 +151,12 @@ ngx_int_t ngx_http_agent_pg_sweep(ngx_str_t *conninfo, uint64_t now,
 ngx_int_t ngx_http_agent_pg_takeover(ngx_str_t *conninfo,
     ngx_http_agent_store_read_t *rd, ngx_log_t *log);
 ngx_int_t ngx_http_agent_pg_enqueue(ngx_str_t *conninfo,
+    ngx_http_agent_store_read_t *rd, ngx_log_t *log);
+ngx_int_t ngx_http_agent_pg_release(ngx_str_t *conninfo,
+    ngx_http_agent_store_read_t *rd, ngx_log_t *log);
+ngx_int_t ngx_http_agent_pg_create(ngx_str_t *conninfo,
+    ngx_http_agent_store_read_t *rd, ngx_log_t *log);
+ngx_int_t ngx_http_agent_pg_notified(ngx_str_t *conninfo,
     ngx_http_agent_store_read_t *rd, ngx_log_t *log);
 ngx_int_t ngx_http_agent_pg_list(ngx_str_t *conninfo,
     ngx_http_agent_store_list_t *ls, ngx_log_t *log);

@@ -26,10 +26,14 @@
  */
 
 
-static ngx_int_t ngx_http_agent_pg_wait(PGconn *conn, short events,
-    ngx_msec_t deadline);
 static ngx_int_t ngx_http_agent_pg_settings(PGconn *conn, ngx_msec_t timeout,
     ngx_uint_t level, ngx_log_t *log);
+static PGresult *ngx_http_agent_pg_statement(ngx_str_t *conninfo,
+    PGconn **conn, ngx_uint_t twice, const char *sql, int n,
+    const Oid *types, const char *const *values, const int *lengths,
+    const int *formats, const char *what, ngx_log_t *log);
+static void ngx_http_agent_pg_readers_drop(void);
+static void ngx_http_agent_pg_notice(void *arg, const char *message);
 
 
 #define NGX_HTTP_AGENT_PG_NAME  256
@@ -109,19 +113,16 @@ ngx_http_agent_pg_msec(void)
 
 
 /*
- * The conninfo the directive gave is expanded last (the dbname given as
- * a connection string): what it sets wins over the timeouts set here.
+ * A connection started, not waited for: the settings the module wants,
+ * the conninfo the directive gave last (the dbname given as a connection
+ * string), so that what it sets wins over the timeouts set here
  */
 
 PGconn *
-ngx_http_agent_pg_connect(ngx_str_t *conninfo, ngx_msec_t timeout,
-    ngx_uint_t level, ngx_log_t *log)
+ngx_http_agent_pg_start(ngx_str_t *conninfo)
 {
-    PGconn                        *conn;
-    ngx_int_t                      rc;
-    ngx_msec_t                     deadline;
-    const char                    *values[9];
-    PostgresPollingStatusType      st;
+    PGconn      *conn;
+    const char  *values[9];
 
     static const char  *keys[] = {
         "connect_timeout", "keepalives", "keepalives_idle",
@@ -139,9 +140,42 @@ ngx_http_agent_pg_connect(ngx_str_t *conninfo, ngx_msec_t timeout,
     values[7] = (char *) conninfo->data;
     values[8] = NULL;
 
+    conn = PQconnectStartParams(keys, values, 1);
+
+    if (conn != NULL) {
+        (void) PQsetNoticeProcessor(conn, ngx_http_agent_pg_notice, NULL);
+    }
+
+    return conn;
+}
+
+
+/*
+ * The server's notices are not printed on stderr, as libpq's own
+ * processor would print them: what the schema's "IF NOT EXISTS" says
+ * each time a master opens the store ("relation ... already exists,
+ * skipping") is no news, and the module's statements report what
+ * matters as errors
+ */
+
+static void
+ngx_http_agent_pg_notice(void *arg, const char *message)
+{
+}
+
+
+PGconn *
+ngx_http_agent_pg_connect(ngx_str_t *conninfo, ngx_msec_t timeout,
+    ngx_uint_t level, ngx_log_t *log)
+{
+    PGconn                        *conn;
+    ngx_int_t                      rc;
+    ngx_msec_t                     deadline;
+    PostgresPollingStatusType      st;
+
     deadline = ngx_http_agent_pg_msec() + timeout;
 
-    conn = PQconnectStartParams(keys, values, 1);
+    conn = ngx_http_agent_pg_start(conninfo);
     if (conn == NULL) {
         ngx_log_error(level, log, 0, "agent store \"%s\": no memory for a "
                       "connection", ngx_http_agent_pg_name);
@@ -235,9 +269,7 @@ ngx_http_agent_pg_settings(PGconn *conn, ngx_msec_t timeout,
 }
 
 
-/* NGX_AGAIN: the deadline passed */
-
-static ngx_int_t
+ngx_int_t
 ngx_http_agent_pg_wait(PGconn *conn, short events, ngx_msec_t deadline)
 {
     int             n;
@@ -253,9 +285,12 @@ ngx_http_agent_pg_wait(PGconn *conn, short events, ngx_msec_t deadline)
     }
 
     for ( ;; ) {
-        left = (ngx_msec_int_t) (deadline - ngx_http_agent_pg_msec());
+        /* deadline 0: a look, no wait (the event loop's) */
 
-        if (left <= 0) {
+        left = deadline ? (ngx_msec_int_t) (deadline - ngx_http_agent_pg_msec())
+                        : 0;
+
+        if (deadline && left <= 0) {
             return NGX_AGAIN;
         }
 
@@ -391,26 +426,132 @@ ngx_http_agent_pg_log(ngx_uint_t level, ngx_log_t *log, PGconn *conn,
 }
 
 
+/*
+ * A kept connection can be found broken only when it is used: the
+ * server restarted, its session was ended (pg_terminate_backend), or a
+ * network cut healed under it.  A connection the server closed while it
+ * was kept has something to read (the server's last error, its end):
+ * ngx_http_agent_pg_get() closes it and takes the next.  One the server
+ * forgot without a word (a cut) breaks under the statement sent on it.
+ *
+ * Then the work is done once more on a new connection, if it may run
+ * twice: a read-only transaction (a read, a page of the list or the
+ * audit), or a statement that a second run leaves as the first left it
+ * and answers as it did (the sweep, a revival's claim, the enqueue).
+ * Broken is CONNECTION_BAD: the send failed, or the end of the results
+ * was the connection's end.  A server that ends a session (57P01
+ * admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now, class
+ * 08) sends its error and closes the connection, and the results are
+ * read to their end, so it is that too.  An error the server answered
+ * with, or a deadline missed, is not tried again: the second try would
+ * get the same error, or wait as long again.  The second try waits as
+ * the first does, a connection for at most 5 s and a statement for at
+ * most 5 s + 1 s, and is not tried again itself.  The other kept
+ * connections, of the same server, are closed with the broken one.
+ */
+
+ngx_int_t
+ngx_http_agent_pg_retry(ngx_str_t *conninfo,
+    ngx_http_agent_pg_handler_pt handler, void *data, const char *what,
+    ngx_log_t *log)
+{
+    PGconn      *conn;
+    ngx_int_t    rc;
+    ngx_uint_t   tried;
+
+    conn = ngx_http_agent_pg_get(conninfo, log);
+
+    for (tried = 0; conn; tried = 1) {
+        rc = handler(conn, data, log);
+
+        if (rc == NGX_OK || tried
+            || !ngx_http_agent_pg_broken(conn, what, log))
+        {
+            ngx_http_agent_pg_put(conn, rc == NGX_OK);
+            return rc;
+        }
+
+        PQfinish(conn);
+
+        conn = ngx_http_agent_pg_connect(conninfo, NGX_HTTP_AGENT_PG_TIMEOUT,
+                                         NGX_LOG_ERR, log);
+    }
+
+    return NGX_ERROR;
+}
+
+
+/* whether a statement that failed on conn may be tried again on another */
+
+ngx_uint_t
+ngx_http_agent_pg_broken(PGconn *conn, const char *what, ngx_log_t *log)
+{
+    if (PQstatus(conn) != CONNECTION_BAD) {
+        return 0;
+    }
+
+    ngx_log_error(NGX_LOG_WARN, log, 0, "agent store \"%s\": %s: the "
+                  "connection was lost, tried again on a new one",
+                  ngx_http_agent_pg_name, what);
+
+    ngx_http_agent_pg_readers_drop();
+
+    return 1;
+}
+
+
 PGresult *
 ngx_http_agent_pg_query(ngx_str_t *conninfo, PGconn **conn, const char *sql,
     int n, const Oid *types, const char *const *values, const int *lengths,
     const int *formats, const char *what, ngx_log_t *log)
 {
+    return ngx_http_agent_pg_statement(conninfo, conn, 0, sql, n, types,
+                                       values, lengths, formats, what, log);
+}
+
+
+PGresult *
+ngx_http_agent_pg_query_again(ngx_str_t *conninfo, PGconn **conn,
+    const char *sql, int n, const Oid *types, const char *const *values,
+    const int *lengths, const int *formats, const char *what, ngx_log_t *log)
+{
+    return ngx_http_agent_pg_statement(conninfo, conn, 1, sql, n, types,
+                                       values, lengths, formats, what, log);
+}
+
+
+static PGresult *
+ngx_http_agent_pg_statement(ngx_str_t *conninfo, PGconn **conn,
+    ngx_uint_t twice, const char *sql, int n, const Oid *types,
+    const char *const *values, const int *lengths, const int *formats,
+    const char *what, ngx_log_t *log)
+{
     PGresult  *res;
 
     *conn = ngx_http_agent_pg_get(conninfo, log);
-    if (*conn == NULL) {
-        return NULL;
+
+    while (*conn) {
+        res = ngx_http_agent_pg_exec(*conn, sql, n, types, values, lengths,
+                                     formats, what, log);
+        if (res) {
+            return res;
+        }
+
+        if (!twice || !ngx_http_agent_pg_broken(*conn, what, log)) {
+            ngx_http_agent_pg_put(*conn, 0);
+            break;
+        }
+
+        twice = 0;
+        PQfinish(*conn);
+
+        *conn = ngx_http_agent_pg_connect(conninfo, NGX_HTTP_AGENT_PG_TIMEOUT,
+                                          NGX_LOG_ERR, log);
     }
 
-    res = ngx_http_agent_pg_exec(*conn, sql, n, types, values, lengths,
-                                 formats, what, log);
-    if (res == NULL) {
-        ngx_http_agent_pg_put(*conn, 0);
-        *conn = NULL;
-    }
+    *conn = NULL;
 
-    return res;
+    return NULL;
 }
 
 
@@ -419,18 +560,32 @@ ngx_http_agent_pg_get(ngx_str_t *conninfo, ngx_log_t *log)
 {
     PGconn  *conn;
 
-    conn = NULL;
+    for ( ;; ) {
+        conn = NULL;
 
-    (void) pthread_mutex_lock(&ngx_http_agent_pg_readers_mutex);
+        (void) pthread_mutex_lock(&ngx_http_agent_pg_readers_mutex);
 
-    if (ngx_http_agent_pg_nreaders) {
-        conn = ngx_http_agent_pg_readers[--ngx_http_agent_pg_nreaders];
-    }
+        if (ngx_http_agent_pg_nreaders) {
+            conn = ngx_http_agent_pg_readers[--ngx_http_agent_pg_nreaders];
+        }
 
-    (void) pthread_mutex_unlock(&ngx_http_agent_pg_readers_mutex);
+        (void) pthread_mutex_unlock(&ngx_http_agent_pg_readers_mutex);
 
-    if (conn) {
-        return conn;
+        if (conn == NULL) {
+            break;
+        }
+
+        /* nothing to read on a connection that waits: still open */
+
+        if (ngx_http_agent_pg_wait(conn, POLLIN, 0) == NGX_AGAIN) {
+            return conn;
+        }
+
+        ngx_log_error(NGX_LOG_INFO, log, 0, "agent store \"%s\": a kept "
+                      "connection was closed by the server",
+                      ngx_http_agent_pg_name);
+
+        PQfinish(conn);
     }
 
     return ngx_http_agent_pg_connect(conninfo, NGX_HTTP_AGENT_PG_TIMEOUT,
@@ -460,6 +615,32 @@ ngx_http_agent_pg_put(PGconn *conn, ngx_uint_t ok)
 
     if (!kept) {
         PQfinish(conn);
+    }
+}
+
+
+/* the kept connections closed, outside the lock */
+
+static void
+ngx_http_agent_pg_readers_drop(void)
+{
+    ngx_uint_t   i, n;
+    PGconn      *conns[NGX_HTTP_AGENT_PG_READERS];
+
+    (void) pthread_mutex_lock(&ngx_http_agent_pg_readers_mutex);
+
+    n = ngx_http_agent_pg_nreaders;
+
+    for (i = 0; i < n; i++) {
+        conns[i] = ngx_http_agent_pg_readers[i];
+    }
+
+    ngx_http_agent_pg_nreaders = 0;
+
+    (void) pthread_mutex_unlock(&ngx_http_agent_pg_readers_mutex);
+
+    for (i = 0; i < n; i++) {
+        PQfinish(conns[i]);
     }
 }
 

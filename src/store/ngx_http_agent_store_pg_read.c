@@ -24,6 +24,10 @@
  */
 
 
+static ngx_int_t ngx_http_agent_pg_read_conn(PGconn *conn, void *data,
+    ngx_log_t *log);
+static ngx_int_t ngx_http_agent_pg_sweep_conn(PGconn *conn, void *data,
+    ngx_log_t *log);
 static ngx_int_t ngx_http_agent_pg_claim(PGconn *conn,
     ngx_http_agent_store_read_t *rd, ngx_pool_t *pool, ngx_log_t *log);
 static ngx_int_t ngx_http_agent_pg_read_tx(PGconn *conn,
@@ -32,6 +36,12 @@ static ngx_int_t ngx_http_agent_pg_events(PGresult *res,
     ngx_http_agent_store_read_t *rd, ngx_pool_t *pool, ngx_log_t *log);
 static ngx_int_t ngx_http_agent_pg_tail(PGconn *conn,
     ngx_http_agent_store_read_t *rd, ngx_pool_t *pool, ngx_log_t *log);
+static ngx_int_t ngx_http_agent_pg_command(ngx_str_t *conninfo,
+    const char *sql, int n, const Oid *types, const char **values,
+    const int *lengths, const int *formats, const char *what,
+    ngx_log_t *log);
+static PGresult *ngx_http_agent_pg_by_id(PGconn *conn, const char *sql,
+    const char **values, int *lengths, ngx_log_t *log);
 static ngx_int_t ngx_http_agent_pg_copy(ngx_pool_t *pool, PGresult *res,
     int row, int col, ngx_str_t *s);
 static int64_t ngx_http_agent_pg_int(PGresult *res, int row, int col);
@@ -52,6 +62,10 @@ static const int  ngx_http_agent_pg_b[] = { 1 };
 static const Oid  ngx_http_agent_pg_snn[] = { NGX_HTTP_AGENT_PG_STR, 0, 0 };
 static const int  ngx_http_agent_pg_bnn[] = { 1, 0, 0 };
 
+static const Oid  ngx_http_agent_pg_snnn[] = { NGX_HTTP_AGENT_PG_STR,
+                                               0, 0, 0 };
+static const int  ngx_http_agent_pg_bnnn[] = { 1, 0, 0, 0 };
+
 static const Oid  ngx_http_agent_pg_ss[] = { NGX_HTTP_AGENT_PG_STR,
                                              NGX_HTTP_AGENT_PG_STR };
 static const int  ngx_http_agent_pg_bb[] = { 1, 1 };
@@ -70,7 +84,7 @@ static const int  ngx_http_agent_pg_bb[] = { 1, 1 };
 #define NGX_HTTP_AGENT_PG_R_RANGE                                            \
     "SELECT seq, type, data FROM events WHERE conversation = $1"             \
     " AND seq > $2::bigint AND ($3::bigint = 0 OR seq <= $3::bigint)"        \
-    " ORDER BY seq"
+    " ORDER BY seq LIMIT nullif($4::bigint, 0)"
 
 #define NGX_HTTP_AGENT_PG_R_SUMMARY                                          \
     "SELECT (data::json->>'to_seq')::bigint FROM events"                     \
@@ -88,6 +102,16 @@ static const int  ngx_http_agent_pg_bb[] = { 1, 1 };
 #define NGX_HTTP_AGENT_PG_R_QUEUED                                           \
     "SELECT id, data FROM queued WHERE conversation = $1"                    \
     " ORDER BY front DESC, CASE front WHEN 1 THEN -id ELSE id END"
+
+/* the waiting calls already announced (see agent_notify) */
+#define NGX_HTTP_AGENT_PG_R_NOTIFIED                                         \
+    "SELECT n.call, n.kind FROM notified n JOIN tool_calls t"                \
+    " ON t.conversation = n.conversation AND t.id = n.call"                  \
+    " WHERE n.conversation = $1 AND t.status = 'suspended'"
+
+#define NGX_HTTP_AGENT_PG_NOTIFY_DONE                                        \
+    "INSERT INTO notified (conversation, call, kind) VALUES ($1, $2, $3)"    \
+    " ON CONFLICT DO NOTHING"
 
 #define NGX_HTTP_AGENT_PG_SWEEP_N  64
 
@@ -142,23 +166,17 @@ static const int  ngx_http_agent_pg_bb[] = { 1, 1 };
     " LEFT JOIN nodes n ON n.id = v.node WHERE v.id = $1"
 
 /*
- * A message that waits for its turn, unless its turn has already been
- * written (the user_msg names the queue id): the writer takes it out
- * when its user_msg is written.  A queue id is never given twice in a
- * conversation: a row that is not inserted is acknowledged only if the
- * user_msg that carries the id is this very message (its turn came
- * first), as in SQLite.
+ * A message that waits for its turn: agent_enqueue() (schema).  A row
+ * already queued with its queue id and this very message is
+ * acknowledged first (queue ids are never given twice in a
+ * conversation): it is a first run's, whose answer was lost with its
+ * connection, and a second run answers as that one did.
  */
 #define NGX_HTTP_AGENT_PG_ENQUEUE                                            \
-    "WITH i AS (INSERT INTO queued (conversation, id, front, data)"          \
-    " SELECT $1, $2::bigint, $3::integer, $4"                                \
-    " WHERE NOT EXISTS (SELECT 1 FROM events"                                \
-    " WHERE conversation = $1 AND type = 'user_msg'"                         \
-    " AND (data::json->>'queue_id')::bigint = $2::bigint)"                   \
-    " ON CONFLICT (conversation, id) DO NOTHING RETURNING 1)"                \
-    " SELECT EXISTS (SELECT 1 FROM i) OR EXISTS (SELECT 1 FROM events"       \
-    " WHERE conversation = $1 AND type = 'user_msg'"                         \
-    " AND (data::json->>'queue_id')::bigint = $2::bigint AND data = $4)"
+    "SELECT CASE WHEN EXISTS (SELECT 1 FROM queued WHERE conversation = $1"  \
+    " AND id = $2::bigint AND data = $4) THEN 1"                             \
+    " ELSE agent_enqueue($1, $2::bigint, $3::integer, $4, $5, $6::bigint)"   \
+    " END"
 
 /*
  * A take-over of the turn at seq $2 counted: a count taken at an earlier
@@ -170,11 +188,42 @@ static const int  ngx_http_agent_pg_bb[] = { 1, 1 };
     " takeover_seq = greatest(takeover_seq, $2::bigint)"                     \
     " WHERE id = $1 RETURNING takeovers"
 
+/*
+ * A conversation that left the zone at rest, all of it written, is no
+ * node's: any node may claim it (a request, or the sweep for its
+ * deadlines) without waiting for a ttl.  Only if it is still this
+ * node's at the epoch the record had: one claimed meanwhile, by another
+ * node or by this one again, stays claimed.
+ */
+#define NGX_HTTP_AGENT_PG_RELEASE                                            \
+    "UPDATE conversations SET node = NULL"                                   \
+    " WHERE id = $1 AND node = $2 AND epoch = $3::bigint AND last_seq > 0"
+
+/*
+ * a created id never used, left the zone: as if it had not been made
+ * (on a node, only if still this node's; without one, the node is none)
+ */
+#define NGX_HTTP_AGENT_PG_FORGET                                             \
+    "DELETE FROM conversations WHERE id = $1"                                \
+    " AND node IS NOT DISTINCT FROM nullif($2, '')"                          \
+    " AND epoch = $3::bigint AND last_seq = 0"
+
+/*
+ * A created id's row, bound to its agent and owner, this node's (the
+ * first write then finds it so): the key makes the id the store's once,
+ * whichever node drew it
+ */
+#define NGX_HTTP_AGENT_PG_CREATE                                             \
+    "INSERT INTO conversations (id, agent, owner, last_seq, updated, node)"  \
+    " VALUES ($1, $2, $3, 0, extract(epoch FROM now())::bigint,"             \
+    " nullif($4, '')) ON CONFLICT (id) DO NOTHING RETURNING 1"
+
 #define NGX_HTTP_AGENT_PG_LIST                                               \
     "SELECT id, state, updated, (SELECT count(*) FROM tool_calls t"          \
     "  WHERE t.conversation = c.id AND t.status = 'suspended')"              \
     " FROM conversations c"                                                  \
     " WHERE agent = $1 AND ($2::boolean OR owner = $3) AND id > $4"          \
+    " AND last_seq > 0"                                                      \
     " ORDER BY id LIMIT $5::bigint"
 
 #define NGX_HTTP_AGENT_PG_AUDIT_PAGE                                         \
@@ -185,20 +234,65 @@ static const int  ngx_http_agent_pg_bb[] = { 1, 1 };
     " ORDER BY call LIMIT $3::bigint"
 
 
+typedef struct {
+    ngx_http_agent_store_read_t   *rd;
+    ngx_pool_t                    *pool;
+} ngx_http_agent_pg_read_ctx_t;
+
+
+typedef struct {
+    uint64_t                       now;
+    ngx_array_t                   *ids;
+    ngx_pool_t                    *pool;
+} ngx_http_agent_pg_sweep_ctx_t;
+
+
 /*
  * The conversation's row and its events, in one transaction that sees
  * one snapshot: the row and the events agree.  A revival's read
  * (NGX_HTTP_AGENT_STORE_TAIL) takes the source ids of the last messages
- * and the queued messages too.
+ * and the queued messages too.  On a connection found broken it is read
+ * again from the start on a new one: the transaction is read-only, and
+ * the claim before it (one statement, committed or not) leaves a
+ * conversation this node's at the epoch the first run gave it.
  */
 
 ngx_int_t
 ngx_http_agent_pg_read(ngx_str_t *conninfo, ngx_http_agent_store_read_t *rd,
     ngx_pool_t *pool, ngx_log_t *log)
 {
-    PGconn     *conn;
-    ngx_int_t   rc;
-    PGresult   *res;
+    ngx_int_t                      rc;
+    ngx_http_agent_pg_read_ctx_t   ctx;
+
+    ctx.rd = rd;
+    ctx.pool = pool;
+
+    rc = ngx_http_agent_pg_retry(conninfo, ngx_http_agent_pg_read_conn, &ctx,
+                                 "read", log);
+
+    if (rc != NGX_OK) {
+        ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%s\" cannot read "
+                      "\"%V\"", ngx_http_agent_pg_name, &rd->id);
+    }
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_agent_pg_read_conn(PGconn *conn, void *data, ngx_log_t *log)
+{
+    ngx_http_agent_pg_read_ctx_t  *ctx = data;
+
+    ngx_int_t                     rc;
+    PGresult                     *res;
+    ngx_pool_t                   *pool;
+    ngx_http_agent_store_read_t  *rd;
+
+    rd = ctx->rd;
+    pool = ctx->pool;
+
+    ngx_str_null(&rd->elsewhere);
 
     rd->events = ngx_array_create(pool, 16,
                                   sizeof(ngx_http_agent_store_event_t));
@@ -206,12 +300,11 @@ ngx_http_agent_pg_read(ngx_str_t *conninfo, ngx_http_agent_store_read_t *rd,
                                    sizeof(ngx_http_agent_store_source_t));
     rd->queued = ngx_array_create(pool, 1,
                                   sizeof(ngx_http_agent_store_queued_t));
-    if (rd->events == NULL || rd->sources == NULL || rd->queued == NULL) {
-        return NGX_ERROR;
-    }
-
-    conn = ngx_http_agent_pg_get(conninfo, log);
-    if (conn == NULL) {
+    rd->notified = ngx_array_create(pool, 1,
+                                  sizeof(ngx_http_agent_store_notified_t));
+    if (rd->events == NULL || rd->sources == NULL || rd->queued == NULL
+        || rd->notified == NULL)
+    {
         return NGX_ERROR;
     }
 
@@ -219,12 +312,10 @@ ngx_http_agent_pg_read(ngx_str_t *conninfo, ngx_http_agent_store_read_t *rd,
         && ngx_http_agent_pg_node.id.len)
     {
         if (ngx_http_agent_pg_claim(conn, rd, pool, log) != NGX_OK) {
-            ngx_http_agent_pg_put(conn, 0);
             return NGX_ERROR;
         }
 
         if (rd->elsewhere.data) {
-            ngx_http_agent_pg_put(conn, 1);
             return NGX_OK;
         }
     }
@@ -233,13 +324,17 @@ ngx_http_agent_pg_read(ngx_str_t *conninfo, ngx_http_agent_store_read_t *rd,
                                  " READ ONLY", 0, NULL, NULL, NULL, NULL,
                                  "read", log);
     if (res == NULL) {
-        ngx_http_agent_pg_put(conn, 0);
         return NGX_ERROR;
     }
 
     PQclear(res);
 
     rc = ngx_http_agent_pg_read_tx(conn, rd, pool, log);
+
+    if (PQstatus(conn) == CONNECTION_BAD) {
+        /* nothing to end: the connection broke under the read */
+        return NGX_ERROR;
+    }
 
     res = ngx_http_agent_pg_exec(conn, "COMMIT", 0, NULL, NULL, NULL, NULL,
                                  "read", log);
@@ -249,13 +344,6 @@ ngx_http_agent_pg_read(ngx_str_t *conninfo, ngx_http_agent_store_read_t *rd,
     }
 
     PQclear(res);
-
-    if (rc != NGX_OK) {
-        ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%s\" cannot read "
-                      "\"%V\"", ngx_http_agent_pg_name, &rd->id);
-    }
-
-    ngx_http_agent_pg_put(conn, rc == NGX_OK);
 
     return rc;
 }
@@ -328,12 +416,13 @@ static ngx_int_t
 ngx_http_agent_pg_read_tx(PGconn *conn, ngx_http_agent_store_read_t *rd,
     ngx_pool_t *pool, ngx_log_t *log)
 {
-    int          lengths[3];
+    int          lengths[4];
     u_char       after[NGX_INT64_LEN + 1], upto[NGX_INT64_LEN + 1];
+    u_char       limit[NGX_INT64_LEN + 1];
     int64_t      to;
     ngx_int_t    rc;
     PGresult    *res;
-    const char  *values[3];
+    const char  *values[4];
 
     values[0] = (char *) rd->id.data;
     lengths[0] = rd->id.len;
@@ -394,10 +483,12 @@ ngx_http_agent_pg_read_tx(PGconn *conn, ngx_http_agent_store_read_t *rd,
     *ngx_sprintf(after, "%uL", rd->after) = '\0';
     values[2] = (char *) upto;
     *ngx_sprintf(upto, "%uL", rd->upto) = '\0';
+    values[3] = (char *) limit;
+    *ngx_sprintf(limit, "%ui", rd->limit) = '\0';
 
-    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_R_RANGE, 3,
-                                 ngx_http_agent_pg_snn, values, lengths,
-                                 ngx_http_agent_pg_bnn, "read", log);
+    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_R_RANGE, 4,
+                                 ngx_http_agent_pg_snnn, values, lengths,
+                                 ngx_http_agent_pg_bnnn, "read", log);
     if (res == NULL) {
         return NGX_ERROR;
     }
@@ -415,19 +506,19 @@ static ngx_int_t
 ngx_http_agent_pg_tail(PGconn *conn, ngx_http_agent_store_read_t *rd,
     ngx_pool_t *pool, ngx_log_t *log)
 {
-    int                             i, n, lengths[1];
-    ngx_int_t                       rc;
-    PGresult                       *res;
-    const char                     *values[1];
-    ngx_http_agent_store_queued_t  *q;
-    ngx_http_agent_store_source_t  *src;
+    int                               i, n, lengths[1];
+    ngx_int_t                         rc;
+    PGresult                         *res;
+    const char                       *values[1];
+    ngx_http_agent_store_queued_t    *q;
+    ngx_http_agent_store_source_t    *src;
+    ngx_http_agent_store_notified_t  *nt;
 
     values[0] = (char *) rd->id.data;
     lengths[0] = rd->id.len;
 
-    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_R_TAIL, 1,
-                                 ngx_http_agent_pg_s, values, lengths,
-                                 ngx_http_agent_pg_b, "read", log);
+    res = ngx_http_agent_pg_by_id(conn, NGX_HTTP_AGENT_PG_R_TAIL,
+                                  values, lengths, log);
     if (res == NULL) {
         return NGX_ERROR;
     }
@@ -439,9 +530,8 @@ ngx_http_agent_pg_tail(PGconn *conn, ngx_http_agent_store_read_t *rd,
         return NGX_ERROR;
     }
 
-    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_R_SOURCES, 1,
-                                 ngx_http_agent_pg_s, values, lengths,
-                                 ngx_http_agent_pg_b, "read", log);
+    res = ngx_http_agent_pg_by_id(conn, NGX_HTTP_AGENT_PG_R_SOURCES,
+                                  values, lengths, log);
     if (res == NULL) {
         return NGX_ERROR;
     }
@@ -470,9 +560,8 @@ ngx_http_agent_pg_tail(PGconn *conn, ngx_http_agent_store_read_t *rd,
 
     /* messages waiting for their turn, in the order they will run */
 
-    res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_R_QUEUED, 1,
-                                 ngx_http_agent_pg_s, values, lengths,
-                                 ngx_http_agent_pg_b, "read", log);
+    res = ngx_http_agent_pg_by_id(conn, NGX_HTTP_AGENT_PG_R_QUEUED,
+                                  values, lengths, log);
     if (res == NULL) {
         return NGX_ERROR;
     }
@@ -490,6 +579,29 @@ ngx_http_agent_pg_tail(PGconn *conn, ngx_http_agent_store_read_t *rd,
 
         q->id = ngx_http_agent_pg_int(res, i, 0);
         q->front = 0;
+    }
+
+    PQclear(res);
+
+    /* waiting calls whose notification was delivered */
+
+    res = ngx_http_agent_pg_by_id(conn, NGX_HTTP_AGENT_PG_R_NOTIFIED,
+                                  values, lengths, log);
+    if (res == NULL) {
+        return NGX_ERROR;
+    }
+
+    n = PQntuples(res);
+
+    for (i = 0; i < n; i++) {
+        nt = ngx_array_push(rd->notified);
+        if (nt == NULL
+            || ngx_http_agent_pg_copy(pool, res, i, 0, &nt->call) != NGX_OK
+            || ngx_http_agent_pg_copy(pool, res, i, 1, &nt->kind) != NGX_OK)
+        {
+            PQclear(res);
+            return NGX_ERROR;
+        }
     }
 
     PQclear(res);
@@ -539,14 +651,36 @@ ngx_http_agent_pg_events(PGresult *res, ngx_http_agent_store_read_t *rd,
 }
 
 
+/*
+ * The heartbeat and the sweep, once more on a new connection if the
+ * kept one was found broken: a heartbeat set twice is set, and a
+ * second sweep finds the conversations the first claimed already this
+ * node's (their epoch up once) and answers them again
+ */
+
 ngx_int_t
 ngx_http_agent_pg_sweep(ngx_str_t *conninfo, uint64_t now, ngx_array_t *ids,
     ngx_pool_t *pool, ngx_log_t *log)
 {
+    ngx_http_agent_pg_sweep_ctx_t  ctx;
+
+    ctx.now = now;
+    ctx.ids = ids;
+    ctx.pool = pool;
+
+    return ngx_http_agent_pg_retry(conninfo, ngx_http_agent_pg_sweep_conn,
+                                   &ctx, "sweep", log);
+}
+
+
+static ngx_int_t
+ngx_http_agent_pg_sweep_conn(PGconn *conn, void *data, ngx_log_t *log)
+{
+    ngx_http_agent_pg_sweep_ctx_t  *ctx = data;
+
     int                           i, n, lengths[4];
     u_char                        when[NGX_INT64_LEN + 1];
     u_char                        ttl[NGX_INT64_LEN + 1];
-    PGconn                       *conn;
     ngx_str_t                    *id;
     PGresult                     *res;
     const char                   *values[4];
@@ -554,11 +688,6 @@ ngx_http_agent_pg_sweep(ngx_str_t *conninfo, uint64_t now, ngx_array_t *ids,
 
     static const Oid  types[] = { 0, 0, NGX_HTTP_AGENT_PG_STR, 0 };
     static const int  formats[] = { 0, 0, 1, 0 };
-
-    conn = ngx_http_agent_pg_get(conninfo, log);
-    if (conn == NULL) {
-        return NGX_ERROR;
-    }
 
     node = &ngx_http_agent_pg_node;
 
@@ -576,14 +705,13 @@ ngx_http_agent_pg_sweep(ngx_str_t *conninfo, uint64_t now, ngx_array_t *ids,
                                      values, lengths, ngx_http_agent_pg_bb,
                                      "heartbeat", log);
         if (res == NULL) {
-            ngx_http_agent_pg_put(conn, 0);
             return NGX_ERROR;
         }
 
         PQclear(res);
     }
 
-    *ngx_sprintf(when, "%uL", now) = '\0';
+    *ngx_sprintf(when, "%uL", ctx->now) = '\0';
     *ngx_sprintf(ttl, "%M", node->ttl) = '\0';
 
     values[0] = (char *) when;
@@ -598,23 +726,22 @@ ngx_http_agent_pg_sweep(ngx_str_t *conninfo, uint64_t now, ngx_array_t *ids,
     res = ngx_http_agent_pg_exec(conn, NGX_HTTP_AGENT_PG_SWEEP, 4, types,
                                  values, lengths, formats, "sweep", log);
     if (res == NULL) {
-        ngx_http_agent_pg_put(conn, 0);
-        return NGX_ERROR;
+        /* the heartbeat was written, though: the node's lease runs on */
+        return node->id.len ? NGX_DECLINED : NGX_ERROR;
     }
 
     n = PQntuples(res);
 
     for (i = 0; i < n; i++) {
-        id = ngx_array_push(ids);
+        id = ngx_array_push(ctx->ids);
         if (id == NULL
-            || ngx_http_agent_pg_copy(pool, res, i, 0, id) != NGX_OK)
+            || ngx_http_agent_pg_copy(ctx->pool, res, i, 0, id) != NGX_OK)
         {
             break;
         }
     }
 
     PQclear(res);
-    ngx_http_agent_pg_put(conn, 1);
 
     return (i == n) ? NGX_OK : NGX_ERROR;
 }
@@ -624,19 +751,21 @@ ngx_int_t
 ngx_http_agent_pg_enqueue(ngx_str_t *conninfo,
     ngx_http_agent_store_read_t *rd, ngx_log_t *log)
 {
-    int          lengths[4];
-    u_char       id[NGX_INT64_LEN + 2];
-    ngx_uint_t   taken;
+    int          lengths[6];
+    u_char       id[NGX_INT64_LEN + 2], epoch[NGX_INT64_LEN + 2];
+    ngx_int_t    taken;
 
     static const Oid  types[] = { NGX_HTTP_AGENT_PG_STR, 0, 0,
-                                  NGX_HTTP_AGENT_PG_STR };
-    static const int  formats[] = { 1, 0, 0, 1 };
+                                  NGX_HTTP_AGENT_PG_STR,
+                                  NGX_HTTP_AGENT_PG_STR, 0 };
+    static const int  formats[] = { 1, 0, 0, 1, 1, 0 };
 
     PGconn      *conn;
     PGresult    *res;
-    const char  *values[4];
+    const char  *values[6];
 
     *ngx_sprintf(id, "%L", rd->queue.id) = '\0';
+    *ngx_sprintf(epoch, "%uL", rd->queue.epoch) = '\0';
 
     values[0] = (char *) rd->id.data;
     lengths[0] = rd->id.len;
@@ -646,22 +775,33 @@ ngx_http_agent_pg_enqueue(ngx_str_t *conninfo,
     lengths[2] = 0;
     values[3] = (char *) rd->queue.data.data;
     lengths[3] = rd->queue.data.len;
+    values[4] = ngx_http_agent_pg_node.id.len
+                ? (char *) ngx_http_agent_pg_node.id.data : "";
+    lengths[4] = ngx_http_agent_pg_node.id.len;
+    values[5] = (char *) epoch;
+    lengths[5] = 0;
 
-    res = ngx_http_agent_pg_query(conninfo, &conn, NGX_HTTP_AGENT_PG_ENQUEUE,
-                                  4, types, values, lengths, formats,
-                                  "queue", log);
+    res = ngx_http_agent_pg_query_again(conninfo, &conn,
+                                        NGX_HTTP_AGENT_PG_ENQUEUE, 6, types,
+                                        values, lengths, formats, "queue",
+                                        log);
     if (res == NULL) {
         ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%s\" cannot queue "
                       "a message of \"%V\"", ngx_http_agent_pg_name, &rd->id);
         return NGX_ERROR;
     }
 
-    taken = (PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't');
+    taken = (PQntuples(res) == 1) ? ngx_http_agent_pg_int(res, 0, 0) : 0;
 
     PQclear(res);
     ngx_http_agent_pg_put(conn, 1);
 
-    if (!taken) {
+    if (taken == 2) {
+        /* the fence: another node owns the conversation now */
+        return NGX_ABORT;
+    }
+
+    if (taken != 1) {
         ngx_log_error(NGX_LOG_ERR, log, 0, "agent store \"%s\" cannot queue "
                       "a message: queue id %L of \"%V\" is taken by another "
                       "message", ngx_http_agent_pg_name, rd->queue.id,
@@ -695,6 +835,11 @@ ngx_http_agent_pg_takeover(ngx_str_t *conninfo,
     values[1] = (char *) seq;
     lengths[1] = 0;
 
+    /*
+     * not tried again on a broken connection: a count that went in
+     * before the connection broke would be counted twice
+     */
+
     res = ngx_http_agent_pg_query(conninfo, &conn, NGX_HTTP_AGENT_PG_TAKEOVER,
                                   2, types, values, lengths, formats,
                                   "count a take-over", log);
@@ -710,6 +855,113 @@ ngx_http_agent_pg_takeover(ngx_str_t *conninfo,
     ngx_http_agent_pg_put(conn, 1);
 
     return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_agent_pg_release(ngx_str_t *conninfo,
+    ngx_http_agent_store_read_t *rd, ngx_log_t *log)
+{
+    int          lengths[3];
+    u_char       epoch[NGX_INT64_LEN + 2];
+    const char  *values[3];
+
+    static const Oid  types[] = { NGX_HTTP_AGENT_PG_STR,
+                                  NGX_HTTP_AGENT_PG_STR, 0 };
+    static const int  formats[] = { 1, 1, 0 };
+
+    if (ngx_http_agent_pg_node.id.len == 0 && rd->last_seq) {
+        /* without agent_node nothing is claimed, nothing to let go */
+        return NGX_OK;
+    }
+
+    *ngx_sprintf(epoch, "%uL", rd->epoch) = '\0';
+
+    values[0] = (char *) rd->id.data;
+    lengths[0] = rd->id.len;
+    values[1] = ngx_http_agent_pg_node.id.len
+                ? (char *) ngx_http_agent_pg_node.id.data : "";
+    lengths[1] = ngx_http_agent_pg_node.id.len;
+    values[2] = (char *) epoch;
+    lengths[2] = 0;
+
+    return ngx_http_agent_pg_command(conninfo,
+                                     rd->last_seq ? NGX_HTTP_AGENT_PG_RELEASE
+                                                  : NGX_HTTP_AGENT_PG_FORGET,
+                                     3, types, values, lengths, formats,
+                                     "release", log);
+}
+
+
+ngx_int_t
+ngx_http_agent_pg_create(ngx_str_t *conninfo,
+    ngx_http_agent_store_read_t *rd, ngx_log_t *log)
+{
+    int          lengths[4];
+    PGconn      *conn;
+    PGresult    *res;
+    ngx_int_t    made;
+    const char  *values[4];
+
+    static const Oid  types[] = { NGX_HTTP_AGENT_PG_STR,
+                                  NGX_HTTP_AGENT_PG_STR,
+                                  NGX_HTTP_AGENT_PG_STR,
+                                  NGX_HTTP_AGENT_PG_STR };
+    static const int  formats[] = { 1, 1, 1, 1 };
+
+    values[0] = (char *) rd->id.data;
+    lengths[0] = rd->id.len;
+    values[1] = (char *) rd->agent.data;
+    lengths[1] = rd->agent.len;
+    values[2] = rd->owner.len ? (char *) rd->owner.data : "";
+    lengths[2] = rd->owner.len;
+    values[3] = ngx_http_agent_pg_node.id.len
+                ? (char *) ngx_http_agent_pg_node.id.data : "";
+    lengths[3] = ngx_http_agent_pg_node.id.len;
+
+    /*
+     * not tried again on a broken connection: a row made before the
+     * connection broke would answer that the id is taken
+     */
+
+    res = ngx_http_agent_pg_query(conninfo, &conn, NGX_HTTP_AGENT_PG_CREATE,
+                                  4, types, values, lengths, formats,
+                                  "create", log);
+    if (res == NULL) {
+        return NGX_ERROR;
+    }
+
+    made = (PQntuples(res) == 1);
+
+    PQclear(res);
+    ngx_http_agent_pg_put(conn, 1);
+
+    return made ? NGX_OK : NGX_DECLINED;
+}
+
+
+ngx_int_t
+ngx_http_agent_pg_notified(ngx_str_t *conninfo,
+    ngx_http_agent_store_read_t *rd, ngx_log_t *log)
+{
+    int          lengths[3];
+    const char  *values[3];
+
+    static const Oid  types[] = { NGX_HTTP_AGENT_PG_STR,
+                                  NGX_HTTP_AGENT_PG_STR,
+                                  NGX_HTTP_AGENT_PG_STR };
+    static const int  formats[] = { 1, 1, 1 };
+
+    values[0] = (char *) rd->id.data;
+    lengths[0] = rd->id.len;
+    values[1] = (char *) rd->call.data;
+    lengths[1] = rd->call.len;
+    values[2] = (char *) rd->call_kind.data;
+    lengths[2] = rd->call_kind.len;
+
+    return ngx_http_agent_pg_command(conninfo, NGX_HTTP_AGENT_PG_NOTIFY_DONE,
+                                     3, types, values, lengths, formats,
+                                     "notified", log);
 }
 
 
@@ -742,9 +994,10 @@ ngx_http_agent_pg_list(ngx_str_t *conninfo, ngx_http_agent_store_list_t *ls,
     values[4] = (char *) limit;
     lengths[4] = 0;
 
-    res = ngx_http_agent_pg_query(conninfo, &conn, NGX_HTTP_AGENT_PG_LIST, 5,
-                                  types, values, lengths, formats, "list",
-                                  log);
+    res = ngx_http_agent_pg_query_again(conninfo, &conn,
+                                        NGX_HTTP_AGENT_PG_LIST, 5, types,
+                                        values, lengths, formats, "list",
+                                        log);
     if (res == NULL) {
         return NGX_ERROR;
     }
@@ -796,10 +1049,11 @@ ngx_http_agent_pg_audit_page(ngx_str_t *conninfo,
     values[2] = (char *) limit;
     lengths[2] = 0;
 
-    res = ngx_http_agent_pg_query(conninfo, &conn,
-                                  NGX_HTTP_AGENT_PG_AUDIT_PAGE, 3,
-                                  ngx_http_agent_pg_snn, values, lengths,
-                                  ngx_http_agent_pg_bnn, "audit", log);
+    res = ngx_http_agent_pg_query_again(conninfo, &conn,
+                                        NGX_HTTP_AGENT_PG_AUDIT_PAGE, 3,
+                                        ngx_http_agent_pg_snn, values,
+                                        lengths, ngx_http_agent_pg_bnn,
+                                        "audit", log);
     if (res == NULL) {
         return NGX_ERROR;
     }
@@ -907,6 +1161,46 @@ ngx_http_agent_pg_audit_json(ngx_pool_t *pool, ngx_http_agent_bytes_t *b,
     *last++ = '}';
 
     return ngx_http_agent_bytes_append(pool, b, p, last - p);
+}
+
+
+/*
+ * A statement whose answer is only that it ran: a release, a forget, a
+ * notification recorded, each of which a second run leaves as the
+ * first left it (the release and the forget match the epoch the first
+ * run saw, the record is keyed), so done again on a connection found
+ * broken
+ */
+
+static ngx_int_t
+ngx_http_agent_pg_command(ngx_str_t *conninfo, const char *sql, int n,
+    const Oid *types, const char **values, const int *lengths,
+    const int *formats, const char *what, ngx_log_t *log)
+{
+    PGconn    *conn;
+    PGresult  *res;
+
+    res = ngx_http_agent_pg_query_again(conninfo, &conn, sql, n, types,
+                                        values, lengths, formats, what, log);
+    if (res == NULL) {
+        return NGX_ERROR;
+    }
+
+    PQclear(res);
+    ngx_http_agent_pg_put(conn, 1);
+
+    return NGX_OK;
+}
+
+
+/* a statement of the read's transaction whose one parameter is the id */
+
+static PGresult *
+ngx_http_agent_pg_by_id(PGconn *conn, const char *sql, const char **values,
+    int *lengths, ngx_log_t *log)
+{
+    return ngx_http_agent_pg_exec(conn, sql, 1, ngx_http_agent_pg_s, values,
+                                  lengths, ngx_http_agent_pg_b, "read", log);
 }
 
 

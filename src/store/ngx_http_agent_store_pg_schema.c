@@ -29,7 +29,7 @@
  */
 
 
-#define NGX_HTTP_AGENT_PG_VERSION  2
+#define NGX_HTTP_AGENT_PG_VERSION  4
 
 /* the advisory lock of the migrations: "ngin", "xage" */
 #define NGX_HTTP_AGENT_PG_LOCK  "1852270446, 2019649381"
@@ -102,20 +102,26 @@ static ngx_int_t ngx_http_agent_pg_register(PGconn *conn, ngx_log_t *log);
  * seq, kept if a batch written before went further) and, if an event
  * of the run was new and not a summary, its state.  p_e: 0 a summary,
  * 1 an event inside a turn, 2 one that ends a turn.  An event the table
- * had already (a batch written again) derives nothing, as in SQLite.
+ * had already (a batch written again) derives nothing, as in SQLite;
+ * since version 4 it must be the same event (below).  Version 2's
+ * function, made of the parts that version 4's shares.
  */
 
-#define NGX_HTTP_AGENT_PG_WRITE                                              \
-    "DROP FUNCTION IF EXISTS agent_write(text[], text[], text[], bigint[],"  \
-    "  text[], bigint[], text[]);"                                           \
-    "CREATE FUNCTION agent_write(p_c text[], p_a text[],"                    \
+/* the function's parameters, and its variables but those given */
+
+#define NGX_HTTP_AGENT_PG_WRITE_FN(vars)                                     \
+    "agent_write(p_c text[], p_a text[],"                                    \
     "  p_o text[], p_s bigint[], p_t text[], p_e bigint[], p_d text[],"      \
     "  p_n text, p_ep bigint[])"                                             \
     " RETURNS integer LANGUAGE plpgsql AS $f$"                               \
     " DECLARE"                                                               \
     "  n integer := coalesce(array_length(p_s, 1), 0);"                      \
     "  ends bigint := 0; q bigint := 0; j json; st text;"                    \
-    "  own text; ep bigint;"                                                 \
+    "  own text; ep bigint;" vars
+
+/* the fence, and the event's insert */
+
+#define NGX_HTTP_AGENT_PG_WRITE_INSERT                                       \
     " BEGIN"                                                                 \
     "  FOR i IN 1 .. n LOOP"                                                 \
     "   IF p_n <> '' AND (i = 1 OR p_c[i - 1] <> p_c[i]) THEN"              \
@@ -128,8 +134,11 @@ static ngx_int_t ngx_http_agent_pg_register(PGconn *conn, ngx_log_t *log);
     "   END IF;"                                                             \
     "   INSERT INTO events (conversation, seq, type, data, epoch)"           \
     "    VALUES (p_c[i], p_s[i], p_t[i], p_d[i], p_ep[i])"                   \
-    "    ON CONFLICT DO NOTHING;"                                            \
-    "   IF FOUND THEN"                                                       \
+    "    ON CONFLICT DO NOTHING;"
+
+/* a new event's derivation */
+
+#define NGX_HTTP_AGENT_PG_WRITE_NEW                                          \
     "    IF p_t[i] IN ('tool_call', 'suspension', 'resolution',"             \
     "                  'tool_result', 'user_msg') THEN"                      \
     "     j := p_d[i]::json;"                                                \
@@ -161,7 +170,11 @@ static ngx_int_t ngx_http_agent_pg_register(PGconn *conn, ngx_log_t *log);
     "     q := greatest(q, coalesce((j->>'queue_id')::bigint, 0));"          \
     "    ELSE NULL;"                                                         \
     "    END CASE;"                                                          \
-    "    IF p_e[i] > 0 THEN ends := p_e[i]; END IF;"                         \
+    "    IF p_e[i] > 0 THEN ends := p_e[i]; END IF;"
+
+/* the conversations' rows and states, at each run's end */
+
+#define NGX_HTTP_AGENT_PG_WRITE_ROWS                                         \
     "   END IF;"                                                             \
     "   IF i = n OR p_c[i + 1] <> p_c[i] THEN"                               \
     "    INSERT INTO conversations AS v (id, agent, owner, last_seq,"        \
@@ -188,6 +201,25 @@ static ngx_int_t ngx_http_agent_pg_register(PGconn *conn, ngx_log_t *log);
     "  END LOOP;"                                                            \
     "  RETURN n;"                                                            \
     " END $f$;"
+
+
+#define NGX_HTTP_AGENT_PG_WRITE                                              \
+    "DROP FUNCTION IF EXISTS agent_write(text[], text[], text[], bigint[],"  \
+    "  text[], bigint[], text[]);"                                           \
+    "CREATE FUNCTION " NGX_HTTP_AGENT_PG_WRITE_FN("")                        \
+    NGX_HTTP_AGENT_PG_WRITE_INSERT                                           \
+    "   IF FOUND THEN"                                                       \
+    NGX_HTTP_AGENT_PG_WRITE_NEW                                              \
+    NGX_HTTP_AGENT_PG_WRITE_ROWS
+
+
+/* a call's end, on its row */
+#define NGX_HTTP_AGENT_PG_AUDIT_END                                          \
+    "    UPDATE model_calls SET status = p_stat[i],"                         \
+    "     error = nullif(p_err[i], ''), input_tokens = p_in[i],"             \
+    "     output_tokens = p_out[i], cached_tokens = p_ca[i],"                \
+    "     time_to_first_token_ms = CASE WHEN p_first[i] < 0 THEN NULL"       \
+    "      ELSE p_first[i] END, duration_ms = p_dur[i]"
 
 
 /*
@@ -228,11 +260,7 @@ static ngx_int_t ngx_http_agent_pg_register(PGconn *conn, ngx_log_t *log);
     "      p_st[i], p_w[i], p_turn[i], p_att[i], p_ad[i], p_mo[i],"          \
     "      'running');"                                                      \
     "   ELSE"                                                                \
-    "    UPDATE model_calls SET status = p_stat[i],"                         \
-    "     error = nullif(p_err[i], ''), input_tokens = p_in[i],"             \
-    "     output_tokens = p_out[i], cached_tokens = p_ca[i],"                \
-    "     time_to_first_token_ms = CASE WHEN p_first[i] < 0 THEN NULL"       \
-    "      ELSE p_first[i] END, duration_ms = p_dur[i]"                      \
+    NGX_HTTP_AGENT_PG_AUDIT_END                                              \
     "     WHERE conversation = p_c[i] AND started = p_st[i]"                 \
     "     AND worker = p_w[i];"                                              \
     "   END IF;"                                                             \
@@ -243,12 +271,186 @@ static ngx_int_t ngx_http_agent_pg_register(PGconn *conn, ngx_log_t *log);
     " END $f$;"
 
 
-/* 2: writes fenced by a node's epoch, the epoch kept with each event */
+/*
+ * A queued message (agent_busy queue), fenced as a batch is: 2 when the
+ * conversation's row is another node's, or of another epoch (the node
+ * lost it), and nothing written.  The queue id is the zone's, and
+ * conversations.queue_id the last one given, advanced here: an id given
+ * before (by a node that lost the conversation, or a count set back) is
+ * written only if it is this very message's, whose turn came first and
+ * wrote its user_msg (1: the event ends with the message's fields, as
+ * SQLite's check reads it); else 0.  A conversation with no row yet (its
+ * first batch not written) has its row's count from its user_msgs, and
+ * a revival takes the queued rows' ids into its count too.
+ */
+
+#define NGX_HTTP_AGENT_PG_ENQUEUE_FN                                         \
+    "CREATE FUNCTION agent_enqueue(p_c text, p_id bigint, p_f integer,"      \
+    "  p_d text, p_n text, p_ep bigint)"                                     \
+    " RETURNS integer LANGUAGE plpgsql AS $f$"                               \
+    " DECLARE own text; ep bigint; given bigint; d text;"                    \
+    " BEGIN"                                                                 \
+    "  SELECT node, epoch, queue_id INTO own, ep, given FROM conversations"  \
+    "   WHERE id = p_c FOR UPDATE;"                                          \
+    "  IF FOUND THEN"                                                        \
+    "   IF p_n <> '' AND (own <> p_n OR ep <> p_ep) THEN RETURN 2; END IF;"  \
+    "   IF given < p_id THEN"                                                \
+    "    UPDATE conversations SET queue_id = p_id WHERE id = p_c;"           \
+    "   END IF;"                                                             \
+    "  END IF;"                                                              \
+    "  SELECT data INTO d FROM events WHERE conversation = p_c"              \
+    "   AND type = 'user_msg' AND (data::json->>'queue_id')::bigint = p_id"  \
+    "   LIMIT 1;"                                                            \
+    "  IF FOUND THEN"                                                        \
+    "   RETURN (right(d, char_length(p_d) - 1) = substr(p_d, 2))::integer;"  \
+    "  END IF;"                                                              \
+    "  IF given >= p_id THEN RETURN 0; END IF;"                              \
+    "  INSERT INTO queued (conversation, id, front, data)"                   \
+    "   VALUES (p_c, p_id, p_f, p_d) ON CONFLICT DO NOTHING;"                \
+    "  RETURN FOUND::integer;"                                               \
+    " END $f$;"
+
+
+/*
+ * The audit's rows fenced as the events are: a row of a conversation
+ * another node owns raises AG001 (the batch rolled back, the node has
+ * lost it); one of this node's, or of none, made at another epoch than
+ * the row's (a row written late, after the conversation was let go and
+ * claimed again) is left out, and the batch goes on.  Keyed by node
+ * too: a call's end finds its start by conversation, start, node and
+ * worker, which two nodes' workers of one pid do not share.  The rows'
+ * own errors are returned, as before.
+ */
+
+#define NGX_HTTP_AGENT_PG_AUDIT_FENCED                                       \
+    "DROP FUNCTION agent_audit(text[], bigint[], bigint[], bigint[],"        \
+    "  bigint[], bigint[], text[], text[], text[], text[], bigint[],"        \
+    "  bigint[], bigint[], bigint[], bigint[]);"                             \
+    "DROP INDEX model_calls_start;"                                          \
+    "DROP INDEX model_calls_running;"                                        \
+    "CREATE INDEX model_calls_start ON model_calls"                          \
+    "  (conversation, started, node, worker);"                               \
+    "CREATE INDEX model_calls_running ON model_calls"                        \
+    "  (conversation, started, node, worker) WHERE status = 'running';"      \
+    "CREATE FUNCTION agent_audit(p_c text[], p_st bigint[],"                 \
+    "  p_w bigint[], p_e bigint[], p_turn bigint[], p_att bigint[],"         \
+    "  p_ad text[], p_mo text[], p_stat text[], p_err text[],"               \
+    "  p_in bigint[], p_out bigint[], p_ca bigint[], p_first bigint[],"      \
+    "  p_dur bigint[], p_n text, p_ep bigint[])"                             \
+    " RETURNS text LANGUAGE plpgsql AS $f$"                                  \
+    " DECLARE moved integer; own text; ep bigint;"                           \
+    "  n integer := coalesce(array_length(p_c, 1), 0);"                      \
+    "  skip boolean[] := array_fill(false, ARRAY[n]);"                       \
+    " BEGIN"                                                                 \
+    "  FOR i IN 1 .. n LOOP"                                                 \
+    "   IF p_n <> '' THEN"                                                   \
+    "    SELECT node, epoch INTO own, ep FROM conversations"                 \
+    "     WHERE id = p_c[i] FOR UPDATE;"                                     \
+    "    IF FOUND AND own <> p_n THEN"                                       \
+    "     RAISE EXCEPTION 'ownership lost' USING ERRCODE = 'AG001',"         \
+    "      DETAIL = p_c[i];"                                                 \
+    "    END IF;"                                                            \
+    "    skip[i] := FOUND AND ep <> p_ep[i];"                                \
+    "   END IF;"                                                             \
+    "  END LOOP;"                                                            \
+    "  BEGIN"                                                                \
+    "  FOR i IN 1 .. n LOOP"                                                 \
+    "   CONTINUE WHEN skip[i];"                                              \
+    "   IF p_e[i] = 0 THEN"                                                  \
+    "    UPDATE model_calls SET status = 'lost' WHERE conversation = p_c[i]" \
+    "     AND (started, node, worker) < (p_st[i], p_n, p_w[i])"              \
+    "     AND status = 'running';"                                           \
+    "    UPDATE model_calls SET call = -call - 1"                            \
+    "     WHERE conversation = p_c[i]"                                       \
+    "     AND (started, node, worker) > (p_st[i], p_n, p_w[i]);"             \
+    "    GET DIAGNOSTICS moved = ROW_COUNT;"                                 \
+    "    IF moved > 0 THEN"                                                  \
+    "     UPDATE model_calls SET call = -call"                               \
+    "      WHERE conversation = p_c[i] AND call < 0;"                        \
+    "    END IF;"                                                            \
+    "    INSERT INTO model_calls (conversation, call, started, node, worker,"\
+    "     turn, attempt, adapter, model, status)"                            \
+    "     VALUES (p_c[i], coalesce((SELECT m.call FROM model_calls m"        \
+    "      WHERE m.conversation = p_c[i]"                                    \
+    "      AND (m.started, m.node, m.worker) < (p_st[i], p_n, p_w[i])"       \
+    "      ORDER BY m.started DESC, m.node DESC, m.worker DESC LIMIT 1), 0)" \
+    "      + 1, p_st[i], p_n, p_w[i], p_turn[i], p_att[i], p_ad[i],"         \
+    "      p_mo[i], 'running');"                                             \
+    "   ELSE"                                                                \
+    NGX_HTTP_AGENT_PG_AUDIT_END                                              \
+    "     WHERE conversation = p_c[i] AND started = p_st[i]"                 \
+    "     AND node = p_n AND worker = p_w[i];"                               \
+    "   END IF;"                                                             \
+    "  END LOOP;"                                                            \
+    "  RETURN NULL;"                                                         \
+    "  EXCEPTION WHEN OTHERS THEN"                                           \
+    "   RETURN SQLERRM;"                                                     \
+    "  END;"                                                                 \
+    " END $f$;"
+
+
+/*
+ * The notifications delivered of waiting calls, by conversation, call and
+ * kind: a node that revives a conversation (a take-over, a restart) does
+ * not announce its waiting calls again.  A row per notification, kept
+ * with the conversation as its events are.
+ */
+
+#define NGX_HTTP_AGENT_PG_NOTIFIED                                           \
+    "CREATE TABLE notified ("                                                \
+    "  conversation text COLLATE \"C\" NOT NULL, call text NOT NULL,"        \
+    "  kind text NOT NULL, PRIMARY KEY (conversation, call, kind));"
+
+
+/*
+ * 4: an event whose seq the log holds already is the same event only if
+ * it has the same epoch, type and bytes: a batch written twice (a
+ * COMMIT's answer lost, a batch tried again) sends the zone's events,
+ * which never change, and changes nothing, as before.  Another event
+ * there (written under an older epoch, by a node that held the
+ * conversation before; or under this epoch, by a batch collected before
+ * the node's lease lapsed and written after the node claimed the
+ * conversation again) means the writer's copy of the conversation is
+ * not the log's: the call raises AG002 (detail: the conversation, hint:
+ * the seq) and the batch is rolled back, as for AG001, so that nothing
+ * of that copy is taken as written; the writer drops the conversation
+ * from its zone, and its next request or the sweep revives it from the
+ * log.  The comparison costs only a conflict, which is rare.
+ */
+
+#define NGX_HTTP_AGENT_PG_WRITE_GUARDED                                      \
+    "CREATE OR REPLACE FUNCTION "                                            \
+    NGX_HTTP_AGENT_PG_WRITE_FN(" seen bigint; kind text; body text;")        \
+    NGX_HTTP_AGENT_PG_WRITE_INSERT                                           \
+    "   IF NOT FOUND THEN"                                                   \
+    "    SELECT epoch, type, data INTO seen, kind, body FROM events"         \
+    "     WHERE conversation = p_c[i] AND seq = p_s[i];"                     \
+    "    IF seen <> p_ep[i] OR kind <> p_t[i] OR body <> p_d[i] THEN"        \
+    "     RAISE EXCEPTION 'the log at seq % holds another event', p_s[i]"    \
+    "      USING ERRCODE = 'AG002', DETAIL = p_c[i],"                        \
+    "      HINT = p_s[i]::text;"                                             \
+    "    END IF;"                                                            \
+    "   ELSE"                                                                \
+    NGX_HTTP_AGENT_PG_WRITE_NEW                                              \
+    NGX_HTTP_AGENT_PG_WRITE_ROWS
+
+
+/*
+ * 2: writes fenced by a node's epoch, the epoch kept with each event;
+ * 3: queued messages and the audit's rows fenced too, the queue's count
+ * advanced as messages are queued, the audit keyed by node, the
+ * notifications delivered; 4: an event at a seq the log holds with
+ * another event refused (AG002)
+ */
 
 static char  *ngx_http_agent_pg_migrations[NGX_HTTP_AGENT_PG_VERSION] = {
     NGX_HTTP_AGENT_PG_TABLES
     NGX_HTTP_AGENT_PG_AUDIT,
-    NGX_HTTP_AGENT_PG_WRITE
+    NGX_HTTP_AGENT_PG_WRITE,
+    NGX_HTTP_AGENT_PG_ENQUEUE_FN
+    NGX_HTTP_AGENT_PG_AUDIT_FENCED
+    NGX_HTTP_AGENT_PG_NOTIFIED,
+    NGX_HTTP_AGENT_PG_WRITE_GUARDED
 };
 
 

@@ -21,6 +21,14 @@
 
 #define NGX_HTTP_AGENT_STORE_HOLD  60000
 
+#define NGX_HTTP_AGENT_STORE_TASK_READ      0
+#define NGX_HTTP_AGENT_STORE_TASK_TAKEOVER  1
+#define NGX_HTTP_AGENT_STORE_TASK_RELEASE   2
+#define NGX_HTTP_AGENT_STORE_TASK_CREATE    3
+#define NGX_HTTP_AGENT_STORE_TASK_ENQUEUE   4
+#define NGX_HTTP_AGENT_STORE_TASK_NOTIFIED  5
+#define NGX_HTTP_AGENT_STORE_TASK_FOLLOW    6
+
 
 struct ngx_http_agent_store_reader_s {
     ngx_http_agent_store_conf_t  *conf;
@@ -31,16 +39,20 @@ struct ngx_http_agent_store_reader_s {
     ngx_http_agent_store_read_pt  handler;
     void                         *data;
     ngx_uint_t                    gone;       /* the owner is */
-    ngx_uint_t                    takeover;   /* a count, not a read */
+    ngx_uint_t                    kind;       /* a read, or another task */
 
     /* a worker that is exiting waits for the task while this is set */
     ngx_event_t                   hold;
 };
 
 
-static ngx_int_t ngx_http_agent_store_task(ngx_pool_t *owner, ngx_str_t *id,
-    uint64_t after, uint64_t upto, ngx_http_agent_store_queued_t *q,
-    ngx_uint_t takeover, ngx_http_agent_store_read_pt handler, void *data);
+static ngx_int_t ngx_http_agent_store_task(ngx_pool_t *owner,
+    ngx_http_agent_store_read_t *in, ngx_uint_t kind,
+    ngx_http_agent_store_read_pt handler, void *data);
+static ngx_int_t ngx_http_agent_store_dup(ngx_pool_t *pool, ngx_str_t *s);
+static ngx_http_agent_store_conf_t *ngx_http_agent_store_conf(void);
+static void ngx_http_agent_store_done_nothing(
+    ngx_http_agent_store_read_t *rd, ngx_int_t rc, void *data);
 static void ngx_http_agent_store_read_thread(void *data, ngx_log_t *log);
 static void ngx_http_agent_store_read_done(ngx_event_t *ev);
 static void ngx_http_agent_store_read_cleanup(void *data);
@@ -52,7 +64,15 @@ ngx_http_agent_store_enqueue(ngx_pool_t *owner, ngx_str_t *id,
     ngx_http_agent_store_queued_t *q, ngx_http_agent_store_read_pt handler,
     void *data)
 {
-    return ngx_http_agent_store_task(owner, id, 0, 0, q, 0, handler, data);
+    ngx_http_agent_store_read_t  in;
+
+    ngx_memzero(&in, sizeof(ngx_http_agent_store_read_t));
+    in.id = *id;
+    in.queue = *q;
+
+    return ngx_http_agent_store_task(owner, &in,
+                                     NGX_HTTP_AGENT_STORE_TASK_ENQUEUE,
+                                     handler, data);
 }
 
 
@@ -60,8 +80,148 @@ ngx_int_t
 ngx_http_agent_store_takeover(ngx_pool_t *owner, ngx_str_t *id, uint64_t seq,
     ngx_http_agent_store_read_pt handler, void *data)
 {
-    return ngx_http_agent_store_task(owner, id, seq, 0, NULL, 1, handler,
-                                     data);
+    ngx_http_agent_store_read_t  in;
+
+    ngx_memzero(&in, sizeof(ngx_http_agent_store_read_t));
+    in.id = *id;
+    in.after = seq;
+
+    return ngx_http_agent_store_task(owner, &in,
+                                     NGX_HTTP_AGENT_STORE_TASK_TAKEOVER,
+                                     handler, data);
+}
+
+
+/*
+ * A conversation left the zone at rest: the store lets other nodes have
+ * it (seq 0: a created id never used, whose row goes).  Nobody waits
+ * for the answer; a release that fails leaves the conversation this
+ * node's, claimed again once its node is taken for dead, as before.
+ */
+
+void
+ngx_http_agent_store_let_go(ngx_str_t *id, uint64_t epoch, uint64_t seq)
+{
+    ngx_http_agent_store_conf_t  *scf;
+    ngx_http_agent_store_read_t   in;
+
+    scf = ngx_http_agent_store_conf();
+
+    if (scf == NULL || scf->store->release == NULL) {
+        return;
+    }
+
+    ngx_memzero(&in, sizeof(ngx_http_agent_store_read_t));
+    in.id = *id;
+    in.epoch = epoch;
+    in.last_seq = seq;
+
+    (void) ngx_http_agent_store_task(NULL, &in,
+                                     NGX_HTTP_AGENT_STORE_TASK_RELEASE,
+                                     ngx_http_agent_store_done_nothing, NULL);
+}
+
+
+void
+ngx_http_agent_store_notified(ngx_str_t *id, ngx_str_t *call,
+    ngx_str_t *kind)
+{
+    ngx_http_agent_store_conf_t  *scf;
+    ngx_http_agent_store_read_t   in;
+
+    scf = ngx_http_agent_store_conf();
+
+    if (scf == NULL || scf->store->notified == NULL) {
+        return;
+    }
+
+    ngx_memzero(&in, sizeof(ngx_http_agent_store_read_t));
+    in.id = *id;
+    in.call = *call;
+    in.call_kind = *kind;
+
+    (void) ngx_http_agent_store_task(NULL, &in,
+                                     NGX_HTTP_AGENT_STORE_TASK_NOTIFIED,
+                                     ngx_http_agent_store_done_nothing, NULL);
+}
+
+
+/*
+ * The row of a conversation agent_create made, bound to its agent and
+ * owner; NGX_DECLINED: the store has none to write
+ */
+
+ngx_int_t
+ngx_http_agent_store_create(ngx_pool_t *owner, ngx_str_t *id,
+    ngx_str_t *agent, ngx_str_t *conv_owner,
+    ngx_http_agent_store_read_pt handler, void *data)
+{
+    ngx_http_agent_store_conf_t  *scf;
+    ngx_http_agent_store_read_t   in;
+
+    scf = ngx_http_agent_store_conf();
+
+    if (scf == NULL || scf->store->create == NULL) {
+        return NGX_DECLINED;
+    }
+
+    ngx_memzero(&in, sizeof(ngx_http_agent_store_read_t));
+    in.id = *id;
+    in.agent = *agent;
+
+    if (conv_owner) {
+        in.owner = *conv_owner;
+    }
+
+    return ngx_http_agent_store_task(owner, &in,
+                                     NGX_HTTP_AGENT_STORE_TASK_CREATE,
+                                     handler, data);
+}
+
+
+/* the store's configuration, NULL without agent_store */
+
+static ngx_http_agent_store_conf_t *
+ngx_http_agent_store_conf(void)
+{
+    ngx_http_agent_main_conf_t  *amcf;
+
+    amcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_agent_module);
+
+    return amcf->store;
+}
+
+
+static void
+ngx_http_agent_store_done_nothing(ngx_http_agent_store_read_t *rd,
+    ngx_int_t rc, void *data)
+{
+    /* logged by the store if it failed */
+}
+
+
+ngx_int_t
+ngx_http_agent_store_follow(ngx_pool_t *owner, ngx_str_t *id, uint64_t after,
+    ngx_uint_t limit, ngx_http_agent_store_read_pt handler, void *data)
+{
+    ngx_http_agent_store_read_t   in;
+    ngx_http_agent_store_conf_t  *scf;
+
+    scf = ngx_http_agent_store_conf();
+
+    if (scf == NULL || scf->store->follow == NULL) {
+        return NGX_DECLINED;
+    }
+
+    ngx_memzero(&in, sizeof(ngx_http_agent_store_read_t));
+    in.id = *id;
+    in.after = after;
+    in.limit = limit;
+
+    return ngx_http_agent_store_task(owner, &in,
+                                     NGX_HTTP_AGENT_STORE_TASK_FOLLOW,
+                                     handler, data);
 }
 
 
@@ -69,17 +229,24 @@ ngx_int_t
 ngx_http_agent_store_read(ngx_pool_t *owner, ngx_str_t *id, uint64_t after,
     uint64_t upto, ngx_http_agent_store_read_pt handler, void *data)
 {
-    return ngx_http_agent_store_task(owner, id, after, upto, NULL, 0,
-                                     handler, data);
+    ngx_http_agent_store_read_t  in;
+
+    ngx_memzero(&in, sizeof(ngx_http_agent_store_read_t));
+    in.id = *id;
+    in.after = after;
+    in.upto = upto;
+
+    return ngx_http_agent_store_task(owner, &in,
+                                     NGX_HTTP_AGENT_STORE_TASK_READ, handler,
+                                     data);
 }
 
 
 static ngx_int_t
-ngx_http_agent_store_task(ngx_pool_t *owner, ngx_str_t *id, uint64_t after,
-    uint64_t upto, ngx_http_agent_store_queued_t *q, ngx_uint_t takeover,
-    ngx_http_agent_store_read_pt handler, void *data)
+ngx_http_agent_store_task(ngx_pool_t *owner, ngx_http_agent_store_read_t *in,
+    ngx_uint_t kind, ngx_http_agent_store_read_pt handler, void *data)
 {
-    ngx_pool_t                   *pool;
+    ngx_pool_t                     *pool;
     ngx_thread_task_t              *task;
     ngx_http_agent_main_conf_t     *amcf;
     ngx_http_agent_store_reader_t  *rd;
@@ -102,24 +269,19 @@ ngx_http_agent_store_task(ngx_pool_t *owner, ngx_str_t *id, uint64_t after,
     rd->pool = pool;
     rd->handler = handler;
     rd->data = data;
-    rd->rd.after = after;
-    rd->rd.upto = upto;
-    rd->takeover = takeover;
+    rd->kind = kind;
+    rd->rd = *in;
 
-    rd->rd.id.data = ngx_pstrdup(pool, id);
-    rd->rd.id.len = id->len;
+    /* the inputs: the id, a message to queue, an agent and owner, a call */
 
-    if (rd->rd.id.data == NULL) {
+    if (ngx_http_agent_store_dup(pool, &rd->rd.id) != NGX_OK
+        || ngx_http_agent_store_dup(pool, &rd->rd.queue.data) != NGX_OK
+        || ngx_http_agent_store_dup(pool, &rd->rd.agent) != NGX_OK
+        || ngx_http_agent_store_dup(pool, &rd->rd.owner) != NGX_OK
+        || ngx_http_agent_store_dup(pool, &rd->rd.call) != NGX_OK
+        || ngx_http_agent_store_dup(pool, &rd->rd.call_kind) != NGX_OK)
+    {
         goto failed;
-    }
-
-    if (q) {
-        rd->rd.queue = *q;
-        rd->rd.queue.data.data = ngx_pstrdup(pool, &q->data);
-
-        if (rd->rd.queue.data.data == NULL) {
-            goto failed;
-        }
     }
 
     if (owner) {
@@ -178,6 +340,38 @@ ngx_http_agent_store_busy_answer(ngx_http_request_t *r)
 
 
 /*
+ * A request's task of the store, as it was posted: NGX_OK, the request
+ * waits for it (NGX_DONE); else its answer, busy or an error
+ */
+
+ngx_int_t
+ngx_http_agent_store_posted(ngx_http_request_t *r, ngx_int_t rc)
+{
+    if (rc == NGX_BUSY) {
+        return ngx_http_agent_store_busy_answer(r);
+    }
+
+    if (rc != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    r->main->count++;
+
+    return NGX_DONE;
+}
+
+
+ngx_int_t
+ngx_http_agent_store_unread_answer(ngx_http_request_t *r)
+{
+    return ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                     "unavailable",
+                                     "the conversation could not be read "
+                                     "from the store");
+}
+
+
+/*
  * 421 owned_elsewhere: a node that lives owns the conversation, at the
  * address in X-Agent-Owner (when it gave one); a front tier that routes
  * by conversation retries on it (proxy_next_upstream, see README)
@@ -219,12 +413,33 @@ ngx_http_agent_store_read_thread(void *data, ngx_log_t *log)
 {
     ngx_http_agent_store_reader_t *rd = data;
 
-    if (rd->takeover) {
+    if (rd->kind == NGX_HTTP_AGENT_STORE_TASK_TAKEOVER) {
         rd->rc = rd->conf->store->takeover(&rd->conf->path, &rd->rd, log);
         return;
     }
 
-    if (rd->rd.queue.data.len) {
+    if (rd->kind == NGX_HTTP_AGENT_STORE_TASK_FOLLOW) {
+        rd->rc = rd->conf->store->follow(&rd->conf->path, &rd->rd, rd->pool,
+                                         log);
+        return;
+    }
+
+    if (rd->kind == NGX_HTTP_AGENT_STORE_TASK_RELEASE) {
+        rd->rc = rd->conf->store->release(&rd->conf->path, &rd->rd, log);
+        return;
+    }
+
+    if (rd->kind == NGX_HTTP_AGENT_STORE_TASK_CREATE) {
+        rd->rc = rd->conf->store->create(&rd->conf->path, &rd->rd, log);
+        return;
+    }
+
+    if (rd->kind == NGX_HTTP_AGENT_STORE_TASK_NOTIFIED) {
+        rd->rc = rd->conf->store->notified(&rd->conf->path, &rd->rd, log);
+        return;
+    }
+
+    if (rd->kind == NGX_HTTP_AGENT_STORE_TASK_ENQUEUE) {
         rd->rc = rd->conf->store->enqueue(&rd->conf->path, &rd->rd, log);
         return;
     }
@@ -254,6 +469,28 @@ ngx_http_agent_store_read_done(ngx_event_t *ev)
     rd->handler(&rd->rd, rd->rc, rd->data);
 
     ngx_destroy_pool(rd->pool);
+}
+
+
+static ngx_int_t
+ngx_http_agent_store_dup(ngx_pool_t *pool, ngx_str_t *s)
+{
+    u_char  *p;
+
+    if (s->len == 0) {
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(pool, s->len + 1);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(p, s->data, s->len);
+    p[s->len] = '\0';
+    s->data = p;
+
+    return NGX_OK;
 }
 
 

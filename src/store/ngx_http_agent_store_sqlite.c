@@ -58,7 +58,11 @@ ngx_http_agent_store_t  ngx_http_agent_store_sqlite = {
     ngx_http_agent_sqlite_list,
     ngx_http_agent_sqlite_audit_page,
     ngx_http_agent_sqlite_close,
-    ngx_http_agent_sqlite_init_process
+    ngx_http_agent_sqlite_init_process,
+    NULL,
+    NULL,
+    NULL,
+    NULL
 };
 
 
@@ -349,7 +353,7 @@ ngx_http_agent_sqlite_events(sqlite3_stmt **stmts,
                 return NGX_ERROR;
             }
 
-            if (ev[i].type != NGX_HTTP_AGENT_EV_SUMMARY) {
+            if (!ngx_http_agent_event_outside(ev[i].type)) {
                 ends = ngx_http_agent_event_terminal(ev[i].type) ? 2 : 1;
             }
         }

@@ -574,7 +574,10 @@ failed:
 
 /*
  * The queued message's own user_msg is in the log (its turn came before
- * the enqueue was written): NGX_OK; another's: NGX_DECLINED
+ * the enqueue was written): NGX_OK; another's: NGX_DECLINED.  A user_msg
+ * is its header ({"type","seq","turn","ts") and the message's fields,
+ * which the queued copy holds as a JSON object: the event ends with its
+ * members.
  */
 
 static ngx_int_t
@@ -586,7 +589,8 @@ ngx_http_agent_sqlite_taken(sqlite3 *db, ngx_http_agent_store_read_t *rd)
     rc = sqlite3_prepare_v2(db,
              "SELECT 1 FROM events WHERE conversation = ?1"
              " AND type = 'user_msg' AND json_extract(data, '$.queue_id') = ?2"
-             " AND data = ?3", -1, &stmt, NULL);
+             " AND substr(data, 1 - length(?3)) = substr(?3, 2)",
+             -1, &stmt, NULL);
     if (rc != SQLITE_OK) {
         return NGX_ERROR;
     }

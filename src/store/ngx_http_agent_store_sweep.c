@@ -29,12 +29,16 @@ typedef struct {
     ngx_pool_t                   *pool;
     ngx_array_t                  *ids;
     uint64_t                      now;
+    /* on a node: the monotonic clock before the heartbeat was sent */
+    ngx_msec_t                    sent;
+    ngx_uint_t                    node;
     ngx_int_t                     rc;
 } ngx_http_agent_sweep_t;
 
 
 static void ngx_http_agent_store_sweep_thread(void *data, ngx_log_t *log);
 static void ngx_http_agent_store_sweep_done(ngx_event_t *ev);
+static void ngx_http_agent_store_renew(ngx_http_agent_sweep_t *sw);
 
 
 static ngx_uint_t  ngx_http_agent_store_sweeping;
@@ -93,6 +97,7 @@ ngx_http_agent_store_sweep(ngx_http_agent_zone_t *z, uint64_t now)
     sw->zone = z;
     sw->pool = pool;
     sw->now = now;
+    sw->node = (node != NULL);
 
     sw->ids = ngx_array_create(pool, 8, sizeof(ngx_str_t));
     if (sw->ids == NULL) {
@@ -103,6 +108,9 @@ ngx_http_agent_store_sweep(ngx_http_agent_zone_t *z, uint64_t now)
     task->handler = ngx_http_agent_store_sweep_thread;
     task->event.handler = ngx_http_agent_store_sweep_done;
     task->event.data = sw;
+
+    /* the lease runs from before the heartbeat is sent: conservative */
+    sw->sent = ngx_http_agent_zone_clock();
 
     if (ngx_thread_task_post(sw->conf->thread_pool, task) != NGX_OK) {
         ngx_destroy_pool(pool);
@@ -134,6 +142,12 @@ ngx_http_agent_store_sweep_done(ngx_event_t *ev)
 
     ngx_http_agent_store_sweeping = 0;
 
+    /* NGX_DECLINED: the heartbeat was written, the sweep was not */
+
+    if (sw->node && (sw->rc == NGX_OK || sw->rc == NGX_DECLINED)) {
+        ngx_http_agent_store_renew(sw);
+    }
+
     ids = sw->ids->elts;
 
     for (i = 0; sw->rc == NGX_OK && i < sw->ids->nelts; i++) {
@@ -148,4 +162,32 @@ ngx_http_agent_store_sweep_done(ngx_event_t *ev)
     }
 
     ngx_destroy_pool(sw->pool);
+}
+
+
+/*
+ * The node's heartbeat was written: its lease runs from when it was
+ * sent.  A lapse no request or timer saw yet (the sweep's worker was
+ * paused with the heartbeat on its way) drops the zone's conversations
+ * first: another node may have taken them meanwhile.
+ */
+
+static void
+ngx_http_agent_store_renew(ngx_http_agent_sweep_t *sw)
+{
+    ngx_http_agent_node_sh_t  *node;
+
+    if (ngx_http_agent_store_lease) {
+        (void) ngx_http_agent_store_lease();
+    }
+
+    ngx_http_agent_zone_lock(sw->zone);
+
+    node = ngx_http_agent_zone_node_locked(sw->zone);
+
+    if (node && (ngx_msec_int_t) (sw->sent - node->beat) > 0) {
+        node->beat = sw->sent;
+    }
+
+    ngx_http_agent_zone_unlock(sw->zone);
 }

@@ -14,6 +14,7 @@
 #include "ngx_http_agent_turn.h"
 #include "ngx_http_agent_detached.h"
 #include "ngx_http_agent_notify.h"
+#include "ngx_http_agent_store.h"
 
 
 /*
@@ -75,6 +76,10 @@ typedef struct {
     ngx_uint_t                    status;
     ngx_uint_t                    finished;
     ngx_uint_t                    oneshot;    /* of no waiting call */
+
+    /* a oneshot's end, with the status it was answered (0: none) */
+    ngx_http_agent_notify_pt      handler;
+    void                         *data;
     ngx_event_t                   event;
     ngx_event_t                   deadline;   /* a oneshot's, if any */
     ngx_log_t                     log;
@@ -93,6 +98,7 @@ typedef struct {
 
 
 static void ngx_http_agent_notify_timer(ngx_event_t *ev);
+static void ngx_http_agent_notify_durable(ngx_http_agent_notify_t *n);
 static uint64_t ngx_http_agent_notify_now(void);
 static ngx_http_agent_notify_entry_t *ngx_http_agent_notify_find_locked(
     ngx_http_agent_notify_sh_t *nsh, u_char *id, size_t id_len, u_char *call,
@@ -607,6 +613,21 @@ ngx_http_agent_notify_post(ngx_http_agent_t *agent, ngx_str_t *uri,
     ngx_str_t *body, ngx_keyval_t *headers, ngx_uint_t nheaders,
     ngx_msec_t timeout)
 {
+    return ngx_http_agent_notify_post_handler(agent, uri, body, headers,
+                                              nheaders, timeout, NULL, NULL);
+}
+
+
+/*
+ * The same, and handler is told how it ended, unless this fails: the
+ * caller learns of the exchange once, either way
+ */
+
+ngx_int_t
+ngx_http_agent_notify_post_handler(ngx_http_agent_t *agent, ngx_str_t *uri,
+    ngx_str_t *body, ngx_keyval_t *headers, ngx_uint_t nheaders,
+    ngx_msec_t timeout, ngx_http_agent_notify_pt handler, void *data)
+{
     ngx_uint_t                i;
     ngx_pool_t               *pool;
     ngx_keyval_t             *h;
@@ -649,6 +670,8 @@ ngx_http_agent_notify_post(ngx_http_agent_t *agent, ngx_str_t *uri,
     }
 
     n->oneshot = 1;
+    n->handler = handler;
+    n->data = data;
     n->agent = agent->name;
     n->conf_ctx = *agent->conf_ctx;
 
@@ -661,6 +684,7 @@ ngx_http_agent_notify_post(ngx_http_agent_t *agent, ngx_str_t *uri,
     }
 
     if (ngx_http_agent_notify_start(n, h, nheaders) != NGX_OK) {
+        n->handler = NULL;
         ngx_http_agent_detached_close(n->request);
         return NGX_ERROR;
     }
@@ -730,6 +754,10 @@ ngx_http_agent_notify_finish(ngx_event_t *ev)
                           n->status);
         }
 
+        if (n->handler) {
+            n->handler(n->data, n->status);
+        }
+
     } else {
         ngx_http_agent_notify_record(n, n->status >= NGX_HTTP_OK
                                      && n->status
@@ -757,6 +785,10 @@ ngx_http_agent_notify_expire(ngx_event_t *ev)
 
     ngx_log_error(NGX_LOG_WARN, &n->log, 0,
                   "agent: \"%V\" did not answer in time", &n->uri);
+
+    if (n->handler) {
+        n->handler(n->data, 0);
+    }
 
     ngx_http_agent_detached_close(n->request);
 }
@@ -839,12 +871,86 @@ ngx_http_agent_notify_record(ngx_http_agent_notify_t *n,
     if (delivered) {
         ngx_log_debug1(NGX_LOG_DEBUG_HTTP, &n->log, 0,
                        "agent notify: delivered to \"%V\"", &n->uri);
+
+        if (!n->oneshot) {
+            ngx_http_agent_notify_durable(n);
+        }
+
         return;
     }
 
     ngx_log_error(NGX_LOG_WARN, &n->log, 0,
                   "agent notify: \"%V\" answered %ui%s", &n->uri, n->status,
                   given_up ? ", given up" : "");
+}
+
+
+/* the store keeps it: a node that revives the conversation does not send it */
+
+static void
+ngx_http_agent_notify_durable(ngx_http_agent_notify_t *n)
+{
+    ngx_str_t  id, call;
+
+    id.data = n->id;
+    id.len = n->id_len;
+    call.data = n->call;
+    call.len = n->call_len;
+
+    ngx_http_agent_store_notified(&id, &call,
+                                  &ngx_http_agent_pending_kinds[n->kind]);
+}
+
+
+void
+ngx_http_agent_notify_restored_locked(ngx_http_agent_zone_t *z,
+    ngx_http_agent_conv_t *conv, ngx_array_t *notified)
+{
+    ngx_uint_t                        i, kind;
+    ngx_http_agent_pending_t         *p;
+    ngx_http_agent_notify_sh_t       *nsh;
+    ngx_http_agent_notify_entry_t    *e;
+    ngx_http_agent_store_notified_t  *nt;
+
+    if (notified == NULL || notified->nelts == 0) {
+        return;
+    }
+
+    nsh = ngx_http_agent_notify_sh_locked(z);
+    if (nsh == NULL) {
+        return;
+    }
+
+    nt = notified->elts;
+
+    for (i = 0; i < notified->nelts; i++) {
+        p = ngx_http_agent_conv_pending_locked(conv, &nt[i].call);
+
+        if (p == NULL) {
+            continue;
+        }
+
+        for (kind = 1; kind < 4; kind++) {
+            if (ngx_http_agent_pending_kinds[kind].len == nt[i].kind.len
+                && ngx_strncmp(ngx_http_agent_pending_kinds[kind].data,
+                               nt[i].kind.data, nt[i].kind.len)
+                   == 0)
+            {
+                break;
+            }
+        }
+
+        if (kind != p->kind) {
+            continue;
+        }
+
+        e = ngx_http_agent_notify_entry_locked(z, nsh, conv, p);
+
+        if (e) {
+            /* delivered: kept until the call's deadline, as here */
+            e->done = 1;
+        }
+    }
 }
 
 

@@ -21,6 +21,7 @@
 #include "ngx_http_agent_wake.h"
 #include "ngx_http_agent_message.h"
 #include "ngx_http_agent_revive.h"
+#include "ngx_http_agent_notify.h"
 #include "ngx_http_agent_provider.h"
 
 
@@ -59,6 +60,8 @@ typedef struct {
 
 static void ngx_http_agent_revive_read(ngx_http_agent_store_read_t *rd,
     ngx_int_t rc, void *data);
+static ngx_int_t ngx_http_agent_revive_created(ngx_http_agent_zone_t *z,
+    ngx_http_agent_store_read_t *rd);
 static ngx_int_t ngx_http_agent_revive_calls(ngx_pool_t *pool,
     ngx_http_agent_store_read_t *rd, ngx_array_t *calls, ngx_uint_t *turn);
 static ngx_int_t ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
@@ -73,6 +76,11 @@ static void ngx_http_agent_history_read(ngx_http_agent_store_read_t *rd,
     ngx_int_t rc, void *data);
 static void ngx_http_agent_turn_history_read(ngx_http_agent_store_read_t *rd,
     ngx_int_t rc, void *data);
+static void ngx_http_agent_revive_stop_turns(ngx_event_t *ev);
+
+
+/* posted once a lapse dropped the zone: this worker's turns stop */
+static ngx_event_t  ngx_http_agent_revive_stop;
 
 
 ngx_http_agent_revive_ctx_t *
@@ -111,6 +119,21 @@ ngx_http_agent_revive_ctx_get(ngx_http_request_t *r)
     ctx->request = r;
 
     cln->handler = ngx_http_agent_revive_ctx_cleanup;
+
+    return ctx;
+}
+
+
+ngx_http_agent_revive_ctx_t *
+ngx_http_agent_revive_follower(ngx_http_request_t *r)
+{
+    ngx_http_agent_revive_ctx_t  *ctx;
+
+    ctx = ngx_http_agent_revive_ctx_get(r);
+
+    if (ctx) {
+        ctx->follow = 1;
+    }
 
     return ctx;
 }
@@ -220,7 +243,17 @@ ngx_http_agent_revive_read(ngx_http_agent_store_read_t *rd, ngx_int_t rc,
 
     if (rc == NGX_OK && rd->elsewhere.data) {
 
-        /* another node owns it, and lives: the front tier asks that one */
+        /*
+         * another node owns it, and lives: the front tier asks that one;
+         * a subscriber is served here from the store, as a follower
+         */
+
+        if (r && rv->ctx && rv->ctx->follow) {
+            rv->ctx->elsewhere = 1;
+            ngx_free(rv);
+            ngx_http_agent_revive_again(r);
+            return;
+        }
 
         ngx_free(rv);
 
@@ -230,6 +263,11 @@ ngx_http_agent_revive_read(ngx_http_agent_store_read_t *rd, ngx_int_t rc,
         }
 
         return;
+    }
+
+    if (rc == NGX_OK && rd->last_seq == 0 && rd->agent.len) {
+        rc = ngx_http_agent_revive_created(rv->zone, rd);
+        goto done;
     }
 
     if (rc != NGX_OK || rd->last_seq == 0) {
@@ -328,15 +366,46 @@ done:
     }
 
     if (rc != NGX_OK) {
-        ngx_http_finalize_request(r,
-            ngx_http_agent_json_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                      "unavailable",
-                                      "the conversation could not be read "
-                                      "from the store"));
+        ngx_http_finalize_request(r, ngx_http_agent_store_unread_answer(r));
         return;
     }
 
     ngx_http_agent_revive_again(r);
+}
+
+
+/*
+ * An id agent_create made, with no event yet (its row only, written by
+ * another node, or before a restart): its record again, bound to its
+ * agent and owner as it was made, unused until its first message
+ */
+
+static ngx_int_t
+ngx_http_agent_revive_created(ngx_http_agent_zone_t *z,
+    ngx_http_agent_store_read_t *rd)
+{
+    ngx_http_agent_conv_t  *conv;
+
+    ngx_http_agent_zone_lock(z);
+
+    conv = ngx_http_agent_conv_find_locked(z, &rd->id);
+
+    if (conv == NULL) {
+        conv = ngx_http_agent_conv_create_locked(z, &rd->id);
+
+        if (conv == NULL) {
+            ngx_http_agent_zone_unlock(z);
+            return NGX_ERROR;
+        }
+
+        ngx_http_agent_conv_bind_locked(conv, &rd->agent, &rd->owner);
+        ngx_http_agent_conv_mint_locked(z, conv);
+        conv->epoch = rd->epoch;
+    }
+
+    ngx_http_agent_zone_unlock(z);
+
+    return NGX_OK;
 }
 
 
@@ -393,6 +462,160 @@ ngx_http_agent_revive_lost(ngx_str_t *id)
     if (n) {
         ngx_http_agent_wake(id, pids, n);
     }
+}
+
+
+/*
+ * A node's lease (agent_node): it acts on the conversations of its zone
+ * only while its last heartbeat that succeeded was sent less than its
+ * ttl ago (less a tenth, for the clocks' rates and the checks' delay),
+ * which no other node can have judged dead.  Once it lapsed (the node
+ * paused, or cut from the store), another node may have taken any of
+ * them: all leave the zone as a conversation whose ownership was lost
+ * does, once per lapse, and a request for one is revived, whose claim
+ * finds it another node's (421) or this node's still.  NGX_DECLINED: the
+ * lease lapsed (the heartbeat that renews it is not back yet).
+ */
+
+ngx_int_t
+ngx_http_agent_revive_lease(void)
+{
+    u_char                       *p;
+    ngx_str_t                    *ids;
+    ngx_msec_t                    now, limit, age;
+    ngx_uint_t                    i, n, drop;
+    ngx_queue_t                  *q;
+    ngx_http_agent_zone_t        *z;
+    ngx_http_agent_conv_t        *conv;
+    ngx_http_agent_main_conf_t   *amcf;
+    ngx_http_agent_node_sh_t     *nsh;
+    ngx_http_agent_store_node_t  *node;
+
+    amcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_agent_module);
+    z = amcf->zone;
+    node = amcf->node;
+
+    if (node == NULL || z == NULL || amcf->store == NULL) {
+        return NGX_OK;
+    }
+
+    limit = node->ttl - node->ttl / 10;
+    now = ngx_http_agent_zone_clock();
+
+    ngx_http_agent_zone_lock(z);
+
+    nsh = ngx_http_agent_zone_node_locked(z);
+
+    if (nsh == NULL) {
+        /* no room to keep the lease: the fence still holds every write */
+        ngx_http_agent_zone_unlock(z);
+        return NGX_OK;
+    }
+
+    age = now - nsh->beat;
+
+    if ((ngx_msec_int_t) age < (ngx_msec_int_t) limit) {
+        nsh->lapsed = 0;
+        ngx_http_agent_zone_unlock(z);
+        return NGX_OK;
+    }
+
+    drop = !nsh->lapsed;
+    nsh->lapsed = 1;
+
+    if (drop) {
+        nsh->drops++;
+    }
+
+    ids = NULL;
+    n = 0;
+
+    if (drop && z->sh->count) {
+        ids = ngx_alloc(z->sh->count * (sizeof(ngx_str_t)
+                                        + NGX_HTTP_AGENT_ID_LEN),
+                        ngx_cycle->log);
+    }
+
+    if (ids) {
+        p = (u_char *) &ids[z->sh->count];
+
+        for (q = ngx_queue_head(&z->sh->lru);
+             q != ngx_queue_sentinel(&z->sh->lru) && n < z->sh->count;
+             q = ngx_queue_next(q))
+        {
+            conv = ngx_queue_data(q, ngx_http_agent_conv_t, lru);
+
+            ids[n].data = p;
+            ids[n].len = conv->id_len;
+            p = ngx_cpymem(p, conv->id, conv->id_len);
+            n++;
+        }
+    }
+
+    ngx_http_agent_zone_unlock(z);
+
+    if (drop) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "agent node's lease lapsed: its last heartbeat that "
+                      "succeeded was sent %M ms ago (ttl %M ms); the %ui "
+                      "conversations of its zone are dropped, each is "
+                      "claimed again when asked for",
+                      age, node->ttl, n);
+    }
+
+    for (i = 0; i < n; i++) {
+        ngx_http_agent_revive_lost(&ids[i]);
+    }
+
+    if (ids) {
+        ngx_free(ids);
+    }
+
+    /*
+     * this worker's turns stop once the caller is done (a turn may be
+     * it); the others' when woken (their records' wake-ups), or at their
+     * next round of expiry
+     */
+
+    if (drop && !ngx_http_agent_revive_stop.posted) {
+        ngx_http_agent_revive_stop.handler = ngx_http_agent_revive_stop_turns;
+        ngx_http_agent_revive_stop.log = ngx_cycle->log;
+        ngx_post_event(&ngx_http_agent_revive_stop, &ngx_posted_events);
+    }
+
+    return NGX_DECLINED;
+}
+
+
+static void
+ngx_http_agent_revive_stop_turns(ngx_event_t *ev)
+{
+    ngx_http_agent_turn_cancel_check();
+}
+
+
+/*
+ * A turn may go on to a model or tool call unless the node's lease
+ * lapsed since it started: its record was dropped then (one there now
+ * was revived since, and is another turn's).  NGX_DECLINED: the turn
+ * ends writing nothing.
+ */
+
+ngx_int_t
+ngx_http_agent_revive_turn_held(ngx_http_agent_turn_t *t)
+{
+    (void) ngx_http_agent_revive_lease();
+
+    if (t->drops == ngx_http_agent_zone_drops(t->zone)) {
+        return NGX_OK;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, &t->log, 0,
+                  "agent turn of \"%V\" stops: the node's lease lapsed and "
+                  "the conversation left its zone", &t->id);
+
+    return NGX_DECLINED;
 }
 
 
@@ -702,7 +925,7 @@ ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
     /* a summary made after the turn ended is not part of it */
 
     for (i = rd->events->nelts - 1;
-         i > 0 && ev[i].type == NGX_HTTP_AGENT_EV_SUMMARY;
+         i > 0 && ngx_http_agent_event_outside(ev[i].type);
          i--)
     {
         /* void */
@@ -750,6 +973,10 @@ ngx_http_agent_revive_locked(ngx_http_agent_zone_t *z,
 
         running++;
     }
+
+    /* those announced already, by whichever node, are not again */
+
+    ngx_http_agent_notify_restored_locked(z, conv, rd->notified);
 
     /*
      * at rest while calls wait and none runs: the expiry timer watches the
@@ -909,9 +1136,7 @@ ngx_http_agent_history_read(ngx_http_agent_store_read_t *rd, ngx_int_t rc,
 {
     ngx_http_agent_revive_ctx_t *ctx = data;
 
-    ngx_uint_t                     i;
     ngx_http_request_t            *r;
-    ngx_http_agent_event_t        *e;
     ngx_http_agent_store_event_t  *ev;
 
     r = ctx->request;
@@ -920,30 +1145,12 @@ ngx_http_agent_history_read(ngx_http_agent_store_read_t *rd, ngx_int_t rc,
         goto failed;
     }
 
-    ctx->history = ngx_palloc(r->pool, (rd->events->nelts + 1)
-                                       * sizeof(ngx_http_agent_event_t *));
+    ctx->history = ngx_http_agent_revive_events(r->pool, rd->events);
     if (ctx->history == NULL) {
         goto failed;
     }
 
     ev = rd->events->elts;
-
-    for (i = 0; i < rd->events->nelts; i++) {
-        e = ngx_palloc(r->pool, offsetof(ngx_http_agent_event_t, data)
-                                + ev[i].data.len);
-        if (e == NULL) {
-            goto failed;
-        }
-
-        e->seq = ev[i].seq;
-        e->pos = 0;
-        e->type = ev[i].type;
-        e->len = ev[i].data.len;
-        ngx_memcpy(e->data, ev[i].data.data, e->len);
-
-        ctx->history[i] = e;
-    }
-
     ctx->nhistory = rd->events->nelts;
 
     /* an empty read: the store is behind what the zone gave up */
@@ -965,6 +1172,41 @@ failed:
                                   "unavailable",
                                   "the history could not be read from the "
                                   "store"));
+}
+
+
+ngx_http_agent_event_t **
+ngx_http_agent_revive_events(ngx_pool_t *pool, ngx_array_t *events)
+{
+    ngx_uint_t                     i;
+    ngx_http_agent_event_t        *e, **evs;
+    ngx_http_agent_store_event_t  *ev;
+
+    evs = ngx_palloc(pool, (events->nelts + 1)
+                           * sizeof(ngx_http_agent_event_t *));
+    if (evs == NULL) {
+        return NULL;
+    }
+
+    ev = events->elts;
+
+    for (i = 0; i < events->nelts; i++) {
+        e = ngx_palloc(pool, offsetof(ngx_http_agent_event_t, data)
+                             + ev[i].data.len);
+        if (e == NULL) {
+            return NULL;
+        }
+
+        e->seq = ev[i].seq;
+        e->pos = 0;
+        e->type = ev[i].type;
+        e->len = ev[i].data.len;
+        ngx_memcpy(e->data, ev[i].data.data, e->len);
+
+        evs[i] = e;
+    }
+
+    return evs;
 }
 
 

@@ -34,6 +34,13 @@ typedef struct {
     /* the page came from what the worker kept, not the store */
     ngx_uint_t                    kept;
 
+    /*
+     * follow: a subscriber that may be served from the store when
+     * another node owns the conversation, which elsewhere then says
+     */
+    ngx_uint_t                    follow;
+    ngx_uint_t                    elsewhere;
+
     /* what runs again instead of the handler, which took the input */
     ngx_http_agent_store_answer_pt  answer;
     ngx_str_t                     answer_id;
@@ -53,10 +60,30 @@ ngx_int_t ngx_http_agent_revive(ngx_http_request_t *r, ngx_str_t *id);
 /* another node took the conversation: it leaves the zone (store hook) */
 void ngx_http_agent_revive_lost(ngx_str_t *id);
 
+/*
+ * the node's lease (agent_node): NGX_OK while it is fresh, or without a
+ * node; NGX_DECLINED once it lapsed, the zone's conversations dropped
+ */
+ngx_int_t ngx_http_agent_revive_lease(void);
+
+/* a turn may make its next call: NGX_DECLINED, its record was dropped */
+ngx_int_t ngx_http_agent_revive_turn_held(ngx_http_agent_turn_t *t);
+
 /* revived, or answered 404; the zone is not locked */
 ngx_int_t ngx_http_agent_revive_not_found(ngx_http_request_t *r, ngx_str_t *id);
 
 ngx_http_agent_revive_ctx_t *ngx_http_agent_revive_ctx(ngx_http_request_t *r);
+
+/*
+ * the request's ctx, made if need be, marked as a subscriber's that
+ * another node's ownership does not refuse (ctx->elsewhere, not 421)
+ */
+ngx_http_agent_revive_ctx_t *ngx_http_agent_revive_follower(
+    ngx_http_request_t *r);
+
+/* the events read from the store (store_event_t) as the zone's, in pool */
+ngx_http_agent_event_t **ngx_http_agent_revive_events(ngx_pool_t *pool,
+    ngx_array_t *events);
 
 /*
  * The answer of an input already taken (a stream that begins once the

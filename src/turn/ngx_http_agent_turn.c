@@ -13,6 +13,7 @@
 #include "ngx_http_agent_json.h"
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_turn.h"
+#include "ngx_http_agent_spans.h"
 #include "ngx_http_agent_turn_metrics.h"
 #include "ngx_http_agent_metrics.h"
 #include "ngx_http_agent_revive.h"
@@ -266,6 +267,7 @@ ngx_http_agent_turn_start(ngx_http_request_t *r, ngx_http_agent_t *agent,
     t->agent = agent;
     t->zone = zone;
     t->turn = turn;
+    t->drops = ngx_http_agent_zone_drops(zone);
 
     t->log = *ngx_cycle->log;
     t->log.handler = ngx_http_agent_turn_log_error;
@@ -366,6 +368,13 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
     ngx_int_t               rc;
     ngx_http_agent_reply_t *reply;
 
+    /* the node's lease lapsed: the conversation is not this turn's */
+
+    if (ngx_http_agent_revive_turn_held(t) != NGX_OK) {
+        ngx_http_agent_turn_close(t);
+        return;
+    }
+
     /* the history in the store only is read once per turn, first */
 
     rc = ngx_http_agent_revive_turn_history(t);
@@ -452,6 +461,7 @@ ngx_http_agent_turn_model_call(ngx_event_t *ev)
 
     if (t->attempt == 0) {
         t->model_calls++;
+        t->nretries = 0;
     }
 
     t->attempt++;
@@ -720,7 +730,7 @@ ngx_http_agent_turn_subrequest(ngx_http_agent_turn_t *t,
     sub->sr = sr;
     ngx_http_set_ctx(sr, sub, ngx_http_agent_module);
 
-    return NGX_OK;
+    return ngx_http_agent_spans_header(t, sub, sr);
 }
 
 
@@ -804,6 +814,7 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
     ngx_http_agent_call_e   outcome;
 
     t->sub.sr = NULL;
+    t->attempts = t->attempt;
 
     if (t->status >= NGX_HTTP_OK && t->status < NGX_HTTP_SPECIAL_RESPONSE
         && !t->parse_error
@@ -852,6 +863,9 @@ ngx_http_agent_turn_call_done(ngx_event_t *ev)
                           "agent turn could not record the partial reply");
         }
 
+        /* without memory for them, the reason goes without its retries */
+        (void) ngx_http_agent_spans_failed(t, &reason);
+
         ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_FAIL, &reason);
         return;
     }
@@ -899,6 +913,14 @@ ngx_http_agent_turn_replied(ngx_http_agent_turn_t *t)
     ngx_uint_t              summary;
     ngx_http_agent_t       *agent;
     ngx_http_agent_zone_t  *zone;
+
+    if (t->reply->calls.nelts
+        && ngx_http_agent_revive_turn_held(t) != NGX_OK)
+    {
+        /* the node's lease lapsed: no call starts, nothing is written */
+        ngx_http_agent_turn_close(t);
+        return;
+    }
 
     if (t->reply->calls.nelts) {
         switch (ngx_http_agent_tools_dispatch(t)) {
@@ -1047,6 +1069,17 @@ ngx_http_agent_turn_cancel(ngx_str_t *id)
     {
         next = ngx_queue_next(q);
         t = ngx_queue_data(q, ngx_http_agent_turn_t, queue);
+
+        if (t->drops != ngx_http_agent_zone_drops(t->zone)) {
+            /* the node's lease lapsed since it started: its record went */
+
+            ngx_log_error(NGX_LOG_ERR, &t->log, 0,
+                          "agent turn of \"%V\" stops: the node's lease "
+                          "lapsed and the conversation left its zone",
+                          &t->id);
+            ngx_http_agent_turn_close(t);
+            continue;
+        }
 
         if (id == NULL
             || (t->id.len == id->len

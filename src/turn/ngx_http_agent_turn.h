@@ -18,6 +18,7 @@
 #include "ngx_http_agent_emit.h"
 #include "ngx_http_agent_provider.h"
 #include "ngx_http_agent_partial.h"
+#include "ngx_http_agent_trace.h"
 
 
 /* the kinds of subrequest the turn's filters tell apart, each its own */
@@ -38,6 +39,20 @@ typedef struct {
 
 typedef struct ngx_http_agent_turn_s  ngx_http_agent_turn_t;
 
+
+/* a model call's attempt that failed and was tried again (its chat span) */
+
+#define NGX_HTTP_AGENT_RETRIES_KEPT   8
+#define NGX_HTTP_AGENT_ERROR_TYPE_MAX 32
+
+typedef struct {
+    uint64_t                      started;
+    uint64_t                      ended;
+    ngx_uint_t                    status;
+    size_t                        type_len;
+    u_char                        type[NGX_HTTP_AGENT_ERROR_TYPE_MAX];
+} ngx_http_agent_retry_t;
+
 /*
  * A turn in this worker.  It lives in the pool of its detached request's
  * connection; each model call has a pool of its own, destroyed when the
@@ -56,8 +71,12 @@ struct ngx_http_agent_turn_s {
     ngx_str_t                     id;
     ngx_uint_t                    turn;
 
+    /* the zone's drops when it started: a later one took its record */
+    ngx_uint_t                    drops;
+
     ngx_uint_t                    model_calls;
     ngx_uint_t                    attempt;
+    ngx_uint_t                    attempts;   /* the last call ended took */
 
     /* the tries of a history read the store's pool refused */
     ngx_uint_t                    store_busy;
@@ -94,6 +113,13 @@ struct ngx_http_agent_turn_s {
     u_char                        message_id[32];
     size_t                        message_id_len;
 
+    /* the trace context of the turn's user_msg, read once */
+    ngx_http_agent_trace_t        trace;
+
+    /* the model call's attempts tried again, the first ones kept */
+    ngx_http_agent_retry_t        retries[NGX_HTTP_AGENT_RETRIES_KEPT];
+    ngx_uint_t                    nretries;
+
     /* the structured output the turn's message asks for, or empty */
     ngx_str_t                     output;
     unsigned                      parse_error:1;
@@ -103,6 +129,8 @@ struct ngx_http_agent_turn_s {
     ngx_msec_t                    call_start;
     ngx_msec_t                    first_chunk;
     uint64_t                      call_started;
+    /* the conversation's epoch then: its audit rows are fenced by it */
+    uint64_t                      call_epoch;
 
     /* the call's model_timeout: keep-alive comments do not extend it */
     ngx_event_t                   deadline;

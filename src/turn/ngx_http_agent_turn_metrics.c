@@ -23,6 +23,7 @@
 #include "ngx_http_agent_turn_metrics.h"
 
 
+static void ngx_http_agent_turn_call_retry(ngx_http_agent_turn_t *t);
 static void ngx_http_agent_turn_call_count(ngx_http_agent_turn_t *t,
     ngx_uint_t status, ngx_msec_t duration, ngx_int_t first);
 static void ngx_http_agent_turn_call_row(ngx_http_agent_turn_t *t,
@@ -68,6 +69,7 @@ ngx_http_agent_turn_call_start(ngx_http_agent_turn_t *t)
         }
 
         conv->call_started = started;
+        t->call_epoch = conv->epoch;
     }
 
     ngx_http_agent_zone_unlock(t->zone);
@@ -135,6 +137,10 @@ ngx_http_agent_turn_call_end(ngx_http_agent_turn_t *t,
 
     ngx_http_agent_turn_call_count(t, status, duration, first);
 
+    if (status == NGX_HTTP_AGENT_MODEL_RETRY) {
+        ngx_http_agent_turn_call_retry(t);
+    }
+
     ngx_http_agent_turn_call_row(t, &row);
 
     reply = t->reply;
@@ -157,6 +163,58 @@ ngx_http_agent_turn_call_end(ngx_http_agent_turn_t *t,
     (void) ngx_http_agent_store_audit(&row);
 
     t->call_started = 0;
+}
+
+
+/*
+ * An attempt to be made again, as its call's chat span shows it: when it
+ * started and ended, the provider's status and error type
+ */
+
+static void
+ngx_http_agent_turn_call_retry(ngx_http_agent_turn_t *t)
+{
+    u_char                  c;
+    size_t                  i;
+    ngx_time_t             *tp;
+    ngx_http_agent_retry_t *a;
+
+    if (t->nretries >= NGX_HTTP_AGENT_RETRIES_KEPT) {
+        return;
+    }
+
+    a = &t->retries[t->nretries++];
+
+    tp = ngx_timeofday();
+
+    a->started = t->call_started;
+    a->ended = (uint64_t) tp->sec * 1000 + tp->msec;
+    a->status = t->status ? t->status
+                          : (t->rc >= NGX_HTTP_SPECIAL_RESPONSE
+                             ? (ngx_uint_t) t->rc : 0);
+    a->type_len = 0;
+
+    if (t->reply == NULL) {
+        return;
+    }
+
+    /* a type is a word: one with anything else is not kept */
+
+    for (i = 0; i < t->reply->error_type.len; i++) {
+        c = t->reply->error_type.data[i];
+
+        if (i == NGX_HTTP_AGENT_ERROR_TYPE_MAX
+            || !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+                 || (c >= '0' && c <= '9') || c == '_' || c == '-'
+                 || c == '.'))
+        {
+            return;
+        }
+
+        a->type[i] = c;
+    }
+
+    a->type_len = t->reply->error_type.len;
 }
 
 
@@ -229,6 +287,7 @@ ngx_http_agent_turn_call_row(ngx_http_agent_turn_t *t,
     row->attempt = t->attempt;
     row->started = t->call_started;
     row->worker = ngx_pid;
+    row->epoch = t->call_epoch;
     row->first = -1;
 }
 

@@ -20,22 +20,33 @@
 #include "ngx_http_agent_zone.h"
 #include "ngx_http_agent_metrics.h"
 #include "ngx_http_agent_turn.h"
+#include "ngx_http_agent_spans.h"
 #include "ngx_http_agent_turn_metrics.h"
 #include "ngx_http_agent_provider.h"
 #include "ngx_http_agent_output.h"
 #include "ngx_http_agent_tools.h"
 
 
+static ngx_msec_t ngx_http_agent_turn_delta_busy(
+    ngx_http_agent_main_conf_t *amcf);
 static void ngx_http_agent_turn_delta_handler(ngx_event_t *ev);
 static void ngx_http_agent_turn_read_pause(ngx_event_t *ev);
 static void ngx_http_agent_turn_read_resume(ngx_http_agent_turn_t *t);
 static u_char *ngx_http_agent_turn_delta_call(ngx_http_agent_turn_t *t,
     u_char *p);
 static ngx_int_t ngx_http_agent_turn_record_call(ngx_http_agent_turn_t *t,
-    ngx_http_agent_reply_call_t *call, ngx_uint_t status);
-static ngx_int_t ngx_http_agent_turn_record_hosted(ngx_http_agent_turn_t *t);
+    ngx_array_t *events, ngx_http_agent_reply_call_t *call,
+    ngx_uint_t status);
+static ngx_int_t ngx_http_agent_turn_record_hosted(ngx_http_agent_turn_t *t,
+    ngx_array_t *events);
 
 #define NGX_HTTP_AGENT_DELTA_NAME_MAX  256
+
+
+/* the pieces of replies this worker took in, this window and the last */
+static ngx_msec_t  ngx_http_agent_delta_window;
+static ngx_uint_t  ngx_http_agent_delta_pieces;
+static ngx_uint_t  ngx_http_agent_delta_pieces_last;
 
 
 static ngx_str_t  ngx_http_agent_status_names[] = {
@@ -55,7 +66,8 @@ static ngx_str_t  ngx_http_agent_status_names[] = {
  * agent_delta_interval, a delta that comes sooner than that after the
  * last live event waits for the rest of the interval, joined with those
  * after it: the first delta goes at once, the rest at most once an
- * interval.
+ * interval.  Without the directive, the same with a short interval, but
+ * only while the worker is busy.
  */
 
 void
@@ -68,6 +80,10 @@ ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply, ngx_uint_t kind,
     ngx_http_agent_main_conf_t  *amcf;
 
     ngx_http_agent_turn_first_chunk(t);
+
+    amcf = ngx_http_get_module_main_conf(t->request, ngx_http_agent_module);
+
+    interval = ngx_http_agent_turn_delta_busy(amcf);
 
     if (t->delta.len
         && (kind != t->delta_kind || index != t->delta_index
@@ -97,9 +113,6 @@ ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply, ngx_uint_t kind,
     t->delta_event.log = &t->log;
     t->delta_event.cancelable = 1;
 
-    amcf = ngx_http_get_module_main_conf(t->request, ngx_http_agent_module);
-
-    interval = amcf->delta_interval;
     elapsed = ngx_current_msec - t->delta_sent;
 
     if (interval && t->delta_once && elapsed < interval) {
@@ -115,6 +128,46 @@ ngx_http_agent_turn_delta(ngx_http_agent_reply_t *reply, ngx_uint_t kind,
     }
 
     ngx_post_event(&t->delta_event, &ngx_posted_events);
+}
+
+
+/*
+ * The interval of a delta: agent_delta_interval's if set; unset, the
+ * short default one while this worker takes in more pieces of replies
+ * (tokens, argument chunks) than NGX_HTTP_AGENT_DELTA_BUSY in as long,
+ * this window or the last, and none otherwise: a worker that streams a
+ * few replies sends each piece at once, one that streams many reads
+ * each provider once an interval.  The pieces are counted, not the live
+ * events, so that holding them does not make the worker look idle.
+ */
+
+static ngx_msec_t
+ngx_http_agent_turn_delta_busy(ngx_http_agent_main_conf_t *amcf)
+{
+    ngx_msec_t  elapsed;
+
+    if (!amcf->delta_auto) {
+        return amcf->delta_interval;
+    }
+
+    elapsed = ngx_current_msec - ngx_http_agent_delta_window;
+
+    if (elapsed >= amcf->delta_interval) {
+        ngx_http_agent_delta_pieces_last = (elapsed < 2 * amcf->delta_interval)
+                                           ? ngx_http_agent_delta_pieces : 0;
+        ngx_http_agent_delta_pieces = 0;
+        ngx_http_agent_delta_window = ngx_current_msec;
+    }
+
+    ngx_http_agent_delta_pieces++;
+
+    if (ngx_http_agent_delta_pieces > NGX_HTTP_AGENT_DELTA_BUSY
+        || ngx_http_agent_delta_pieces_last > NGX_HTTP_AGENT_DELTA_BUSY)
+    {
+        return amcf->delta_interval;
+    }
+
+    return 0;
 }
 
 
@@ -371,7 +424,9 @@ ngx_http_agent_turn_said(ngx_http_agent_reply_t *reply)
  * A partial message (interrupted or cancelled) keeps all the model said
  * (text, thinking, the calls it began); its calls are marked with its
  * status and get an error result at once, since they never run, so that
- * the log stays paired.
+ * the log stays paired.  The message and its calls go into the log in
+ * one hold of the zone's lock: a worker that dies meanwhile leaves all of
+ * them or none, never a message whose calls a take-over would not find.
  */
 
 ngx_int_t
@@ -379,7 +434,9 @@ ngx_http_agent_turn_record(ngx_http_agent_turn_t *t, ngx_uint_t status)
 {
     ngx_str_t                     fields, s, name;
     ngx_uint_t                    i;
+    ngx_array_t                   events;
     ngx_http_agent_reply_t       *reply;
+    ngx_http_agent_emit_event_t  *ev;
     ngx_http_agent_reply_call_t  *call;
 
     static char  *unrun[] = {
@@ -411,15 +468,27 @@ ngx_http_agent_turn_record(ngx_http_agent_turn_t *t, ngx_uint_t status)
         return NGX_ERROR;
     }
 
-    if (ngx_http_agent_emit(t->zone, &t->id, NGX_HTTP_AGENT_EV_ASSISTANT_MSG,
-                            &fields)
+    if (ngx_http_agent_spans_reply(t, &fields) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_array_init(&events, t->pool, 1 + reply->calls.nelts,
+                       sizeof(ngx_http_agent_emit_event_t))
         != NGX_OK)
     {
         return NGX_ERROR;
     }
 
+    ev = ngx_array_push(&events);
+    if (ev == NULL) {
+        return NGX_ERROR;
+    }
+
+    ev->type = NGX_HTTP_AGENT_EV_ASSISTANT_MSG;
+    ev->fields = fields;
+
     if (status == NGX_HTTP_AGENT_MSG_COMPLETE
-        && ngx_http_agent_turn_record_hosted(t) != NGX_OK)
+        && ngx_http_agent_turn_record_hosted(t, &events) != NGX_OK)
     {
         return NGX_ERROR;
     }
@@ -427,9 +496,17 @@ ngx_http_agent_turn_record(ngx_http_agent_turn_t *t, ngx_uint_t status)
     call = reply->calls.elts;
 
     for (i = 0; i < reply->calls.nelts; i++) {
-        if (ngx_http_agent_turn_record_call(t, &call[i], status) != NGX_OK) {
+        if (ngx_http_agent_turn_record_call(t, &events, &call[i], status)
+            != NGX_OK)
+        {
             return NGX_ERROR;
         }
+    }
+
+    if (ngx_http_agent_emit_all(t->zone, &t->id, events.elts, events.nelts)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     if (status == NGX_HTTP_AGENT_MSG_COMPLETE) {
@@ -454,19 +531,22 @@ ngx_http_agent_turn_record(ngx_http_agent_turn_t *t, ngx_uint_t status)
 
 
 /*
- * A call's tool_call event, with its executor; marked if it is partial.
+ * A call's tool_call event, with its executor, added to the events to
+ * record; marked if it is partial.
  * A tool of an MCP server is counted by its name, as a declared one is,
  * from its first call on.
  */
 
 static ngx_int_t
 ngx_http_agent_turn_record_call(ngx_http_agent_turn_t *t,
-    ngx_http_agent_reply_call_t *call, ngx_uint_t status)
+    ngx_array_t *events, ngx_http_agent_reply_call_t *call,
+    ngx_uint_t status)
 {
-    yajl_gen                    g;
-    ngx_str_t                   fields, s, executor;
-    ngx_uint_t                  failed;
-    ngx_http_agent_tool_t      *tool;
+    yajl_gen                      g;
+    ngx_str_t                     s, executor;
+    ngx_uint_t                    failed;
+    ngx_http_agent_tool_t        *tool;
+    ngx_http_agent_emit_event_t  *ev;
 
     ngx_str_set(&executor, "unknown");
 
@@ -517,12 +597,14 @@ ngx_http_agent_turn_record_call(ngx_http_agent_turn_t *t,
 
     failed |= yajl_gen_map_close(g);
 
-    if (ngx_http_agent_json_result(g, failed, &fields) != NGX_OK) {
+    ev = ngx_array_push(events);
+    if (ev == NULL) {
         return NGX_ERROR;
     }
 
-    return ngx_http_agent_emit(t->zone, &t->id, NGX_HTTP_AGENT_EV_TOOL_CALL,
-                               &fields);
+    ev->type = NGX_HTTP_AGENT_EV_TOOL_CALL;
+
+    return ngx_http_agent_json_result(g, failed, &ev->fields);
 }
 
 
@@ -533,11 +615,13 @@ ngx_http_agent_turn_record_call(ngx_http_agent_turn_t *t,
  */
 
 static ngx_int_t
-ngx_http_agent_turn_record_hosted(ngx_http_agent_turn_t *t)
+ngx_http_agent_turn_record_hosted(ngx_http_agent_turn_t *t,
+    ngx_array_t *events)
 {
     yajl_gen                        g;
-    ngx_str_t                       fields, s;
+    ngx_str_t                       s;
     ngx_uint_t                      i, k, failed;
+    ngx_http_agent_emit_event_t    *ev;
     ngx_http_agent_reply_hosted_t  *h;
 
     static ngx_uint_t  types[] = {
@@ -592,9 +676,15 @@ ngx_http_agent_turn_record_hosted(ngx_http_agent_turn_t *t)
             failed |= yajl_gen_bool(g, 1);
             failed |= yajl_gen_map_close(g);
 
-            if (ngx_http_agent_json_result(g, failed, &fields) != NGX_OK
-                || ngx_http_agent_emit(t->zone, &t->id, types[k], &fields)
-                   != NGX_OK)
+            ev = ngx_array_push(events);
+            if (ev == NULL) {
+                return NGX_ERROR;
+            }
+
+            ev->type = types[k];
+
+            if (ngx_http_agent_json_result(g, failed, &ev->fields)
+                != NGX_OK)
             {
                 return NGX_ERROR;
             }

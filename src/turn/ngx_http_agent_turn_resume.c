@@ -17,6 +17,7 @@
 #include "ngx_http_agent_store.h"
 #include "ngx_http_agent_store_history.h"
 #include "ngx_http_agent_turn.h"
+#include "ngx_http_agent_revive.h"
 #include "ngx_http_agent_tools.h"
 #include "ngx_http_agent_hook.h"
 #include "ngx_http_agent_mcp_rpc.h"
@@ -37,6 +38,8 @@ static ngx_int_t ngx_http_agent_turn_suspend_again(ngx_http_agent_turn_t *t,
     ngx_http_agent_tool_t *tool, ngx_str_t *id, ngx_str_t *args);
 static ngx_int_t ngx_http_agent_turn_lost(ngx_http_agent_turn_t *t,
     ngx_str_t *id, ngx_str_t *name);
+static ngx_uint_t ngx_http_agent_turn_replied_final(
+    ngx_http_agent_turn_t *t, ngx_str_t *reply);
 static void ngx_http_agent_turn_questions_locked(ngx_http_agent_turn_t *t,
     ngx_http_agent_conv_t *conv);
 static ngx_int_t ngx_http_agent_turn_count(ngx_http_agent_turn_t *t);
@@ -57,11 +60,18 @@ ngx_http_agent_turn_resume(ngx_event_t *ev)
     ngx_http_agent_turn_t  *t = ev->data;
 
     u_char                  *p;
-    ngx_str_t               *events, reason;
+    ngx_str_t               *events, reason, last;
     ngx_uint_t               n, batch;
     ngx_queue_t             *q;
+    ngx_http_agent_fsm_t     fsm;
     ngx_http_agent_conv_t   *conv;
     ngx_http_agent_event_t  *e;
+
+    if (ngx_http_agent_revive_turn_held(t) != NGX_OK) {
+        /* the node's lease lapsed: approved calls do not start here */
+        ngx_http_agent_turn_close(t);
+        return;
+    }
 
     if (t->takeover && !t->counted
         && ngx_http_agent_turn_count(t) == NGX_AGAIN)
@@ -120,6 +130,30 @@ ngx_http_agent_turn_resume(ngx_event_t *ev)
     }
 
     t->batch_seq = conv->seq;
+
+    /*
+     * a take-over whose log ends in an assistant message: the dead worker
+     * recorded a reply and had not gone on from it
+     */
+
+    last.len = 0;
+    q = ngx_queue_last(&conv->log);
+
+    if (t->takeover && q != ngx_queue_sentinel(&conv->log)) {
+        e = ngx_queue_data(q, ngx_http_agent_event_t, queue);
+
+        if (e->type == NGX_HTTP_AGENT_EV_ASSISTANT_MSG) {
+            last.data = ngx_pnalloc(t->pool, e->len + 1);
+            if (last.data == NULL) {
+                ngx_http_agent_zone_unlock(t->zone);
+                goto failed;
+            }
+
+            ngx_memcpy(last.data, e->data, e->len);
+            last.data[e->len] = '\0';
+            last.len = e->len;
+        }
+    }
 
     /* back to the turn's user_msg: its model calls, and the last batch */
 
@@ -181,6 +215,37 @@ ngx_http_agent_turn_resume(ngx_event_t *ev)
     }
 
     ngx_http_agent_zone_unlock(t->zone);
+
+    /*
+     * it was the turn's final reply (no calls, not paused): the turn
+     * completes, the model is not asked again for what it answered
+     */
+
+    if (last.len && ngx_http_agent_turn_replied_final(t, &last)) {
+        ngx_log_error(NGX_LOG_WARN, &t->log, 0,
+                      "agent turn's final reply was recorded before its "
+                      "worker died, the turn completes");
+
+        t->takeover = 0;
+
+        /* a turn revived from the store is executing_tools */
+
+        ngx_http_agent_zone_lock(t->zone);
+
+        conv = ngx_http_agent_conv_find_locked(t->zone, &t->id);
+
+        if (conv) {
+            fsm.fields = NULL;
+            (void) ngx_http_agent_fsm_locked(t->zone, conv,
+                                             NGX_HTTP_AGENT_FSM_MODEL, &fsm);
+        }
+
+        ngx_http_agent_zone_unlock(t->zone);
+
+        ngx_str_set(&reason, "{}");
+        ngx_http_agent_turn_end(t, NGX_HTTP_AGENT_FSM_COMPLETE, &reason);
+        return;
+    }
 
     if (ngx_http_agent_turn_batch(t, events, n) != NGX_OK) {
         goto failed;
@@ -525,6 +590,53 @@ done:
     t->takeover = 0;
 
     return rc;
+}
+
+
+/*
+ * An assistant message from the log is a final reply: complete, with no
+ * tool calls, and not paused by the provider (a paused reply goes on)
+ */
+
+static ngx_uint_t
+ngx_http_agent_turn_replied_final(ngx_http_agent_turn_t *t, ngx_str_t *reply)
+{
+    ngx_str_t   s;
+    yajl_val    v, calls;
+    ngx_uint_t  final;
+
+    v = ngx_http_agent_provider_parse_log(&t->log, reply->data, reply->len);
+    if (v == NULL) {
+        return 0;
+    }
+
+    final = 1;
+
+    calls = ngx_http_agent_provider_get(v, "tool_calls");
+
+    if (calls && !(YAJL_IS_ARRAY(calls) && calls->u.array.len == 0)) {
+        final = 0;
+    }
+
+    if (ngx_http_agent_provider_string(
+            ngx_http_agent_provider_get(v, "status"), &s) == NGX_OK
+        && !(s.len == sizeof("complete") - 1
+             && ngx_strncmp(s.data, "complete", s.len) == 0))
+    {
+        final = 0;
+    }
+
+    if (ngx_http_agent_provider_string(
+            ngx_http_agent_provider_get(v, "finish_reason"), &s) == NGX_OK
+        && s.len == sizeof("pause_turn") - 1
+        && ngx_strncmp(s.data, "pause_turn", s.len) == 0)
+    {
+        final = 0;
+    }
+
+    ngx_http_agent_json_free(v);
+
+    return final;
 }
 
 

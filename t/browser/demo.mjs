@@ -6,6 +6,10 @@
  *
  *     node demo.mjs BASE_URL SCREENSHOT_DIR
  *
+ * Its waits are for t/browser.t's demo provider, twice as fast as that
+ * of `./run demo` (DEMO_PROVIDER_DELAY=0.02): against the latter the
+ * network loss's story outlasts the wait for its end.
+ *
  * Prints one line per check, "ok - name" or "not ok - name: why", and
  * "screenshot PATH" for each screenshot.
  */
@@ -253,7 +257,9 @@ await check('a streaming tool shows progress', async () => {
         }
         if (s.doing !== null && seen[seen.length - 1] !== s.doing) {
             seen.push(s.doing);
-            if (seen.length === 1) {
+            /* a screenshot can take longer than a step: taken once two
+               steps are seen, so it never hides the second */
+            if (seen.length === 2) {
                 await shot(page, 'tool-progress-running', true);
             }
         }
@@ -418,6 +424,25 @@ await check('cancel mid-reply', async () => {
        `${said.split('Stopped.').length - 1} times`);
     ok(await page.locator('#cancel').isDisabled(), 'nothing left to stop');
     await shot(page, 'cancelled');
+});
+
+await check('a message sent during a reply is queued, then runs', async () => {
+    await send('tell me a story');
+    await page.waitForFunction(() =>
+        window.conversation?.streaming?.text.length > 20);
+    sentAfter = await page.evaluate(() => window.conversation.turn);
+    await page.fill('#input', 'hello once more');
+    await page.keyboard.press('Enter');
+    await page.waitForFunction(() => document.getElementById('status')
+                               .textContent.startsWith('Queued'));
+    ok(true, 'the page says it is queued');
+    await page.click('#cancel');
+    await waitIdle();
+    ok((await lastAssistant().textContent())
+       .includes('You said: "hello once more"'), 'it ran');
+    const said = await page.locator('#status').textContent();
+    ok(!said.startsWith('Queued'), 'and the page says it waits no more',
+       said);
 });
 
 await check('reload mid-reply: nothing lost or doubled', async () => {
@@ -621,6 +646,146 @@ async function approveEdited(label) {
     ok(await card.getAttribute('data-status') === 'done',
        `${label}: a click there approves`);
 }
+
+/* the contrast of an element's text with what is behind it (WCAG's
+ * ratio, 1 to 21), the background taken from the nearest element that
+ * has one, a translucent one laid over what is behind it */
+async function contrast(loc) {
+    return loc.evaluate(el => {
+        const rgba = c => {
+            const m = c.match(/[\d.]+/g).map(Number);
+            return { r: m[0], g: m[1], b: m[2], a: m.length > 3 ? m[3] : 1 };
+        };
+        const over = (top, under) => ({
+            r: top.r * top.a + under.r * (1 - top.a),
+            g: top.g * top.a + under.g * (1 - top.a),
+            b: top.b * top.a + under.b * (1 - top.a), a: 1
+        });
+        const lum = c => ['r', 'g', 'b'].map((k, i) => {
+            const v = c[k] / 255;
+            return [0.2126, 0.7152, 0.0722][i]
+                   * (v <= 0.03928 ? v / 12.92
+                                   : ((v + 0.055) / 1.055) ** 2.4);
+        }).reduce((a, b) => a + b);
+
+        const layers = [];
+        for (let e = el; e; e = e.parentElement) {
+            const c = rgba(getComputedStyle(e).backgroundColor);
+            if (c.a > 0) {
+                layers.push(c);
+            }
+            if (c.a === 1) {
+                break;
+            }
+        }
+        const bg = layers.reduceRight((under, top) => over(top, under),
+                                      { r: 255, g: 255, b: 255, a: 1 });
+        const fg = over(rgba(getComputedStyle(el).color), bg);
+        const [hi, lo] = [lum(fg), lum(bg)].sort((a, b) => b - a);
+
+        return Math.round((hi + 0.05) / (lo + 0.05) * 10) / 10;
+    });
+}
+
+/* the log's current branch: an event is superseded when a later rewind
+ * goes to before it */
+function branchOf(messages) {
+    let to = Infinity;
+    const keep = [];
+
+    for (const m of [...messages].reverse()) {
+        if (m.seq > to) {
+            continue;
+        }
+        keep.unshift(m);
+        if (m.type === 'rewind') {
+            to = Math.min(to, m.to_seq);
+        }
+    }
+
+    return keep;
+}
+
+/* what the page shows of a kind of message, and the branch's */
+async function shownAndLogged() {
+    const conv = await inspect(id);
+    const branch = branchOf(conv.messages);
+    const shown = await page.evaluate(() => ({
+        user: [...document.querySelectorAll('li.user > p')]
+            .map(e => e.textContent),
+        assistant: [...document.querySelectorAll(
+            'li.assistant:not([hidden]) .text')].map(e => e.textContent)
+    }));
+
+    return {
+        conv, shown,
+        user: branch.filter(m => m.type === 'user_msg').map(m => m.content),
+        assistant: branch.filter(m => m.type === 'assistant_msg'
+                                      && m.content !== '')
+            .map(m => m.content)
+    };
+}
+
+/* the page's user messages are the branch's, and its replies as many,
+ * the last the same (a reply's markdown is shown rendered) */
+function same(now) {
+    return JSON.stringify(now.shown.user) === JSON.stringify(now.user)
+           && now.shown.assistant.length === now.assistant.length
+           && now.shown.assistant.at(-1) === now.assistant.at(-1);
+}
+
+await check('regenerate the last reply, edit a message', async () => {
+    await send('hello again');
+    await waitIdle();
+
+    const before = await shownAndLogged();
+    const button = lastAssistant().locator('button.regenerate');
+    ok(await button.isVisible(), 'the last reply has a regenerate button');
+    ok(await log.locator('button.regenerate:visible').count() === 1,
+       'only the last reply has one');
+
+    sentAfter = await page.evaluate(() => window.conversation.turn);
+    await button.click();
+    await waitIdle();
+
+    let now = await shownAndLogged();
+    ok(now.conv.messages.some(m => m.type === 'rewind'),
+       'regenerate: the log has a rewind');
+    ok(same(now), 'regenerate: the page shows the current branch',
+       JSON.stringify(now.shown.user));
+    ok(now.shown.assistant.length === before.shown.assistant.length,
+       'regenerate: the old reply replaced, not added to');
+    await shot(page, 'regenerated');
+
+    const user = log.locator('li.user').last();
+    let c = await contrast(user.locator('button.edit'));
+    ok(c >= 4.5, 'edit: the Edit button readable on the message', `${c}:1`);
+    sentAfter = await page.evaluate(() => window.conversation.turn);
+    await user.locator('button.edit').click();
+    ok(await user.locator('textarea').inputValue() === 'hello again',
+       'edit: the message\'s text to edit');
+    for (const what of ['textarea', '.edit-form button[type=submit]',
+                        '.edit-form button[type=button]'])
+    {
+        c = await contrast(user.locator(what));
+        ok(c >= 4.5, `edit: ${what} readable`, `${c}:1`);
+    }
+    await shot(page, 'editing', true);
+    await user.locator('textarea').fill('hello, edited');
+    await user.locator('.edit-form button[type=submit]').click();
+    await waitIdle();
+
+    now = await shownAndLogged();
+    ok(now.shown.user.at(-1) === 'hello, edited'
+       && !now.shown.user.includes('hello again'),
+       'edit: the page shows the new text, the old one gone',
+       JSON.stringify(now.shown.user));
+    ok(same(now), 'edit: the page shows the current branch');
+    ok(now.conv.messages.filter(m => m.type === 'user_msg'
+                                     && m.content === 'hello again')
+       .length === 2, 'the log keeps the superseded messages');
+    await shot(page, 'edited');
+});
 
 await check('the focused control, at a desktop\'s width',
             () => approveEdited('desktop'));

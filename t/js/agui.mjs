@@ -6,13 +6,21 @@
 //   node agui.mjs SPEC
 //
 // SPEC is JSON: {"url", "threadId", "tools": [...], "state": {...},
-// "messages": [...], "steps": [STEP...]}, each step one run:
+// "messages": [...], "headers": {...}, "steps": [STEP...]} (headers: of
+// every run's request, HttpAgent's headers option), each step one run:
 //   {"send": TEXT}          a user message, then a run
 //   {"tool": CONTENT}       a tool message answering each frontend tool
 //                           call the run before left pending, then a run
 //   {"resume": PAYLOAD, "status": "resolved"|"cancelled"}
 //                           answers to the interrupts of the run before
 //   {}                      a run with nothing new (a connect)
+//   {"keep": N, "send": TEXT}
+//                           setMessages(messages.slice(0, N)), then a
+//                           user message and a run
+//   {"edit": INDEX, "text": TEXT}
+//                           the user message at INDEX given a new text,
+//                           the messages after it dropped, then a run
+// and any step may have "headers": that run's and the next ones'.
 //
 // Prints, as one JSON line, each run's events (types, CUSTOM by name),
 // error, outcome, interrupts and pending tool calls, the messages before
@@ -28,6 +36,7 @@ const agent = new HttpAgent({
     threadId: spec.threadId,
     initialMessages: spec.messages || [],
     initialState: spec.state || {},
+    headers: spec.headers || {},
 });
 
 const runs = [];
@@ -37,6 +46,20 @@ let interrupts = [];
 for (const step of spec.steps) {
     const run = { events: [], error: null };
     const params = { tools: spec.tools || [] };
+
+    if (step.keep !== undefined) {
+        agent.setMessages(agent.messages.slice(0, step.keep));
+    }
+
+    if (step.edit !== undefined) {
+        const m = agent.messages[step.edit];
+        agent.setMessages([...agent.messages.slice(0, step.edit),
+                           { ...m, content: step.text }]);
+    }
+
+    if (step.headers !== undefined) {
+        agent.headers = step.headers;
+    }
 
     if (step.send !== undefined) {
         agent.addMessage({ id: step.id || randomUUID(), role: 'user',

@@ -16,35 +16,17 @@
 //   AISDK_CANCEL   a URL to POST once the reply has begun (the app's stop)
 //   AISDK_WORKER   print {"worker": PID} first, from the answer's X-Worker
 //   AISDK_RESUME_ON_ERROR  a chat that ends in error resumes its stream
+//   AISDK_HEADERS  {"name": value}: headers of every request the
+//                  transport sends (its headers option), a traceparent
 //
 // Prints the chat's status, errors and messages as one JSON line.
 
+import { chatClass } from './chat.mjs';
+
 const ai = await import(process.env.AISDK_PKG || 'ai');
-const { AbstractChat, DefaultChatTransport } = ai;
+const { DefaultChatTransport } = ai;
 
-class State {
-    constructor() {
-        this.status = 'ready';
-        this.error = undefined;
-        this.messages = [];
-    }
-
-    pushMessage(m) { this.messages = this.messages.concat(m); }
-    popMessage() { this.messages = this.messages.slice(0, -1); }
-
-    replaceMessage(i, m) {
-        this.messages = [...this.messages.slice(0, i), m,
-                         ...this.messages.slice(i + 1)];
-    }
-
-    snapshot(thing) { return structuredClone(thing); }
-}
-
-class Chat extends AbstractChat {
-    constructor(init) {
-        super({ ...init, state: new State() });
-    }
-}
+const Chat = chatClass(ai);
 
 const [url, id, command, text] = process.argv.slice(2);
 
@@ -87,7 +69,10 @@ const seen = (u, init) => fetch(u, init).then((r) => {
 
 const chat = new Chat({
     id,
-    transport: new DefaultChatTransport({ api: url, fetch: seen }),
+    transport: new DefaultChatTransport({
+        api: url, fetch: seen,
+        headers: JSON.parse(process.env.AISDK_HEADERS || '{}'),
+    }),
     sendAutomaticallyWhen: answered,
     onToolCall: ({ toolCall }) => {
         if (toolCall.toolName in tools) {

@@ -23,9 +23,11 @@ use Time::HiRes qw(time sleep);
 use Test::Agent;
 use Test::Agent::HTTP;
 use Test::Agent::Store;
+use Test::Agent::SSE;
 
 our @EXPORT = qw(engine_conf send_message send_message_later inspect
-                 wait_state wait_pending
+                 events_stream store_node
+                 wait_state wait_pending wait_recorded lease_of
                  log_types events_request resolve cancel owner_request
                  metric echo_calls held_calls store_engine store_backlog
                  store_stop worker_pids worker_connection promtool
@@ -275,6 +277,21 @@ sub inspect {
     return $r;
 }
 
+# the pid of the worker that holds the conversation's turn, polled for
+# two seconds; undef if none does
+
+sub lease_of {
+    my ($t, $cid) = @_;
+
+    for (1 .. 100) {
+        my $c = inspect($t, $cid)->{json};
+        return $c->{lease} if $c && $c->{lease};
+        select undef, undef, undef, 0.02;
+    }
+
+    return undef;
+}
+
 # polls inspect until the conversation is in the state with no turn
 # running; returns its JSON (the last seen, if the state never came)
 
@@ -292,6 +309,27 @@ sub wait_state {
     }
 
     return $c;
+}
+
+# polls inspect until the conversation's log has a user_msg: the
+# message is in the zone, where the store's next batch, or the one in
+# flight at its end, takes it from; true once it has
+
+sub wait_recorded {
+    my ($t, $cid, $timeout) = @_;
+
+    my $deadline = time + ($timeout // 10);
+
+    while (time < $deadline) {
+        my $r = inspect($t, $cid);
+        my $c = $r && $r->{status} == 200 ? $r->{json} : undef;
+
+        return 1 if $c && grep { ($_->{type} // '') eq 'user_msg' }
+                                @{$c->{messages} || []};
+        sleep 0.05;
+    }
+
+    return 0;
 }
 
 # polls inspect until a call waits for input of kind $kind, whether or
@@ -324,6 +362,44 @@ sub events_request {
     my $req = "GET /c/$cid/events HTTP/1.1\r\nHost: localhost\r\n";
     $req .= "$_: $headers{$_}\r\n" for sort keys %headers;
     return $req . "\r\n";
+}
+
+# agent_events of a conversation opened on port 8080, its head read: a
+# Test::Agent::SSE
+
+sub events_stream {
+    my ($t, $cid, %headers) = @_;
+
+    my $s = Test::Agent::HTTP::connect_to($t->port(8080));
+    print $s events_request($cid, %headers);
+
+    my $sse = Test::Agent::SSE->new(bless {
+        sock => $s, sel => IO::Select->new($s), buf => '', eof => 0,
+        started => time }, 'Test::Agent::HTTP::Stream');
+    $sse->stream->read_head(10) or die "no head\n";
+    return $sse;
+}
+
+# an nginx node (agent_node id, two workers, heartbeat 500ms, ttl 2s) on
+# a PostgreSQL store, its nginx -t checked, running: ($t, its address);
+# %opts go to engine_conf, http's after the store's
+
+sub store_node {
+    my ($mock, $conninfo, $id, %opts) = @_;
+
+    my $t = Test::Agent->new;
+    my $addr = '127.0.0.1:' . $t->port(8080);
+
+    $t->write_file_expand('nginx.conf', engine_conf($mock, workers => 2,
+        %opts,
+        http => "agent_store \"$conninfo\";\n"
+                . "    agent_node id=$id addr=$addr heartbeat=500ms"
+                . " ttl=2s;\n    " . ($opts{http} // '')));
+    my ($rc, $out) = $t->test_config;
+    Test::More::is($rc, 0, "nginx -t of node $id") or Test::More::diag($out);
+
+    $t->run;
+    return ($t, $addr);
 }
 
 # a series of agent_metrics on port 8080 (/metrics), its labelled series

@@ -4,7 +4,7 @@ package Test::Agent::Postgres;
 # directory (no TCP port), stopped when the test ends.  initdb refuses to
 # run as root: as root the server runs as nobody, in a directory of
 # nobody's.  fsync is off: the tests are about the module's writes, not
-# the disk's.
+# the disk's (new(fsync => 1): on, for a benchmark).
 #
 #   plan(skip_all => Test::Agent::Postgres->missing)
 #       if Test::Agent::Postgres->missing;
@@ -14,6 +14,7 @@ package Test::Agent::Postgres;
 #   $pg->wait_sql("SELECT ...", qr/.../, 10);
 #   $pg->stop; $pg->start;             # the server away and back
 #   $pg->lock; ... $pg->unlock;        # another session's write lock
+#   $pg->node_lines('n1', $addr);      # agent_store and agent_node lines
 #
 # The test database has group_concat() and json_extract() as SQLite has
 # them, for the queries of the tests that run against either store.
@@ -55,7 +56,8 @@ sub new {
     my ($class, %opts) = @_;
 
     my $dir = tempdir('agent-pg-XXXXXX', TMPDIR => 1, CLEANUP => 1);
-    my $self = bless { dir => $dir, bin => bindir(), db => 'agent' }, $class;
+    my $self = bless { dir => $dir, bin => bindir(), db => 'agent',
+                       fsync => $opts{fsync} ? 'on' : 'off' }, $class;
 
     if ($> == 0) {
         my (undef, undef, $uid, $gid) = getpwnam('nobody');
@@ -101,6 +103,14 @@ sub backend { 'pg' }
 # agent_store's first argument, quoted: the conninfo has spaces
 sub directive { '"' . $_[0]->conninfo . '"' }
 
+# the http-level lines of a node on this store: agent_store, agent_node
+# with the id, the address and short times (heartbeat 500ms, ttl 2s)
+sub node_lines {
+    my ($self, $id, $addr) = @_;
+    return 'agent_store ' . $self->directive . ";\n"
+           . "    agent_node id=$id addr=$addr heartbeat=500ms ttl=2s;";
+}
+
 sub conninfo {
     my ($self) = @_;
     return "postgres:host=$self->{dir} dbname=$self->{db} user=agent";
@@ -117,7 +127,8 @@ sub start {
 
     $self->run_as("$self->{bin}/pg_ctl -D $dir/data -l $dir/server.log -w"
                   . " -t 30 -o \"-k $dir -c listen_addresses=\\\"\\\""
-                  . " -c fsync=off -c full_page_writes=off\" start"
+                  . " -c fsync=$self->{fsync}"
+                  . " -c full_page_writes=$self->{fsync}\" start"
                   . " > /dev/null")
         or die "pg_ctl start failed:\n" . `tail -20 $dir/server.log`;
 
@@ -152,15 +163,18 @@ sub sql {
     return $r;
 }
 
-# another session's write lock on the log's tables, held until unlock():
-# the workers' writes wait for it up to their lock_timeout, and fail
+# another session's write lock on the log's tables (or those named),
+# held until unlock(): the workers' writes wait for it up to their
+# lock_timeout, and fail
 
 sub lock {
-    my ($self) = @_;
+    my ($self, @tables) = @_;
+
+    @tables = qw(events conversations model_calls) unless @tables;
 
     return $self->hold("psql -X -q -At -h $self->{dir} -U agent"
                        . " -d $self->{db}",
-                       "BEGIN; LOCK TABLE events, conversations, model_calls"
+                       'BEGIN; LOCK TABLE ' . join(', ', @tables)
                        . " IN EXCLUSIVE MODE; SELECT 'held';\n");
 }
 

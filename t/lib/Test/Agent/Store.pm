@@ -130,10 +130,15 @@ sub hold {
     my $out = <$fh> // '';
     close $fh;
 
+    $self->{held} = $out;
+
     return $out eq "held\n";
 }
 
 sub held_file { "$_[0]{path}.held" }
+
+# what the lock's client said last: "held", or why it holds nothing
+sub held_output { $_[0]{held} // '' }
 
 sub unlock {
     my ($self) = @_;
