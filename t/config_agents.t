@@ -208,7 +208,7 @@ sub describe {
     ok($d, "$uri is JSON") or diag($r->{body});
 
     # the raw bytes of the provider tool list: the last member
-    my ($raw) = $r->{body} =~ /"provider_tools":(.*)\}\z/s;
+    my ($raw) = $r->{body} =~ /"provider_tools":(.*)\}\n?\z/s;
 
     return ($d || {}, $raw // '');
 }

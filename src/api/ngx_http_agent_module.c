@@ -899,7 +899,7 @@ ngx_http_agent_error_filter(ngx_http_request_t *r)
         }
     }
 
-    len = sizeof("{\"error\":{\"code\":\"\",\"message\":\"\"}}") - 1
+    len = sizeof("{\"error\":{\"code\":\"\",\"message\":\"\"}}\n") - 1
           + ngx_strlen(e->code) + ngx_strlen(e->message);
 
     p = ngx_pnalloc(r->pool, len);
@@ -911,7 +911,7 @@ ngx_http_agent_error_filter(ngx_http_request_t *r)
 
     b->pos = p;
     b->last = ngx_sprintf(p, "{\"error\":{\"code\":\"%s\","
-                          "\"message\":\"%s\"}}", e->code, e->message);
+                          "\"message\":\"%s\"}}\n", e->code, e->message);
     b->memory = 1;
     b->last_buf = 1;
     b->last_in_chain = 1;

@@ -24,6 +24,8 @@ static size_t ngx_http_agent_utf8_char(u_char *p, u_char *last);
 static int ngx_http_agent_json_start_map(void *ctx);
 static int ngx_http_agent_json_start_array(void *ctx);
 static void ngx_http_agent_json_gen_cleanup(void *data);
+static ngx_int_t ngx_http_agent_json_answer(ngx_http_request_t *r,
+    ngx_uint_t status, ngx_str_t *type, ngx_str_t *json, ngx_uint_t newline);
 
 
 static yajl_callbacks  ngx_http_agent_json_object_callbacks = {
@@ -510,7 +512,7 @@ ngx_http_agent_json_send(ngx_http_request_t *r, ngx_uint_t status,
 {
     static ngx_str_t  type = ngx_string("application/json");
 
-    return ngx_http_agent_json_output(r, status, &type, json);
+    return ngx_http_agent_json_answer(r, status, &type, json, 1);
 }
 
 
@@ -520,12 +522,28 @@ ngx_int_t
 ngx_http_agent_json_output(ngx_http_request_t *r, ngx_uint_t status,
     ngx_str_t *type, ngx_str_t *json)
 {
+    return ngx_http_agent_json_answer(r, status, type, json, 0);
+}
+
+
+/*
+ * A JSON answer ends with a newline, as a line of text does, so that a
+ * terminal shows it apart from what comes next (curl's output, a shell's
+ * prompt); JSON takes it as whitespace.
+ */
+
+static ngx_int_t
+ngx_http_agent_json_answer(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *type, ngx_str_t *json, ngx_uint_t newline)
+{
     ngx_int_t     rc;
-    ngx_buf_t    *b;
-    ngx_chain_t   out;
+    ngx_buf_t    *b, *nl;
+    ngx_chain_t   out[2];
+
+    static u_char  lf[] = "\n";
 
     r->headers_out.status = status;
-    r->headers_out.content_length_n = json->len;
+    r->headers_out.content_length_n = json->len + (newline ? 1 : 0);
 
     r->headers_out.content_type = *type;
     r->headers_out.content_type_len = type->len;
@@ -545,13 +563,31 @@ ngx_http_agent_json_output(ngx_http_request_t *r, ngx_uint_t status,
     b->pos = json->data;
     b->last = json->data + json->len;
     b->memory = 1;
+
+    out[0].buf = b;
+    out[0].next = NULL;
+
+    if (newline) {
+        nl = ngx_calloc_buf(r->pool);
+        if (nl == NULL) {
+            return NGX_ERROR;
+        }
+
+        nl->pos = lf;
+        nl->last = lf + 1;
+        nl->memory = 1;
+
+        out[0].next = &out[1];
+        out[1].buf = nl;
+        out[1].next = NULL;
+
+        b = nl;
+    }
+
     b->last_buf = (r == r->main) ? 1 : 0;
     b->last_in_chain = 1;
 
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
+    return ngx_http_output_filter(r, &out[0]);
 }
 
 
