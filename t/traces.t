@@ -98,7 +98,7 @@ $mock->script(
                        arguments => '{"q":"x"}' }],
       id => 'chatcmpl-one', model => 'gpt-test-2024',
       usage => { prompt_tokens => 11, completion_tokens => 3 } },
-    { text => 'Found it.', id => 'chatcmpl-two',
+    { text => 'Found it.', id => 'chatcmpl-two', model => 'gpt-"q"\\2',
       usage => { prompt_tokens => 20, completion_tokens => 4 } });
 
 my $r = send_message($t, 't1', 'look it up',
@@ -153,6 +153,12 @@ for my $i (0 .. $#replies) {
 
 is(attrs($chat[0])->{'gen_ai.response.model'}, 'gpt-test-2024',
    'the provider\'s model');
+
+my ($second) = grep { attrs($_)->{'gen_ai.response.id'} eq 'chatcmpl-two' }
+               @chat;
+is($second && attrs($second)->{'gen_ai.response.model'}, 'gpt-"q"\\2',
+   'a model name with a quote and a backslash, as the provider gave it');
+
 is(attrs($chat[0])->{'gen_ai.response.finish_reasons'}{arrayValue}{values}[0]
    {stringValue}, 'tool_calls', 'finish reasons');
 

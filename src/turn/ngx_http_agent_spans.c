@@ -276,7 +276,7 @@ ngx_http_agent_spans_context(ngx_http_agent_turn_t *t, ngx_uint_t *call)
 ngx_int_t
 ngx_http_agent_spans_reply(ngx_http_agent_turn_t *t, ngx_str_t *fields)
 {
-    u_char                      *p;
+    u_char                      *p, *last;
     size_t                       len;
     ngx_http_agent_reply_t      *reply;
     ngx_http_agent_main_conf_t  *amcf;
@@ -300,11 +300,14 @@ ngx_http_agent_spans_reply(ngx_http_agent_turn_t *t, ngx_str_t *fields)
         return NGX_OK;
     }
 
-    /* ids and model names have no quote or backslash to escape */
-
     len = ngx_http_agent_spans_attempts_size(t, fields)
           + sizeof(",\"response_id\":\"\",\"response_model\":\"\"")
-          + reply->response_id.len + reply->response_model.len;
+          + reply->response_id.len
+          + ngx_escape_json(NULL, reply->response_id.data,
+                            reply->response_id.len)
+          + reply->response_model.len
+          + ngx_escape_json(NULL, reply->response_model.data,
+                            reply->response_model.len);
 
     p = ngx_pnalloc(t->pool, len);
     if (p == NULL) {
@@ -313,45 +316,30 @@ ngx_http_agent_spans_reply(ngx_http_agent_turn_t *t, ngx_str_t *fields)
 
     /* the call started with its first attempt */
 
-    len = ngx_http_agent_spans_attempts(t, p, fields,
-                                        t->nretries ? t->retries[0].started
-                                                : (uint64_t) t->call_started)
-          - p;
+    last = ngx_http_agent_spans_attempts(t, p, fields,
+                                         t->nretries ? t->retries[0].started
+                                                 : (uint64_t) t->call_started);
 
-    if (reply->response_id.len
-        && ngx_strlchr(reply->response_id.data,
-                       reply->response_id.data + reply->response_id.len, '"')
-           == NULL
-        && ngx_strlchr(reply->response_id.data,
-                       reply->response_id.data + reply->response_id.len,
-                       '\\')
-           == NULL)
-    {
-        len = ngx_sprintf(p + len, ",\"response_id\":\"%*s\"",
-                          reply->response_id.len, reply->response_id.data)
-              - p;
+    if (reply->response_id.len) {
+        last = ngx_cpymem(last, ",\"response_id\":\"",
+                          sizeof(",\"response_id\":\"") - 1);
+        last = (u_char *) ngx_escape_json(last, reply->response_id.data,
+                                          reply->response_id.len);
+        *last++ = '"';
     }
 
-    if (reply->response_model.len
-        && ngx_strlchr(reply->response_model.data,
-                       reply->response_model.data
-                       + reply->response_model.len, '"')
-           == NULL
-        && ngx_strlchr(reply->response_model.data,
-                       reply->response_model.data
-                       + reply->response_model.len, '\\')
-           == NULL)
-    {
-        len = ngx_sprintf(p + len, ",\"response_model\":\"%*s\"",
-                          reply->response_model.len,
-                          reply->response_model.data)
-              - p;
+    if (reply->response_model.len) {
+        last = ngx_cpymem(last, ",\"response_model\":\"",
+                          sizeof(",\"response_model\":\"") - 1);
+        last = (u_char *) ngx_escape_json(last, reply->response_model.data,
+                                          reply->response_model.len);
+        *last++ = '"';
     }
 
-    p[len++] = '}';
+    *last++ = '}';
 
     fields->data = p;
-    fields->len = len;
+    fields->len = last - p;
 
     return NGX_OK;
 }
